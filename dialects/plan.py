@@ -1,0 +1,111 @@
+"""The plan: what the decision attaches to a contraction and the rewrite consumes.
+
+A plan fixes, for one contraction, how it is computed:
+
+* ``schemes``: one catalog scheme name per level (``len(schemes)`` is the
+  number of levels L; level 1 is applied to the whole operation, level 2 to
+  each of its products, and so on),
+* ``edge``: how sizes that the scheme's block counts do not divide are
+  handled: ``"peel"`` (the divisible part goes through the scheme, the
+  remainder through classical products) or ``"pad"`` (operands are padded
+  with zeros up to the next multiple and the result is sliced back),
+* ``form``: how one level is emitted. ``"per-product"`` (R separate
+  contractions of combined blocks) is what exists today; the grouped
+  (group-parallel) form will slot in here,
+* ``tiles``: per-product tile choices (reserved; ``None`` = IREE's default).
+
+In the IR the plan is the discardable attribute ``falcon.plan`` on the
+contraction op, a dictionary::
+
+    linalg.matmul {falcon.plan = {schemes = ["strassen", "strassen"],
+                                  edge = "peel", form = "per-product"}} ...
+
+The rewrite removes it, so IREE only ever sees upstream dialects.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+PLAN_ATTR = "falcon.plan"
+EDGES = ("peel", "pad")
+FORMS = ("per-product",)
+
+
+class PlanError(ValueError):
+    """A plan that is malformed (unknown edge or form, no levels)."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How one contraction is rewritten.
+
+    Attributes:
+        schemes: catalog names, one per level, outermost first (e.g.
+            ``("strassen", "3x3x3:23")``).
+        edge: ``"peel"`` or ``"pad"``.
+        form: ``"per-product"``.
+        tiles: reserved for per-product tile choices; ``None`` today.
+
+    Raises:
+        PlanError: on an empty scheme list or an unknown edge/form.
+    """
+
+    schemes: tuple
+    edge: str = "peel"
+    form: str = "per-product"
+    tiles: Optional[tuple] = field(default=None)
+
+    def __post_init__(self):
+        if not self.schemes:
+            raise PlanError("a plan needs at least one level")
+        if self.edge not in EDGES:
+            raise PlanError(f"unknown edge strategy '{self.edge}' (expected one of {', '.join(EDGES)})")
+        if self.form not in FORMS:
+            raise PlanError(f"unknown form '{self.form}' (expected one of {', '.join(FORMS)})")
+
+    @property
+    def levels(self) -> int:
+        """Number of levels L (= ``len(schemes)``)."""
+        return len(self.schemes)
+
+    def inner(self) -> "Plan | None":
+        """The plan for the products of the first level (``None`` when L = 1)."""
+        if len(self.schemes) == 1:
+            return None
+        return Plan(tuple(self.schemes[1:]), self.edge, self.form, self.tiles)
+
+    def to_json(self) -> dict:
+        """The plan as a JSON-ready dict (used in the ``--lcma-report``)."""
+        return {"schemes": list(self.schemes), "levels": self.levels,
+                "edge": self.edge, "form": self.form}
+
+    def to_attribute(self, context=None):
+        """The plan as an MLIR ``DictAttr`` (built in ``context`` or the current one)."""
+        from iree.compiler import ir
+
+        with context or ir.Context.current:
+            return ir.DictAttr.get({
+                "schemes": ir.ArrayAttr.get([ir.StringAttr.get(s) for s in self.schemes]),
+                "edge": ir.StringAttr.get(self.edge),
+                "form": ir.StringAttr.get(self.form),
+            })
+
+    @staticmethod
+    def from_attribute(attr) -> "Plan":
+        """Read a plan back from its ``DictAttr``.
+
+        Raises:
+            PlanError: if the attribute is not a plan dictionary.
+        """
+        from iree.compiler import ir
+
+        try:
+            d = ir.DictAttr(attr)
+            schemes = tuple(ir.StringAttr(s).value for s in ir.ArrayAttr(d["schemes"]))
+            edge = ir.StringAttr(d["edge"]).value if "edge" in d else "peel"
+            form = ir.StringAttr(d["form"]).value if "form" in d else "per-product"
+        except (ValueError, KeyError, TypeError) as e:
+            raise PlanError(f"malformed {PLAN_ATTR} attribute {attr}: {e}") from None
+        return Plan(schemes, edge, form)

@@ -1,0 +1,74 @@
+"""Compile MLIR with IREE and run it on the CPU: the harness for numerics checks.
+
+Used by the tests and the benchmarks to compare a rewritten module with the
+original on the same inputs. Compilation uses ``iree.compiler.compile_str``
+(llvm-cpu for the host unless flags say otherwise); execution uses
+``iree.runtime`` on the ``local-task`` driver.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Sequence
+
+import numpy as np
+
+#: iree-compile flags for the host CPU.
+CPU_FLAGS = ("--iree-hal-target-device=local",
+             "--iree-hal-local-target-device-backends=llvm-cpu",
+             "--iree-llvmcpu-target-cpu=host")
+
+
+def compile_mlir(text: str, flags: Sequence[str] = CPU_FLAGS, input_type: str = "auto") -> bytes:
+    """Compile MLIR text to a .vmfb (bytes) with iree-compile's in-process API.
+
+    Raises:
+        iree.compiler.CompilerToolError: when IREE rejects the module.
+    """
+    from iree.compiler import compile_str
+
+    return compile_str(text, input_type=input_type, extra_args=list(flags))
+
+
+class Module:
+    """A compiled module loaded into an ``iree.runtime`` context.
+
+    Args:
+        vmfb: the compiled module (bytes).
+        driver: IREE HAL driver name (``"local-task"``, ``"cuda"``).
+    """
+
+    def __init__(self, vmfb: bytes, driver: str = "local-task"):
+        import iree.runtime as rt
+
+        self._config = rt.Config(driver)
+        self._ctx = rt.SystemContext(config=self._config)
+        self._vm = rt.VmModule.copy_buffer(self._ctx.instance, vmfb)
+        self._ctx.add_vm_module(self._vm)
+        self.functions = self._ctx.modules[self._vm.name]
+
+    def __call__(self, name: str, *args):
+        """Call exported function ``name`` on numpy arrays; returns numpy array(s)."""
+        out = self.functions[name](*args)
+        if isinstance(out, (tuple, list)):
+            return tuple(np.asarray(o.to_host()) for o in out)
+        return np.asarray(out.to_host())
+
+    def time(self, name: str, *args, repeat: int = 5, warmup: int = 1) -> list:
+        """Wall-clock seconds of ``repeat`` calls (after ``warmup`` calls), results synced to host."""
+        import iree.runtime as rt
+
+        dev_args = [rt.asdevicearray(self._config.device, a) for a in args]
+        for _ in range(warmup):
+            self(name, *dev_args)
+        times = []
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            self(name, *dev_args)
+            times.append(time.perf_counter() - t0)
+        return times
+
+
+def run_mlir(text: str, name: str, *args, flags: Sequence[str] = CPU_FLAGS):
+    """Compile ``text`` for the host and call ``name`` on ``args`` (numpy arrays)."""
+    return Module(compile_mlir(text, flags))(name, *args)

@@ -1,0 +1,206 @@
+"""Finding contractions: what the lcma-rewrite pass can see and serve.
+
+A contraction is any linalg structured op that
+``linalg.isa_contraction_op`` accepts (``linalg.matmul`` with default or
+transposed indexing maps, ``linalg.batch_matmul``, ``linalg.generic`` and
+``linalg.contract`` contractions), with two inputs and one output on ranked
+tensors. For the rewrite it must have exactly one M, one N and one K loop
+dimension (any number of batch dimensions, which stay as they are), static
+shapes, and a body that is a multiply-accumulate with at most casts around it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Optional
+
+from iree.compiler import ir
+from iree.compiler.dialects import linalg
+
+#: Ops whose body is one multiply, one add and casts.
+_BODY_OK = {
+    "arith.mulf", "arith.addf", "arith.muli", "arith.addi",
+    "arith.extf", "arith.truncf", "arith.extsi", "arith.extui", "arith.trunci",
+    "arith.sitofp", "arith.uitofp", "linalg.yield",
+}
+_NAMED = {"linalg.matmul": "matmul", "linalg.batch_matmul": "batch_matmul"}
+
+
+def format_location(loc: ir.Location, filename: Optional[str] = None) -> str:
+    """``file:line:col`` of an MLIR location (``"-"`` buffers renamed to ``filename``).
+
+    Fused and call-site locations give their first file location; an unknown
+    location gives ``"<unknown>"``.
+    """
+    text = str(loc)
+    m = re.search(r'"([^"]*)":(\d+):(\d+)', text)
+    if not m:
+        return "<unknown>"
+    name = m.group(1)
+    if filename and name in ("-", "<stdin>"):
+        name = filename
+    return f"{name}:{m.group(2)}:{m.group(3)}"
+
+
+def _map_dims(map_attr) -> list:
+    """Loop dimension index of each result of a projected-permutation map."""
+    amap = ir.AffineMapAttr(map_attr).value
+    dims = []
+    for expr in amap.results:
+        dims.append(ir.AffineDimExpr(expr).position)
+    return dims
+
+
+@dataclass
+class Contraction:
+    """One contraction op and its shape, as the rewrite and the report see it.
+
+    Attributes:
+        op: the ``ir.Operation``.
+        kind: ``"matmul"``, ``"batch_matmul"`` or ``"generic"`` (any other
+            contraction op, re-emitted as ``linalg.generic``).
+        M, N, K: the sizes of the M, N and K loop dimensions (elements).
+        batch: sizes of the batch dimensions.
+        m_dim, n_dim, k_dim: loop dimension indices; batch_dims likewise.
+        lhs_dims, rhs_dims, out_dims: for each operand position, its loop dim.
+        lhs_type, rhs_type, acc_type: element types (``ir.Type``); the
+            accumulator type is the output's.
+        transposed: names of operands whose layout is not the default
+            (``"lhs"``: A stored K x M, ``"rhs"``: B stored N x K).
+        unsupported: why the rewrite cannot serve it (``None`` when it can).
+    """
+
+    op: ir.Operation
+    kind: str
+    M: int = 0
+    N: int = 0
+    K: int = 0
+    batch: list = field(default_factory=list)
+    m_dim: int = -1
+    n_dim: int = -1
+    k_dim: int = -1
+    batch_dims: list = field(default_factory=list)
+    lhs_dims: list = field(default_factory=list)
+    rhs_dims: list = field(default_factory=list)
+    out_dims: list = field(default_factory=list)
+    lhs_type: Optional[ir.Type] = None
+    rhs_type: Optional[ir.Type] = None
+    acc_type: Optional[ir.Type] = None
+    transposed: list = field(default_factory=list)
+    unsupported: Optional[str] = None
+
+    @property
+    def is_float(self) -> bool:
+        """True when the accumulator element type is a float type."""
+        return isinstance(self.acc_type, ir.FloatType) or isinstance(self.acc_type, ir.FloatType)
+
+    @property
+    def is_integer(self) -> bool:
+        """True when the accumulator element type is an integer type."""
+        return isinstance(self.acc_type, ir.IntegerType)
+
+    def describe_kind(self) -> str:
+        """The kind with its transposes, e.g. ``"matmul (transposed rhs)"``."""
+        if self.transposed:
+            return f"{self.kind} (transposed {', '.join(self.transposed)})"
+        return self.kind
+
+
+def _check_body(op: ir.Operation) -> Optional[str]:
+    region = op.regions[0]
+    blocks = list(region.blocks)
+    if not blocks:
+        return None
+    names = [o.name for o in blocks[0].operations]
+    bad = [n for n in names if n not in _BODY_OK]
+    if bad:
+        return f"unsupported op '{bad[0]}' in the contraction body"
+    if sum(n in ("arith.mulf", "arith.muli") for n in names) != 1 or \
+            sum(n in ("arith.addf", "arith.addi") for n in names) != 1:
+        return "contraction body is not a single multiply-accumulate"
+    if any(n in ("arith.extui", "arith.uitofp") for n in names):
+        return "unsigned operand casts are not supported"
+    return None
+
+
+def analyze(op: ir.Operation) -> Optional[Contraction]:
+    """Describe ``op`` if it is a contraction, else return ``None``.
+
+    A contraction the rewrite cannot serve is returned with ``unsupported``
+    set to the reason (dynamic shapes, no M or N dimension, several M/N/K
+    dimensions, memref operands, unsupported body ops, unsigned casts).
+    """
+    if not op.name.startswith("linalg."):
+        return None
+    try:
+        if not linalg.isa_contraction_op(op):
+            return None
+    except Exception:  # pragma: no cover - defensive: not a linalg op interface
+        return None
+    kind = _NAMED.get(op.name, "generic")
+    c = Contraction(op=op, kind=kind)
+    operands = list(op.operands)
+    if len(operands) != 3 or len(op.results) != 1:
+        c.unsupported = "expected two inputs and one output on tensors"
+        return c
+    types = [o.type for o in operands]
+    if not all(isinstance(t, ir.RankedTensorType) for t in types):
+        c.unsupported = "operands are not ranked tensors"
+        return c
+    ttypes = [ir.RankedTensorType(t) for t in types]
+    c.lhs_type, c.rhs_type, c.acc_type = (t.element_type for t in ttypes)
+    dims = linalg.infer_contraction_dimensions(op)
+    m, n, k, b = list(dims.m), list(dims.n), list(dims.k), list(dims.batch)
+    if len(m) != 1 or len(n) != 1 or len(k) != 1:
+        c.unsupported = (f"needs exactly one M, N and K dimension "
+                         f"(has {len(m)} M, {len(n)} N, {len(k)} K)")
+        return c
+    c.m_dim, c.n_dim, c.k_dim, c.batch_dims = m[0], n[0], k[0], b
+    maps = list(op.attributes["indexing_maps"])
+    try:
+        c.lhs_dims, c.rhs_dims, c.out_dims = (_map_dims(a) for a in maps)
+    except ValueError:
+        c.unsupported = "indexing maps are not projected permutations"
+        return c
+    if "cast" in op.attributes and "unsigned" in str(op.attributes["cast"]):
+        c.unsupported = "unsigned operand casts are not supported"
+        return c
+    if any(ir.ShapedType(t).has_rank and not ir.ShapedType(t).has_static_shape for t in types):
+        c.unsupported = "dynamic shape (stays classical; run-time dispatch is not implemented yet)"
+    sizes = {}
+    for t, dl in zip(ttypes, (c.lhs_dims, c.rhs_dims, c.out_dims)):
+        for pos, d in enumerate(dl):
+            sizes[d] = t.shape[pos]
+    c.M, c.N, c.K = sizes[c.m_dim], sizes[c.n_dim], sizes[c.k_dim]
+    c.batch = [sizes[d] for d in c.batch_dims]
+    if c.unsupported:
+        return c
+    # Transposes relative to the default (batch..., M, K) x (batch..., K, N).
+    if c.lhs_dims.index(c.m_dim) > c.lhs_dims.index(c.k_dim):
+        c.transposed.append("lhs")
+    if c.rhs_dims.index(c.k_dim) > c.rhs_dims.index(c.n_dim):
+        c.transposed.append("rhs")
+    if op.name not in _NAMED:
+        c.unsupported = _check_body(op)
+    if c.unsupported is None:
+        float_types = all(isinstance(t, ir.FloatType) for t in (c.lhs_type, c.rhs_type, c.acc_type))
+        int_types = all(isinstance(t, ir.IntegerType) for t in (c.lhs_type, c.rhs_type, c.acc_type))
+        if not (float_types or int_types):
+            c.unsupported = (f"mixed integer/float element types ({c.lhs_type}, {c.rhs_type} -> "
+                             f"{c.acc_type}) are not supported")
+    return c
+
+
+def find_contractions(root: ir.Operation) -> list:
+    """All contractions under ``root`` (in pre-order), as :class:`Contraction`."""
+    found = []
+
+    def visit(op):
+        c = analyze(op.operation if hasattr(op, "operation") else op)
+        if c is not None:
+            found.append(c)
+        return ir.WalkResult.ADVANCE
+
+    root.walk(visit, ir.WalkOrder.PRE_ORDER)
+    return found

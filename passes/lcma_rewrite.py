@@ -1,0 +1,511 @@
+"""lcma-rewrite: rewrite contractions with lower-complexity schemes <m,k,n;R>.
+
+For each contraction the pass finds (see :mod:`passes.contraction`) it takes
+a plan (the ``falcon.plan`` attribute if the decision attached one, else the
+pass options, else the interim ``auto`` rule of :mod:`falcon_mlir.decision`)
+and replaces the op by:
+
+* combine A: for each product r, ``A_r = sum_ij U[r,i,j] A_ij`` over blocks of
+  A (one ``linalg.generic`` per combined operand, in the accumulator type),
+* combine B likewise with V,
+* products: ``P_r = A_r B_r``, a contraction of the same kind as the original
+  (same indexing maps, batch dimensions kept), itself rewritten again for the
+  next level if the plan has one,
+* combine C: ``C_il = C0_il + sum_r W[r,i,l] P_r`` (one ``linalg.generic`` per
+  block of C, reading the live accumulator C0), inserted into C.
+
+Sizes not divisible by the scheme's (m, k, n) are handled by peeling (the
+divisible part goes through the scheme; the rest through classical
+contractions) or padding (zero-padded operands, result sliced back), as the
+plan says. Everything emitted is upstream ``linalg``/``tensor``/``arith``.
+
+The scheme convention (U: R x m x k, V: R x k x n, W: R x m x n, C not
+transposed) is the catalog's; see :mod:`falcon_mlir.catalog`.
+
+Options (mlir-opt style, ``--lcma-rewrite="scheme=NAME levels=L edge=E"``):
+
+* ``scheme``: ``auto`` (default), a catalog name or alias (``strassen``,
+  ``3x3x3:23``), or a comma list with one name per level,
+* ``levels``: ``auto`` (default) or an integer L >= 1,
+* ``edge``: ``auto`` (default: peel), ``peel`` or ``pad``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Optional
+
+from iree.compiler import ir
+from iree.compiler.dialects import arith, linalg, tensor
+
+from falcon_mlir.dialects.plan import PLAN_ATTR, Plan, PlanError
+from falcon_mlir import decision
+from falcon_mlir.passes.contraction import Contraction, find_contractions, format_location
+
+MAX_LEVELS = 4
+
+
+class OptionError(ValueError):
+    """An invalid lcma-rewrite option string (unknown key, bad value, unknown scheme)."""
+
+
+@dataclass
+class LcmaOptions:
+    """Options of the lcma-rewrite pass.
+
+    Attributes:
+        scheme: ``"auto"`` or a tuple of catalog names, one per level.
+        levels: ``None`` (auto) or L >= 1.
+        edge: ``"auto"``, ``"peel"`` or ``"pad"``.
+        filename: name used for the ``"-"`` buffer in report locations.
+    """
+
+    scheme: object = "auto"
+    levels: Optional[int] = None
+    edge: str = "auto"
+    filename: Optional[str] = None
+
+    KEYS = ("scheme", "levels", "edge")
+
+    @classmethod
+    def parse(cls, text: Optional[str]) -> "LcmaOptions":
+        """Parse ``"scheme=strassen levels=2 edge=pad"`` (space separated).
+
+        Raises:
+            OptionError: unknown key, missing ``=``, levels not an integer in
+                [1, 4], unknown edge, unknown scheme name, or a scheme list
+                whose length differs from ``levels``.
+        """
+        opts = cls()
+        text = (text or "").strip()
+        if text.startswith("{") and text.endswith("}"):
+            text = text[1:-1]
+        for tok in text.replace(",", " , ").split():
+            if tok == ",":
+                continue
+            key, eq, val = tok.partition("=")
+            if not eq:
+                raise OptionError(f"lcma-rewrite option '{tok}' must be key=value "
+                                  f"(keys: {', '.join(cls.KEYS)})")
+            val = val.strip("'\"")
+            if key == "scheme":
+                opts.scheme = val
+            elif key == "levels":
+                if val == "auto":
+                    opts.levels = None
+                else:
+                    try:
+                        opts.levels = int(val)
+                    except ValueError:
+                        raise OptionError(f"lcma-rewrite option levels='{val}' is not an integer "
+                                          f"(expected auto or 1..{MAX_LEVELS})") from None
+                    if not 1 <= opts.levels <= MAX_LEVELS:
+                        raise OptionError(f"lcma-rewrite option levels={val} is out of range "
+                                          f"(expected auto or 1..{MAX_LEVELS})")
+            elif key == "edge":
+                if val not in ("auto", "peel", "pad"):
+                    raise OptionError(f"lcma-rewrite option edge='{val}' is invalid "
+                                      "(expected auto, peel or pad)")
+                opts.edge = val
+            else:
+                raise OptionError(f"unknown lcma-rewrite option '{key}' "
+                                  f"(keys: {', '.join(cls.KEYS)})")
+        # Scheme lists are written "a,b" inside one value; re-join what split() cut.
+        if opts.scheme != "auto":
+            names = tuple(s for s in str(opts.scheme).split(",") if s)
+            opts.scheme = names
+        opts._validate()
+        return opts
+
+    def _validate(self):
+        from falcon_mlir.catalog import UnknownSchemeError, get_scheme
+
+        if self.scheme == "auto":
+            return
+        names = self.scheme
+        for name in names:
+            try:
+                get_scheme(name)
+            except UnknownSchemeError as e:
+                raise OptionError(str(e)) from None
+        if self.levels is not None and len(names) > 1 and len(names) != self.levels:
+            raise OptionError(f"lcma-rewrite: {len(names)} schemes given for levels={self.levels}")
+
+    def forced_schemes(self) -> Optional[tuple]:
+        """The per-level scheme names the user forced, or ``None`` for auto."""
+        if self.scheme == "auto":
+            return None
+        names = tuple(self.scheme)
+        if len(names) == 1:
+            return names * (self.levels or 1)
+        return names
+
+    def edge_strategy(self) -> str:
+        """``"peel"`` or ``"pad"`` (``auto`` peels)."""
+        return "peel" if self.edge == "auto" else self.edge
+
+
+# ----------------------------------------------------------------------------
+# IR building helpers
+# ----------------------------------------------------------------------------
+
+def _tt(v: ir.Value) -> ir.RankedTensorType:
+    return ir.RankedTensorType(v.type)
+
+
+def _width(t: ir.Type) -> int:
+    if isinstance(t, ir.IntegerType):
+        return ir.IntegerType(t).width
+    return ir.FloatType(t).width
+
+
+def _is_float(t: ir.Type) -> bool:
+    return isinstance(t, ir.FloatType)
+
+
+def _cast(v: ir.Value, to: ir.Type) -> ir.Value:
+    """Scalar cast of ``v`` to ``to`` (sign-extending for integers)."""
+    src = v.type
+    if src == to:
+        return v
+    if _is_float(src) and _is_float(to):
+        if _width(src) < _width(to):
+            return arith.extf(to, v)
+        return arith.truncf(to, v)
+    if not _is_float(src) and not _is_float(to):
+        if _width(src) < _width(to):
+            return arith.extsi(to, v)
+        return arith.trunci(to, v)
+    if not _is_float(src) and _is_float(to):
+        return arith.sitofp(to, v)
+    raise ValueError(f"cannot cast {src} to {to}")
+
+
+def _const(t: ir.Type, value) -> ir.Value:
+    if _is_float(t):
+        return arith.constant(t, float(value))
+    return arith.constant(t, int(value))
+
+
+def _zeros(shape, elem: ir.Type) -> ir.Value:
+    empty = tensor.empty(list(shape), elem)
+    return linalg.fill(_const(elem, 0), outs=[empty])
+
+
+def _slice(v: ir.Value, dims: list, ranges: dict) -> ir.Value:
+    """Slice ``v`` (whose positions index loop dims ``dims``) to ``ranges``."""
+    t = _tt(v)
+    shape = list(t.shape)
+    offs, sizes = [0] * len(shape), list(shape)
+    for pos, d in enumerate(dims):
+        if d in ranges:
+            offs[pos], sizes[pos] = ranges[d]
+    if offs == [0] * len(shape) and sizes == shape:
+        return v
+    rt = ir.RankedTensorType.get(sizes, t.element_type)
+    return tensor.ExtractSliceOp(rt, v, [], [], [], offs, sizes, [1] * len(shape)).result
+
+
+def _slice_init(v: ir.Value, dims: list, ranges: dict) -> ir.Value:
+    """Slice an accumulator; a ``linalg.fill`` is re-emitted at the slice's shape.
+
+    Re-filling instead of slicing a shared fill keeps each product's
+    accumulator independent, which IREE's dispatch formation needs (a slice
+    of one fill shared by a product and an insert_slice chain fails to
+    distribute on llvm-cpu).
+    """
+    owner = v.owner
+    if isinstance(owner, ir.OpResult) or not hasattr(owner, "name"):
+        return _slice(v, dims, ranges)
+    if owner.name == "linalg.fill":
+        sliced_type = _tt(_slice(v, dims, ranges)) if ranges else _tt(v)
+        empty = tensor.empty(list(sliced_type.shape), sliced_type.element_type)
+        return linalg.fill(owner.operands[0], outs=[empty])
+    return _slice(v, dims, ranges)
+
+
+def _insert(src: ir.Value, dest: ir.Value, dims: list, offsets: dict) -> ir.Value:
+    shape = list(_tt(src).shape)
+    offs = [offsets.get(d, 0) for d in dims]
+    return tensor.InsertSliceOp(src, dest, [], [], [], offs, shape, [1] * len(shape)).result
+
+
+def _pad(v: ir.Value, dims: list, new_sizes: dict) -> ir.Value:
+    """Zero-pad ``v`` at the high end of each loop dim in ``new_sizes``."""
+    t = _tt(v)
+    shape = [new_sizes.get(d, s) for d, s in zip(dims, t.shape)]
+    if shape == list(t.shape):
+        return v
+    return _insert(v, _zeros(shape, t.element_type), dims, {})
+
+
+def _parallel_generic(inputs: list, init: ir.Value, body) -> ir.Value:
+    """Elementwise ``linalg.generic`` over same-shaped tensors.
+
+    ``body(args)`` gets the scalar block arguments (inputs..., init) and
+    returns the scalar to yield.
+    """
+    rank = _tt(init).rank
+    ident = ir.AffineMap.get_identity(rank)
+    maps = ir.ArrayAttr.get([ir.AffineMapAttr.get(ident)] * (len(inputs) + 1))
+    iters = ir.ArrayAttr.get([ir.Attribute.parse("#linalg.iterator_type<parallel>")] * rank)
+    op = linalg.GenericOp([init.type], inputs, [init], maps, iters)
+    block = op.regions[0].blocks.append(*[_tt(v).element_type for v in inputs + [init]])
+    with ir.InsertionPoint(block):
+        linalg.YieldOp([body(list(block.arguments))])
+    return op.result
+
+
+def _weighted_sum(terms: list, acc: ir.Type, start: Optional[ir.Value] = None) -> ir.Value:
+    """Scalar ``start + sum c * cast(x)`` over ``terms = [(c, x)]`` in type ``acc``."""
+    fl = _is_float(acc)
+    add = arith.addf if fl else arith.addi
+    sub = arith.subf if fl else arith.subi
+    mul = arith.mulf if fl else arith.muli
+    total = start
+    for coef, x in terms:
+        x = _cast(x, acc)
+        if coef == 1 or coef == -1:
+            if total is None:
+                total = x if coef == 1 else (arith.negf(x) if fl else sub(_const(acc, 0), x))
+            else:
+                total = add(total, x) if coef == 1 else sub(total, x)
+        else:
+            term = mul(_const(acc, coef), x)
+            total = term if total is None else add(total, term)
+    return total
+
+
+# ----------------------------------------------------------------------------
+# The rewrite
+# ----------------------------------------------------------------------------
+
+class _Emitter:
+    """Emits one contraction's plan in front of the original op."""
+
+    def __init__(self, c: Contraction):
+        self.c = c
+        op = c.op
+        self.kind = c.kind
+        self.acc = c.acc_type
+        self.n_loops = 3 + len(c.batch_dims)
+        self.maps = [ir.AffineMap.get(self.n_loops, 0, [ir.AffineDimExpr.get(d) for d in dims])
+                     for dims in (c.lhs_dims, c.rhs_dims, c.out_dims)]
+        self.products = 0
+        self.combines = 0
+
+    # -- classical contraction of the original kind --------------------------
+    def classical(self, a: ir.Value, b: ir.Value, init: ir.Value) -> ir.Value:
+        self.products += 1
+        if self.kind == "matmul":
+            return linalg.matmul(a, b, outs=[init], indexing_maps=self.maps)
+        if self.kind == "batch_matmul":
+            return linalg.batch_matmul(a, b, outs=[init], indexing_maps=self.maps)
+        c = self.c
+        iters = []
+        for d in range(self.n_loops):
+            kind = "reduction" if d == c.k_dim else "parallel"
+            iters.append(ir.Attribute.parse(f"#linalg.iterator_type<{kind}>"))
+        op = linalg.GenericOp([init.type], [a, b], [init],
+                              ir.ArrayAttr.get([ir.AffineMapAttr.get(m) for m in self.maps]),
+                              ir.ArrayAttr.get(iters))
+        block = op.regions[0].blocks.append(_tt(a).element_type, _tt(b).element_type,
+                                            _tt(init).element_type)
+        acc = self.acc
+        with ir.InsertionPoint(block):
+            x, y, o = block.arguments
+            fl = _is_float(acc)
+            prod = (arith.mulf if fl else arith.muli)(_cast(x, acc), _cast(y, acc))
+            linalg.YieldOp([(arith.addf if fl else arith.addi)(o, prod)])
+        return op.result
+
+    # -- one plan (possibly several levels) -----------------------------------
+    def emit(self, a: ir.Value, b: ir.Value, init: ir.Value, plan: Optional[Plan]) -> ir.Value:
+        if plan is None:
+            return self.classical(a, b, init)
+        from falcon_mlir.catalog import get_scheme
+
+        c = self.c
+        s = get_scheme(plan.schemes[0])
+        M = _tt(a).shape[c.lhs_dims.index(c.m_dim)]
+        K = _tt(a).shape[c.lhs_dims.index(c.k_dim)]
+        N = _tt(b).shape[c.rhs_dims.index(c.n_dim)]
+        if M < s.m or K < s.k or N < s.n:
+            return self.classical(a, b, init)
+        md, kd, nd = c.m_dim, c.k_dim, c.n_dim
+        if plan.edge == "pad":
+            Mp, Kp, Np = (-(-M // s.m) * s.m, -(-K // s.k) * s.k, -(-N // s.n) * s.n)
+            ap = _pad(a, c.lhs_dims, {md: Mp, kd: Kp})
+            bp = _pad(b, c.rhs_dims, {kd: Kp, nd: Np})
+            cp = _pad(init, c.out_dims, {md: Mp, nd: Np})
+            res = self.level(ap, bp, cp, s, plan.inner())
+            return _slice(res, c.out_dims, {md: (0, M), nd: (0, N)})
+        # Peeling: the divisible core through the scheme, the rest classical.
+        M0, K0, N0 = M // s.m * s.m, K // s.k * s.k, N // s.n * s.n
+        core_init = _slice_init(init, c.out_dims, {md: (0, M0), nd: (0, N0)})
+        if K0 < K:
+            core_init = self.classical(_slice(a, c.lhs_dims, {md: (0, M0), kd: (K0, K - K0)}),
+                                       _slice(b, c.rhs_dims, {kd: (K0, K - K0), nd: (0, N0)}),
+                                       core_init)
+        core = self.level(_slice(a, c.lhs_dims, {md: (0, M0), kd: (0, K0)}),
+                          _slice(b, c.rhs_dims, {kd: (0, K0), nd: (0, N0)}),
+                          core_init, s, plan.inner())
+        if M0 == M and N0 == N:
+            return core
+        result = _insert(core, init, c.out_dims, {})
+        if M0 < M:
+            rows = self.classical(_slice(a, c.lhs_dims, {md: (M0, M - M0)}), b,
+                                  _slice_init(init, c.out_dims, {md: (M0, M - M0)}))
+            result = _insert(rows, result, c.out_dims, {md: M0})
+        if N0 < N:
+            cols = self.classical(_slice(a, c.lhs_dims, {md: (0, M0)}),
+                                  _slice(b, c.rhs_dims, {nd: (N0, N - N0)}),
+                                  _slice_init(init, c.out_dims, {md: (0, M0), nd: (N0, N - N0)}))
+            result = _insert(cols, result, c.out_dims, {nd: N0})
+        return result
+
+    def _combine(self, terms: list) -> ir.Value:
+        """``sum c * X`` over ``terms = [(c, block)]`` as a tensor in the accumulator type."""
+        if len(terms) == 1 and terms[0][0] == 1:
+            return terms[0][1]
+        self.combines += 1
+        first = terms[0][1]
+        init = tensor.empty(list(_tt(first).shape), self.acc)
+        acc = self.acc
+        return _parallel_generic([x for _, x in terms], init,
+                                 lambda args: _weighted_sum(
+                                     [(coef, x) for (coef, _), x in zip(terms, args[:-1])], acc))
+
+    def level(self, a, b, init, s, inner: Optional[Plan]) -> ir.Value:
+        """One level of scheme ``s`` on divisible operands."""
+        c = self.c
+        md, kd, nd = c.m_dim, c.k_dim, c.n_dim
+        M = _tt(a).shape[c.lhs_dims.index(md)]
+        K = _tt(a).shape[c.lhs_dims.index(kd)]
+        N = _tt(b).shape[c.rhs_dims.index(nd)]
+        Mb, Kb, Nb = M // s.m, K // s.k, N // s.n
+        a_blk, b_blk = {}, {}
+
+        def A(i, j):
+            if (i, j) not in a_blk:
+                a_blk[i, j] = _slice(a, c.lhs_dims, {md: (i * Mb, Mb), kd: (j * Kb, Kb)})
+            return a_blk[i, j]
+
+        def B(j, l):
+            if (j, l) not in b_blk:
+                b_blk[j, l] = _slice(b, c.rhs_dims, {kd: (j * Kb, Kb), nd: (l * Nb, Nb)})
+            return b_blk[j, l]
+
+        out_shape = list(_tt(init).shape)
+        blk_shape = [Mb if d == md else Nb if d == nd else sz
+                     for d, sz in zip(c.out_dims, out_shape)]
+        products = []
+        for r in range(s.R):
+            ta = [(Fraction(s.U[r][i][j]), A(i, j)) for i in range(s.m) for j in range(s.k)
+                  if s.U[r][i][j] != 0]
+            tb = [(Fraction(s.V[r][j][l]), B(j, l)) for j in range(s.k) for l in range(s.n)
+                  if s.V[r][j][l] != 0]
+            ar, br = self._combine(ta), self._combine(tb)
+            products.append(self.emit(ar, br, _zeros(blk_shape, self.acc), inner))
+        result = init
+        acc = self.acc
+        for i in range(s.m):
+            for l in range(s.n):
+                terms = [(Fraction(s.W[r][i][l]), products[r]) for r in range(s.R)
+                         if s.W[r][i][l] != 0]
+                c0 = _slice_init(init, c.out_dims, {md: (i * Mb, Mb), nd: (l * Nb, Nb)})
+                if terms:
+                    self.combines += 1
+                    blk = _parallel_generic([x for _, x in terms], c0,
+                                            lambda args, terms=terms: _weighted_sum(
+                                                [(coef, x) for (coef, _), x in zip(terms, args[:-1])],
+                                                acc, start=args[-1]))
+                    result = _insert(blk, result, c.out_dims, {md: i * Mb, nd: l * Nb})
+        return result
+
+
+def _schemes_fit(c: Contraction, schemes: tuple) -> Optional[str]:
+    """Why ``schemes`` cannot serve ``c`` (``None`` if they can)."""
+    from falcon_mlir.catalog import get_scheme
+
+    for name in schemes:
+        s = get_scheme(name)
+        if c.is_integer and not s.is_integral:
+            return (f"scheme {name} has non-integer coefficients and {c.acc_type} is an integer "
+                    "type; kept classical")
+    s = get_scheme(schemes[0])
+    if c.M < s.m or c.K < s.k or c.N < s.n:
+        return (f"M x K x N = {c.M} x {c.K} x {c.N} is smaller than the scheme's "
+                f"{s.m}x{s.k}x{s.n} blocks; kept classical")
+    return None
+
+
+def plan_for(c: Contraction, options: LcmaOptions) -> tuple:
+    """The plan for one contraction: ``(Plan or None, reason)``."""
+    if c.unsupported:
+        return None, c.unsupported
+    if PLAN_ATTR in c.op.attributes:
+        try:
+            plan = Plan.from_attribute(c.op.attributes[PLAN_ATTR])
+        except PlanError as e:
+            return None, str(e)
+        why = _schemes_fit(c, plan.schemes)
+        return (None, why) if why else (plan, f"plan attached by {PLAN_ATTR}")
+    forced = options.forced_schemes()
+    if forced is None:
+        schemes, why = decision.interim_rule(c.M, c.N, c.K, c.is_float, _width(c.acc_type),
+                                             options.levels)
+        if schemes is None:
+            return None, why
+    else:
+        schemes, why = forced, f"scheme forced by option ({', '.join(forced)})"
+    unfit = _schemes_fit(c, schemes)
+    if unfit:
+        return None, unfit
+    return Plan(tuple(schemes), edge=options.edge_strategy()), why
+
+
+def run_lcma_rewrite(module_op, options: LcmaOptions) -> list:
+    """Run the lcma-rewrite pass on ``module_op`` in place.
+
+    Args:
+        module_op: the ``ir.Operation`` (or OpView) of a module; its context
+            must be current. Contractions are found anywhere below it
+            (func.func, util.func, inside scf regions).
+        options: :class:`LcmaOptions`.
+
+    Returns:
+        The report: one dict per contraction found, with ``location``
+        (``file:line:col``), ``op``, ``kind``, ``M``, ``N``, ``K``, ``batch``,
+        ``element_types`` (lhs, rhs, acc), ``plan`` (dict, or ``"classical"``),
+        ``reason``, and for rewritten ones ``products`` and ``combines`` (the
+        number of contractions and combine ops emitted).
+    """
+    root = module_op.operation if hasattr(module_op, "operation") else module_op
+    report = []
+    for c in find_contractions(root):
+        plan, reason = plan_for(c, options)
+        entry = {
+            "location": format_location(c.op.location, options.filename),
+            "op": c.op.name,
+            "kind": c.describe_kind(),
+            "M": c.M, "N": c.N, "K": c.K, "batch": list(c.batch),
+            "element_types": {"lhs": str(c.lhs_type), "rhs": str(c.rhs_type),
+                              "acc": str(c.acc_type)},
+            "plan": plan.to_json() if plan else "classical",
+            "reason": reason,
+        }
+        if PLAN_ATTR in c.op.attributes:
+            del c.op.attributes[PLAN_ATTR]
+        if plan is not None:
+            em = _Emitter(c)
+            a, b, init = c.op.operands
+            with c.op.location, ir.InsertionPoint(c.op):
+                new = em.emit(a, b, init, plan)
+            c.op.results[0].replace_all_uses_with(new)
+            c.op.erase()
+            entry["products"] = em.products
+            entry["combines"] = em.combines
+        report.append(entry)
+    return report

@@ -1,0 +1,19 @@
+# lit configuration for falcon-mlir's IR tests: `lit test/lit`.
+import os
+import shutil
+
+import lit.formats
+
+config.name = "falcon-mlir"
+config.test_format = lit.formats.ShTest(execute_external=False)
+config.suffixes = [".mlir"]
+config.excludes = ["Inputs", "lit.cfg.py"]
+config.test_source_root = os.path.dirname(__file__)
+config.environment["PYTHONUNBUFFERED"] = "1"
+for var in ("PATH", "HOME", "PYTHONPATH", "VIRTUAL_ENV", "TMPDIR"):
+    if var in os.environ:
+        config.environment[var] = os.environ[var]
+
+# FileCheck comes from the `filecheck` package (a Python port of LLVM's FileCheck).
+filecheck = shutil.which("filecheck") or "filecheck"
+config.substitutions.append(("FileCheck", filecheck))

@@ -1,0 +1,145 @@
+"""Numerics of rewritten modules: compiled with IREE (llvm-cpu), run, and
+compared with a float64 (or exact integer) reference on random inputs.
+
+Tolerance: the forward-error bound of an L-level scheme grows like E^L
+(Ballard, Benson, Druinsky, Lipshitz, Schwartz, SIMAX 2016) on top of
+classical GEMM's K * eps; we allow ``8 * eps * K * E^L`` of the max-norm,
+capped at 1e-2 (a wrong block index or coefficient gives an O(1) error, see
+``test_wrong_coefficient_is_caught``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from cases import EPS, contraction_mlir, random_inputs, reference, rel_err, rewrite
+from falcon_mlir.catalog import get_scheme
+from falcon_mlir.runner import run_mlir
+
+
+def tolerance(acc: str, K: int, schemes) -> float:
+    e = 1.0
+    for name in schemes:
+        e *= float(get_scheme(name).stability_e)
+    return min(8 * EPS[acc] * K * e, 1e-2)
+
+
+def check(M, N, K, options, *, schemes, lhs="f32", acc=None, batch=0, transpose_a=False,
+          transpose_b=False, form="matmul", expect_products=None, seed=0):
+    acc = acc or lhs
+    text, shapes = contraction_mlir(M, N, K, lhs=lhs, acc=acc, batch=batch, transpose_a=transpose_a,
+                                    transpose_b=transpose_b, form=form)
+    new, report = rewrite(text, options)
+    assert len(report) == 1
+    assert report[0]["plan"] != "classical", report[0]["reason"]
+    assert report[0]["plan"]["schemes"] == list(schemes)
+    if expect_products is not None:
+        assert report[0]["products"] == expect_products
+    a, b, c = random_inputs(shapes, [lhs, lhs, acc], seed=seed)
+    got = run_mlir(new, "f", a, b, c)
+    ref = reference(a, b, c, batch=batch, transpose_a=transpose_a, transpose_b=transpose_b)
+    if acc.startswith("i"):
+        np.testing.assert_array_equal(got.astype(np.int64), ref)
+        return 0.0
+    err = rel_err(got, ref)
+    assert err <= tolerance(acc, K, schemes), (err, tolerance(acc, K, schemes))
+    return err
+
+
+# Odd sizes with a live accumulator: peeling in all three dimensions.
+@pytest.mark.parametrize("scheme", ["strassen", "winograd", "3x3x3:23", "2x3x4:20", "4x4x4:49",
+                                    "4x4x4:48"])
+def test_odd_sizes_with_accumulator(scheme):
+    s = get_scheme(scheme)
+    check(257, 129, 383, f"scheme={scheme} levels=1", schemes=[scheme],
+          expect_products=s.R + 3)
+
+
+def test_two_levels_strassen():
+    # 7*7 products on the divisible core; peels at both levels add classical ones.
+    check(130, 66, 98, "scheme=strassen levels=2", schemes=["strassen", "strassen"])
+
+
+def test_two_levels_mixed_schemes():
+    check(96, 72, 60, "scheme=strassen,3x3x3:23 levels=2", schemes=["strassen", "3x3x3:23"],
+          expect_products=7 * 23)
+
+
+def test_transposed_b_winograd():
+    check(65, 47, 81, "scheme=winograd levels=1", schemes=["winograd"], transpose_b=True)
+
+
+def test_transposed_a():
+    check(64, 40, 72, "scheme=2x3x4:20", schemes=["2x3x4:20"], transpose_a=True)
+
+
+def test_batch_matmul_keeps_batch():
+    check(36, 28, 45, "scheme=2x3x4:20", schemes=["2x3x4:20"], batch=3)
+
+
+def test_bf16_inputs_f32_accumulator():
+    check(96, 80, 112, "scheme=strassen levels=2", schemes=["strassen", "strassen"],
+          lhs="bf16", acc="f32")
+
+
+def test_f16():
+    check(64, 64, 64, "scheme=strassen", schemes=["strassen"], lhs="f16")
+
+
+def test_generic_contraction():
+    check(45, 33, 54, "scheme=3x3x3:23", schemes=["3x3x3:23"], form="generic")
+
+
+def test_generic_mixed_precision():
+    check(40, 24, 56, "scheme=strassen", schemes=["strassen"], form="generic", lhs="bf16",
+          acc="f32")
+
+
+def test_integer_exact():
+    check(50, 34, 70, "scheme=strassen levels=2", schemes=["strassen", "strassen"], lhs="i8",
+          acc="i32", form="generic")
+
+
+def test_pad_edges():
+    check(37, 23, 29, "scheme=3x3x3:23 edge=pad", schemes=["3x3x3:23"], expect_products=23)
+
+
+def test_f64_forced():
+    check(40, 30, 50, "scheme=strassen", schemes=["strassen"], lhs="f64")
+
+
+def test_wrong_coefficient_is_caught(monkeypatch):
+    """A corrupted Strassen (one W sign flipped) must fail the same check."""
+    import falcon_mlir.catalog as catalog
+    from falcon_mlir.catalog import Scheme
+
+    good = get_scheme("strassen")
+    W = good.W.copy()
+    W[0, 0, 0] = -W[0, 0, 0]
+    bad = Scheme(good.m, good.k, good.n, good.U, good.V, W, name="strassen")
+    monkeypatch.setattr(catalog, "get_scheme", lambda name: bad if name == "strassen" else good)
+    with pytest.raises(AssertionError):
+        check(32, 32, 32, "scheme=strassen", schemes=["strassen"])
+
+
+SCHEMES = ["strassen", "winograd", "2x2x3:11", "2x3x3:15", "3x3x3:23", "2x3x4:20"]
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(M=st.integers(1, 40), N=st.integers(1, 40), K=st.integers(1, 40),
+       scheme=st.sampled_from(SCHEMES), levels=st.integers(1, 2), edge=st.sampled_from(["peel", "pad"]),
+       ta=st.booleans(), tb=st.booleans(), batch=st.sampled_from([0, 2]))
+def test_property_random_shapes(M, N, K, scheme, levels, edge, ta, tb, batch):
+    """Any shape (1 and primes included), scheme, levels, edge and layout stays correct."""
+    text, shapes = contraction_mlir(M, N, K, batch=batch, transpose_a=ta, transpose_b=tb)
+    new, report = rewrite(text, f"scheme={scheme} levels={levels} edge={edge}")
+    s = get_scheme(scheme)
+    if M < s.m or K < s.k or N < s.n:
+        assert report[0]["plan"] == "classical"
+        assert "smaller than the scheme" in report[0]["reason"]
+    a, b, c = random_inputs(shapes, ["f32"] * 3, seed=M * 10007 + N * 101 + K)
+    got = run_mlir(new, "f", a, b, c)
+    ref = reference(a, b, c, batch=batch, transpose_a=ta, transpose_b=tb)
+    assert rel_err(got, ref) <= tolerance("f32", K, [scheme] * levels)

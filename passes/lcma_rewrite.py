@@ -81,9 +81,7 @@ class LcmaOptions:
         text = (text or "").strip()
         if text.startswith("{") and text.endswith("}"):
             text = text[1:-1]
-        for tok in text.replace(",", " , ").split():
-            if tok == ",":
-                continue
+        for tok in text.split():
             key, eq, val = tok.partition("=")
             if not eq:
                 raise OptionError(f"lcma-rewrite option '{tok}' must be key=value "
@@ -111,7 +109,7 @@ class LcmaOptions:
             else:
                 raise OptionError(f"unknown lcma-rewrite option '{key}' "
                                   f"(keys: {', '.join(cls.KEYS)})")
-        # Scheme lists are written "a,b" inside one value; re-join what split() cut.
+        # Scheme lists are written "a,b" inside one value.
         if opts.scheme != "auto":
             names = tuple(s for s in str(opts.scheme).split(",") if s)
             opts.scheme = names
@@ -496,6 +494,10 @@ def run_lcma_rewrite(module_op, options: LcmaOptions) -> list:
             "plan": plan.to_json() if plan else "classical",
             "reason": reason,
         }
+        # A remark is due when the user asked for something we did not do, or
+        # when the op is a contraction we cannot serve at all.
+        entry["remark"] = plan is None and (c.unsupported is not None
+                                            or options.forced_schemes() is not None)
         if PLAN_ATTR in c.op.attributes:
             del c.op.attributes[PLAN_ATTR]
         if plan is not None:

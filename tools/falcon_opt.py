@@ -208,7 +208,7 @@ def process(source, filename: str, stages: list, args, report: list) -> tuple:
 
 def _remarks(report: list) -> list:
     return [f"{e['location']}: remark: lcma-rewrite: {e['reason']}"
-            for e in report if e.get("plan") == "classical" and "kept classical" in e.get("reason", "")]
+            for e in report if e.get("remark")]
 
 
 def run(argv: list) -> int:

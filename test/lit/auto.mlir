@@ -11,7 +11,7 @@
 // CHECK-LABEL: func.func @wide
 // CHECK: linalg.matmul ins(%{{.+}}, %{{.+}} : tensor<1024x1024xf64>, tensor<1024x1024xf64>)
 
-// REPORT: "location": "{{.*}}auto.mlir:[[@LINE+8]]:8"
+// REPORT: "location": "{{.*}}auto.mlir:23:8"
 // REPORT: "kind": "matmul"
 // REPORT: "M": 1024,
 // REPORT: "N": 2048,

@@ -13,7 +13,7 @@
 // KEY: falcon-opt: error: unknown lcma-rewrite option 'bogus'
 // PASS: falcon-opt: error: unknown pass or option '--no-such-pass'
 // MISSING: falcon-opt: error: cannot read '{{.*}}errors.mlir.missing'
-// SYNTAX: errors.mlir:[[@LINE+7]]:{{[0-9]+}}: error:
+// SYNTAX: errors.mlir:24:29: error: expected
 // SYNTAX-NOT: Traceback
 func.func @ok(%a: tensor<4x4xf32>) -> tensor<4x4xf32> {
   return %a : tensor<4x4xf32>

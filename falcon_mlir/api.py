@@ -71,12 +71,19 @@ def _parse_lcma(lcma: LcmaSpec):
     from .passes.lcma_rewrite import LcmaOptions
 
     if lcma is True:
-        return LcmaOptions.parse("")
+        return LcmaOptions.parse("barriers=true")
     if isinstance(lcma, LcmaOptions):
         return lcma
     if isinstance(lcma, str):
         text = lcma.strip()
-        return LcmaOptions.parse("" if text == "auto" else text)
+        if text == "auto":
+            text = ""
+        # Inside IREE's pipeline, bare block operands go behind
+        # util.optimization_barrier unless the user says otherwise (data
+        # tiling on llvm-cpu needs it; see LcmaOptions.barriers).
+        if "barriers=" not in text:
+            text = (text + " barriers=true").strip()
+        return LcmaOptions.parse(text)
     raise TypeError(
         f"lcma must be None, 'auto', an option string or LcmaOptions, not {type(lcma).__name__}"
     )

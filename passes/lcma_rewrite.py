@@ -27,7 +27,8 @@ Options (mlir-opt style, ``--lcma-rewrite="scheme=NAME levels=L edge=E"``):
 * ``scheme``: ``auto`` (default), a catalog name or alias (``strassen``,
   ``3x3x3:23``), or a comma list with one name per level,
 * ``levels``: ``auto`` (default) or an integer L >= 1,
-* ``edge``: ``auto`` (default: peel), ``peel`` or ``pad``.
+* ``edge``: ``auto`` (default: peel), ``peel`` or ``pad``,
+* ``barriers``: ``false`` (default) or ``true`` (see :class:`LcmaOptions`).
 """
 
 from __future__ import annotations
@@ -58,15 +59,20 @@ class LcmaOptions:
         scheme: ``"auto"`` or a tuple of catalog names, one per level.
         levels: ``None`` (auto) or L >= 1.
         edge: ``"auto"``, ``"peel"`` or ``"pad"``.
+        barriers: put products' bare block operands behind
+            ``util.optimization_barrier`` (IREE's util dialect; needed for
+            data tiling on llvm-cpu). falcon-compile and the Python API turn
+            it on; falcon-opt leaves it off so its output stays upstream-only.
         filename: name used for the ``"-"`` buffer in report locations.
     """
 
     scheme: object = "auto"
     levels: Optional[int] = None
     edge: str = "auto"
+    barriers: bool = False
     filename: Optional[str] = None
 
-    KEYS = ("scheme", "levels", "edge")
+    KEYS = ("scheme", "levels", "edge", "barriers")
 
     @classmethod
     def parse(cls, text: Optional[str]) -> "LcmaOptions":
@@ -106,6 +112,11 @@ class LcmaOptions:
                     raise OptionError(f"lcma-rewrite option edge='{val}' is invalid "
                                       "(expected auto, peel or pad)")
                 opts.edge = val
+            elif key == "barriers":
+                if val not in ("true", "false", "1", "0"):
+                    raise OptionError(f"lcma-rewrite option barriers='{val}' is invalid "
+                                      "(expected true or false)")
+                opts.barriers = val in ("true", "1")
             else:
                 raise OptionError(f"unknown lcma-rewrite option '{key}' "
                                   f"(keys: {', '.join(cls.KEYS)})")
@@ -282,8 +293,9 @@ def _weighted_sum(terms: list, acc: ir.Type, start: Optional[ir.Value] = None) -
 class _Emitter:
     """Emits one contraction's plan in front of the original op."""
 
-    def __init__(self, c: Contraction):
+    def __init__(self, c: Contraction, barriers: bool = False):
         self.c = c
+        self.barriers = barriers
         op = c.op
         self.kind = c.kind
         self.acc = c.acc_type
@@ -364,9 +376,22 @@ class _Emitter:
         return result
 
     def _combine(self, terms: list) -> ir.Value:
-        """``sum c * X`` over ``terms = [(c, block)]`` as a tensor in the accumulator type."""
+        """``sum c * X`` over ``terms = [(c, block)]`` as a tensor in the accumulator type.
+
+        A single block with coefficient 1 is used as it is; with the
+        ``barriers`` option it is put behind ``util.optimization_barrier``:
+        IREE's data tiling otherwise pulls the packing of a bare slice into the
+        product's dispatch, which fails on llvm-cpu ("exceeded stack
+        allocation limit", IREE 3.13; iree-notes.md). An identity copy would
+        not do: canonicalization erases it.
+        """
         if len(terms) == 1 and terms[0][0] == 1:
-            return terms[0][1]
+            x = terms[0][1]
+            if self.barriers and not isinstance(x.owner, ir.Block) and \
+                    getattr(x.owner, "name", "") == "tensor.extract_slice":
+                return ir.Operation.create("util.optimization_barrier", results=[x.type],
+                                           operands=[x]).result
+            return x
         self.combines += 1
         first = terms[0][1]
         init = tensor.empty(list(_tt(first).shape), self.acc)
@@ -501,7 +526,7 @@ def run_lcma_rewrite(module_op, options: LcmaOptions) -> list:
         if PLAN_ATTR in c.op.attributes:
             del c.op.attributes[PLAN_ATTR]
         if plan is not None:
-            em = _Emitter(c)
+            em = _Emitter(c, barriers=options.barriers)
             a, b, init = c.op.operands
             with c.op.location, ir.InsertionPoint(c.op):
                 new = em.emit(a, b, init, plan)

@@ -59,9 +59,13 @@ class LcmaOptions:
         scheme: ``"auto"`` or a tuple of catalog names, one per level.
         levels: ``None`` (auto) or L >= 1.
         edge: ``"auto"``, ``"peel"`` or ``"pad"``.
-        barriers: put products' bare block operands behind
-            ``util.optimization_barrier`` (IREE's util dialect; needed for
-            data tiling on llvm-cpu). falcon-compile and the Python API turn
+        barriers: put products' bare block operands, and the products'
+            results, behind ``util.optimization_barrier`` (IREE's util
+            dialect). Data tiling on llvm-cpu needs both: without the first
+            a slice's packing is pulled into the product dispatch (stack
+            allocation limit), without the second the unpacks of several
+            products fuse into the combine-C dispatch and vectorize whole
+            ("large vector sizes"), IREE 3.13. falcon-compile and the Python API turn
             it on; falcon-opt leaves it off so its output stays upstream-only.
         filename: name used for the ``"-"`` buffer in report locations.
     """
@@ -430,7 +434,11 @@ class _Emitter:
             tb = [(Fraction(s.V[r][j][l]), B(j, l)) for j in range(s.k) for l in range(s.n)
                   if s.V[r][j][l] != 0]
             ar, br = self._combine(ta), self._combine(tb)
-            products.append(self.emit(ar, br, _zeros(blk_shape, self.acc), inner))
+            p = self.emit(ar, br, _zeros(blk_shape, self.acc), inner)
+            if self.barriers:
+                p = ir.Operation.create("util.optimization_barrier", results=[p.type],
+                                        operands=[p]).result
+            products.append(p)
         result = init
         acc = self.acc
         for i in range(s.m):

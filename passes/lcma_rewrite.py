@@ -28,7 +28,12 @@ Options (mlir-opt style, ``--lcma-rewrite="scheme=NAME levels=L edge=E"``):
   ``3x3x3:23``), or a comma list with one name per level,
 * ``levels``: ``auto`` (default) or an integer L >= 1,
 * ``edge``: ``auto`` (default: peel), ``peel`` or ``pad``,
-* ``barriers``: ``false`` (default) or ``true`` (see :class:`LcmaOptions`).
+* ``barriers``: ``false`` (default) or ``true`` (see :class:`LcmaOptions`),
+* ``max-error``: ``auto`` (default: per element type) or a relative error budget.
+
+Integer contractions are rewritten only with integer-coefficient schemes and
+only where :func:`falcon_mlir.numerics.integer_bound_ok` proves that no
+intermediate can overflow the accumulator type.
 """
 
 from __future__ import annotations
@@ -67,6 +72,12 @@ class LcmaOptions:
             products fuse into the combine-C dispatch and vectorize whole
             ("large vector sizes"), IREE 3.13. falcon-compile and the Python API turn
             it on; falcon-opt leaves it off so its output stays upstream-only.
+        max_error: error budget (max-norm relative) per contraction, or
+            ``None`` (auto): plans whose predicted error
+            (:func:`falcon_mlir.numerics.predicted_error`) exceeds it are not
+            chosen. With auto, the per-type default
+            (:func:`falcon_mlir.numerics.default_max_error`) applies to auto
+            plans; a forced scheme is applied unless ``max-error`` is given.
         filename: name used for the ``"-"`` buffer in report locations.
     """
 
@@ -74,9 +85,10 @@ class LcmaOptions:
     levels: Optional[int] = None
     edge: str = "auto"
     barriers: bool = False
+    max_error: Optional[float] = None
     filename: Optional[str] = None
 
-    KEYS = ("scheme", "levels", "edge", "barriers")
+    KEYS = ("scheme", "levels", "edge", "barriers", "max-error")
 
     @classmethod
     def parse(cls, text: Optional[str]) -> "LcmaOptions":
@@ -116,6 +128,17 @@ class LcmaOptions:
                     raise OptionError(f"lcma-rewrite option edge='{val}' is invalid "
                                       "(expected auto, peel or pad)")
                 opts.edge = val
+            elif key == "max-error":
+                if val == "auto":
+                    opts.max_error = None
+                else:
+                    try:
+                        opts.max_error = float(val)
+                    except ValueError:
+                        raise OptionError(f"lcma-rewrite option max-error='{val}' is not a number "
+                                          "(expected auto or a relative error such as 1e-4)") from None
+                    if not opts.max_error > 0 or opts.max_error != opts.max_error:
+                        raise OptionError(f"lcma-rewrite option max-error={val} must be > 0")
             elif key == "barriers":
                 if val not in ("true", "false", "1", "0"):
                     raise OptionError(f"lcma-rewrite option barriers='{val}' is invalid "
@@ -472,8 +495,31 @@ def _schemes_fit(c: Contraction, schemes: tuple) -> Optional[str]:
     return None
 
 
+def _numerics_check(c: Contraction, schemes: tuple, budget: Optional[float]) -> Optional[str]:
+    """Why ``schemes`` are numerically unfit for ``c`` (``None`` if fit).
+
+    Integers: exactness (no overflow anywhere, worst case over all inputs).
+    Floats: the predicted error against ``budget`` (no budget: always fit).
+    """
+    from falcon_mlir import numerics
+
+    if c.is_integer:
+        ok, why = numerics.integer_bound_ok(list(schemes), c.K, _width(c.lhs_type),
+                                            _width(c.acc_type), rhs_bits=_width(c.rhs_type))
+        return None if ok else f"{why}; kept classical"
+    if budget is None:
+        return None
+    pred = numerics.predicted_error(list(schemes), c.K, str(c.acc_type))
+    if pred > budget:
+        return (f"predicted error {pred:.1e} of {'+'.join(schemes)} exceeds max-error "
+                f"{budget:.1e}; kept classical")
+    return None
+
+
 def plan_for(c: Contraction, options: LcmaOptions) -> tuple:
     """The plan for one contraction: ``(Plan or None, reason)``."""
+    from falcon_mlir import numerics
+
     if c.unsupported:
         return None, c.unsupported
     if PLAN_ATTR in c.op.attributes:
@@ -481,7 +527,7 @@ def plan_for(c: Contraction, options: LcmaOptions) -> tuple:
             plan = Plan.from_attribute(c.op.attributes[PLAN_ATTR])
         except PlanError as e:
             return None, str(e)
-        why = _schemes_fit(c, plan.schemes)
+        why = _schemes_fit(c, plan.schemes) or _numerics_check(c, plan.schemes, options.max_error)
         return (None, why) if why else (plan, f"plan attached by {PLAN_ATTR}")
     forced = options.forced_schemes()
     if forced is None:
@@ -489,12 +535,38 @@ def plan_for(c: Contraction, options: LcmaOptions) -> tuple:
                                              options.levels)
         if schemes is None:
             return None, why
+        budget = options.max_error if options.max_error is not None else \
+            numerics.default_max_error(str(c.acc_type))
+        # Over the budget: Strassen's own form (E = 12 against Winograd's 18),
+        # then fewer levels.
+        first = schemes
+        while schemes and _numerics_check(c, schemes, budget):
+            alt = (decision.FALLBACK_SCHEME,) * len(schemes)
+            if not _numerics_check(c, alt, budget):
+                schemes, why = alt, why + f"; {decision.FALLBACK_SCHEME} to meet the error budget"
+                break
+            schemes = schemes[:-1]
+        if not schemes:
+            return None, _numerics_check(c, first[:1], budget)
     else:
         schemes, why = forced, f"scheme forced by option ({', '.join(forced)})"
-    unfit = _schemes_fit(c, schemes)
+    unfit = _schemes_fit(c, schemes) or _numerics_check(
+        c, schemes, options.max_error if forced is not None else None)
     if unfit:
         return None, unfit
     return Plan(tuple(schemes), edge=options.edge_strategy()), why
+
+
+def _predicted(c: Contraction, plan: Optional[Plan]) -> Optional[dict]:
+    """Predicted max-norm relative errors of classical and of the plan (floats only)."""
+    from falcon_mlir import numerics
+
+    if not c.is_float or c.unsupported:
+        return None
+    out = {"classical": numerics.classical_error(c.K, str(c.acc_type))}
+    if plan is not None:
+        out["plan"] = numerics.predicted_error(list(plan.schemes), c.K, str(c.acc_type))
+    return out
 
 
 def run_lcma_rewrite(module_op, options: LcmaOptions) -> list:
@@ -510,8 +582,11 @@ def run_lcma_rewrite(module_op, options: LcmaOptions) -> list:
         The report: one dict per contraction found, with ``location``
         (``file:line:col``), ``op``, ``kind``, ``M``, ``N``, ``K``, ``batch``,
         ``element_types`` (lhs, rhs, acc), ``plan`` (dict, or ``"classical"``),
-        ``reason``, and for rewritten ones ``products`` and ``combines`` (the
-        number of contractions and combine ops emitted).
+        ``reason``, ``predicted_error`` (``{"classical": e, "plan": e}`` for
+        float contractions, see :mod:`falcon_mlir.numerics`), ``remark``
+        (whether the user should be told), and for rewritten ones
+        ``products`` and ``combines`` (the number of contractions and combine
+        ops emitted).
     """
     root = module_op.operation if hasattr(module_op, "operation") else module_op
     report = []
@@ -526,6 +601,7 @@ def run_lcma_rewrite(module_op, options: LcmaOptions) -> list:
                               "acc": str(c.acc_type)},
             "plan": plan.to_json() if plan else "classical",
             "reason": reason,
+            "predicted_error": _predicted(c, plan),
         }
         # A remark is due when the user asked for something we did not do, or
         # when the op is a contraction we cannot serve at all.

@@ -7,6 +7,11 @@ decision issue replaces it):
     when M, N and K are all >= 1024 and the accumulator is a float type
     narrower than f64 (f32, f16, bf16); otherwise classical.
 
+Under ``auto`` the plan must also meet the error budget (``max-error``, by
+default :func:`falcon_mlir.numerics.default_max_error` of the accumulator
+type): if Winograd's predicted error is over it, Strassen (smaller stability
+factor) is tried, then fewer levels, then classical.
+
 A forced scheme (``scheme=NAME``) is applied wherever it can serve the
 contraction; ``levels=L`` with ``scheme=auto`` uses ``winograd`` for every
 level, the size rule being checked on the whole contraction.
@@ -18,6 +23,9 @@ from typing import Optional, Tuple
 
 AUTO_MIN_SIZE = 1024
 AUTO_SCHEME = "winograd"
+#: Used instead when the AUTO_SCHEME plan's predicted error is over the
+#: budget (Strassen's stability factor E = 12 against Winograd's 18).
+FALLBACK_SCHEME = "strassen"
 
 
 def interim_rule(M: int, N: int, K: int, acc_is_float: bool, acc_width: int,

@@ -1,0 +1,439 @@
+"""Numerical error model of LCMA plans: predicted errors, budgets, integer overflow.
+
+What is modelled
+----------------
+``C = A @ B`` with ``A`` M x K and ``B`` K x N is computed by an L-level plan
+``s_1, ..., s_L`` (outer level first; level ``l`` uses a scheme
+``<m_l, k_l, n_l; R_l>`` with factor tensors ``U, V, W`` in the catalog's
+convention, see :mod:`falcon_mlir.catalog.scheme`).  As the rewrite emits it
+(:mod:`falcon_mlir.passes.lcma_rewrite`): combine A (``A_r = sum U[r,i,j]
+A_ij``) and combine B in the accumulator type, ``R`` products that are
+classical contractions of reduction length ``K_L = K / (k_1 ... k_L)`` at the
+last level, and combine C (``C_il = C0_il + sum_r W[r,i,l] P_r``) in the
+accumulator type.  The error measure is the max-norm relative forward error
+``max|C_hat - C| / max|C|`` against an exact product of the *same* (already
+rounded) inputs, as :mod:`tools.accuracy` measures it.
+
+Worst case (Ballard, Benson, Druinsky, Lipshitz, Schwartz, "Improving the
+numerical stability of fast matrix multiplication", SIMAX 37(4), 2016,
+the forward-error bound for L recursive steps, section 3; Higham, "Accuracy and Stability of Numerical
+Algorithms", 2nd ed., 2002, section 23.2.2 for Strassen)::
+
+    |C_hat - C|_max <= (K / (k_1...k_L) + Q_1 + ... + Q_L) * E_1 * ... * E_L
+                       * |A|_max * |B|_max * u + O(u^2)
+
+with ``E = max_c sum_r |W[r,c]| |U_r|_1 |V_r|_1`` (the scheme's
+``stability_e``) and ``Q_l`` the additions on the longest path through the
+combines of level ``l``.  For L = 0 it is classical GEMM's ``K u``.  This is
+:func:`worst_case_bound`.  It is tight only for adversarial inputs: on normal
+inputs at S = M = N = K = 512 (where ``|A|_max |B|_max / |C|_max ~ 0.21``) it
+is ~8x above the measured max-norm relative error of classical f32 GEMM but
+~850x above Strassen 3 levels (E^3 = 1728) and ~1400x above Winograd 3
+levels (E^3 = 5832): E^L grows much faster than the measured error, so it
+cannot be calibrated within 30x of the measurements.
+
+Prediction for inputs of random sign (:func:`predicted_error`)
+------------------------------------------------------------
+The same derivation with rounding errors treated as independent, zero-mean
+random variables (errors add in quadrature; Higham and Mary, "A new approach
+to probabilistic rounding error analysis", SISC 41(5), 2019, whose bound for
+a length-K inner product is ``~ sqrt(K) u`` instead of ``K u``) and entries
+of ``A``, ``B`` of random sign:
+
+* a classical inner product of length ``K`` has absolute error with standard
+  deviation ``~ u K sigma_A sigma_B / sqrt(2)`` while ``C`` has entries of
+  size ``sqrt(K) sigma_A sigma_B``: relative error ``~ u sqrt(K)``;
+* product ``r`` of a level has operands of size ``|U_r|_2 sigma_A`` and
+  ``|V_r|_2 sigma_B`` (sums of independent entries), so its rounding error,
+  pushed through combine C, gives entry ``c`` an error of size
+  ``u K_L sigma_A sigma_B e2_c`` with the l2 analogue of Ballard's ``e_c``::
+
+      e2_c = sqrt( sum_r W[r,c]^2 |U_r|_2^2 |V_r|_2^2 ),   E2 = max_c e2_c
+
+  E2 multiplies over the levels of a Kronecker product exactly, like E.
+  Relative to ``|C| ~ sqrt(K)``, one level changes classical's ``sqrt(K)``
+  into ``sqrt(K / k) * (E2 / sqrt(k))``: a growth ``G = E2 / sqrt(k)`` per
+  level on top of the shorter reduction (Strassen: E2 = sqrt(12), G = 2.45;
+  Strassen-Winograd 3.0; 3x3x3:23 3.21; 2x3x4:20 3.79; 4x4x4:49 5.66;
+  4x4x4:48 4.0);
+* the roundings in the combines add ``Q_l`` more terms of the same size
+  (``Q_l = max_r (nnz U_r - 1) + max_r (nnz V_r - 1) + max_c nnz W[:,c]``,
+  the last counting the add of the live accumulator ``C0``).
+
+Hence, with ``u`` the unit roundoff of the accumulator type::
+
+    predicted_error = CALIBRATION * u * sqrt(K / (k_1...k_L) + Q_1 + ... + Q_L)
+                      * G_1 * ... * G_L,          G_l = E2_l / sqrt(k_l)
+
+and classical GEMM (``L = 0``) is ``CALIBRATION * u * sqrt(K)``.  Narrow
+inputs with a wider accumulator (bf16 x bf16 -> f32) use the accumulator's
+``u``: the inputs are exact in it and the combines run in it (design.md,
+Numerics); their input rounding is not part of this error (the reference
+uses the same rounded inputs).
+
+Calibration
+-----------
+``CALIBRATION = 1.0``, fitted to the measurements of ``tools/accuracy.py``
+(``python -m falcon_mlir.tools.accuracy``: IREE 3.13, llvm-cpu, x86-64 host
+with 2 cores; f32, f16 accumulated in f16, bf16 -> f32 and f64; square
+sizes 64, 128, 256, 512; classical and 10 LCMA plans of docs/accuracy.md;
+5 seeds per cell, normal inputs, zero accumulator: 880 measured cases).
+The ratio ``measured / (u * sqrt(K_L + sum Q) * prod G)`` has 99.5th
+percentile 0.75 and maximum 0.82 over those cases (classical alone: about
+0.6 at K = 512, i.e. IREE's GEMM behaves like recursive summation in the
+random-rounding regime).  The constant is that percentile rounded up to
+1.0, a ~30% margin for other CPUs, seeds and shapes.  With it the
+prediction is at or above the measured error in all 880 cases (>= 99%
+asked), and at most 6.5x above a cell's median (median over cells 3.1x,
+smallest 1.4x): well inside the 30x target.  The largest overestimates are
+for 3-level plans, whose measured growth per level (Strassen about 1.3-1.8,
+Strassen-Winograd about 1.6-2.0 relative to classical) is below the model's
+``G / sqrt(k)`` (1.73, 2.12).  Re-run the tool and re-fit when the rewrite
+(evaluation order of the combines) or IREE's GEMM lowering changes.
+
+Integers
+--------
+:func:`integer_bound_ok` bounds, exactly with Python ints, every
+intermediate value the plan computes for the worst-case input, see there.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+from functools import lru_cache
+from typing import Optional, Sequence, Tuple
+
+__all__ = [
+    "UNIT_ROUNDOFF", "CALIBRATION", "DEFAULT_MAX_ERROR", "unit_roundoff", "scheme_factors",
+    "growth_factor", "predicted_error", "classical_error", "worst_case_bound",
+    "default_max_error", "integer_worst_case", "integer_bound_ok",
+]
+
+#: Unit roundoff u = 2^-p (p = significand bits, implicit bit included) of
+#: round-to-nearest arithmetic; machine epsilon is 2u.
+UNIT_ROUNDOFF = {"f64": 2.0 ** -53, "f32": 2.0 ** -24, "f16": 2.0 ** -11, "bf16": 2.0 ** -8}
+
+#: The fitted constant of :func:`predicted_error` (see the module docstring).
+CALIBRATION = 1.0
+
+#: Default error budgets per accumulator type (see :func:`default_max_error`).
+DEFAULT_MAX_ERROR = {"f32": 1e-4, "bf16": 1e-4, "f16": 3e-2, "f64": None}
+
+_ALIASES = {"float32": "f32", "float64": "f64", "float16": "f16", "bfloat16": "bf16",
+            "half": "f16", "float": "f32", "double": "f64"}
+
+def _dtype(name: str) -> str:
+    key = str(name).lower()
+    return _ALIASES.get(key, key)
+
+
+def unit_roundoff(dtype_name: str) -> float:
+    """Unit roundoff ``u`` of a floating-point type (float).
+
+    ``u = 2^-p`` with ``p`` the significand precision including the implicit
+    bit (IEEE 754-2008; bfloat16 has p = 8): f64 ``2^-53``, f32 ``2^-24``,
+    f16 ``2^-11``, bf16 ``2^-8``.  Accepts MLIR names (``f32``) and numpy
+    names (``float32``, ``bfloat16``).
+
+    Raises:
+        ValueError: not one of these types (e.g. an integer type).
+    """
+    key = _dtype(dtype_name)
+    if key not in UNIT_ROUNDOFF:
+        raise ValueError(f"no unit roundoff for element type {dtype_name!r} "
+                         f"(expected one of {', '.join(UNIT_ROUNDOFF)})")
+    return UNIT_ROUNDOFF[key]
+
+
+def _as_scheme(s):
+    if isinstance(s, str):
+        from falcon_mlir.catalog import get_scheme
+
+        return get_scheme(s)
+    return s
+
+
+def _schemes(schemes) -> list:
+    if schemes is None:
+        return []
+    if isinstance(schemes, str):
+        schemes = [schemes]
+    return [_as_scheme(s) for s in schemes]
+
+
+def _rows(arr, R: int) -> list:
+    return [list(arr[r].reshape(-1)) for r in range(R)]
+
+
+@lru_cache(maxsize=None)
+def _factors_cached(key, U, V, W, R) -> dict:
+    u_rows, v_rows, w_rows = U, V, W
+    u1 = [sum(abs(x) for x in row) for row in u_rows]
+    v1 = [sum(abs(x) for x in row) for row in v_rows]
+    u2 = [sum(x * x for x in row) for row in u_rows]
+    v2 = [sum(x * x for x in row) for row in v_rows]
+    n_c = len(w_rows[0])
+    E = max(sum(abs(w_rows[r][c]) * u1[r] * v1[r] for r in range(R)) for c in range(n_c))
+    E2sq = max(sum(w_rows[r][c] ** 2 * u2[r] * v2[r] for r in range(R)) for c in range(n_c))
+    q = (max(sum(1 for x in row if x != 0) for row in u_rows) - 1
+         + max(sum(1 for x in row if x != 0) for row in v_rows) - 1
+         + max(sum(1 for r in range(R) if w_rows[r][c] != 0) for c in range(n_c)))
+    return {"E": Fraction(E), "E2": math.sqrt(Fraction(E2sq)), "Q": int(q)}
+
+
+def scheme_factors(scheme) -> dict:
+    """Stability numbers of one scheme (a name or a :class:`Scheme`).
+
+    Returns a dict:
+        ``E`` (Fraction): Ballard et al.'s ``max_c sum_r |W[r,c]| |U_r|_1 |V_r|_1``;
+        ``E2`` (float): its l2 analogue ``max_c sqrt(sum_r W[r,c]^2 |U_r|_2^2 |V_r|_2^2)``;
+        ``G`` (float): ``E2 / sqrt(k)``, the growth of the random-sign error per level;
+        ``Q`` (int): roundings on the longest path through the level's combines;
+        ``k`` (int): the scheme's reduction blocking.
+    """
+    s = _as_scheme(scheme)
+    R = s.R
+    key = (s.canonical_name, s.name)
+    f = dict(_factors_cached(key, tuple(map(tuple, _rows(s.U, R))), tuple(map(tuple, _rows(s.V, R))),
+                             tuple(map(tuple, _rows(s.W, R))), R))
+    f["G"] = f["E2"] / math.sqrt(s.k)
+    f["k"] = s.k
+    return f
+
+
+def growth_factor(schemes) -> float:
+    """``G_1 * ... * G_L`` of a plan (1.0 for classical), see the module doc."""
+    g = 1.0
+    for s in _schemes(schemes):
+        g *= scheme_factors(s)["G"]
+    return g
+
+
+def _shape_terms(schemes, K: int):
+    ss = _schemes(schemes)
+    P = 1
+    Q = 0
+    for s in ss:
+        f = scheme_factors(s)
+        P *= f["k"]
+        Q += f["Q"]
+    return ss, max(K / P, 1.0), Q
+
+
+def predicted_error(schemes: Sequence, K: int, acc: str, lhs: Optional[str] = None) -> float:
+    """Predicted max-norm relative forward error of a plan on random-sign inputs.
+
+    ``CALIBRATION * u(acc) * sqrt(K / (k_1...k_L) + Q_1 + ... + Q_L) * G_1 * ... * G_L``
+    (module docstring: derivation, sources and how CALIBRATION was fitted).
+    An empty list is classical GEMM (:func:`classical_error`).  It is a
+    calibrated *prediction*, an upper bound of what IREE's CPU code produced
+    in all measured cases, not a worst-case bound (:func:`worst_case_bound`).
+
+    Args:
+        schemes: per-level scheme names or :class:`Scheme` objects, outer
+            level first (``["strassen", "strassen"]``); ``[]`` = classical.
+        K: the reduction length of the contraction.
+        acc: accumulator element type (``f32``, ``f16``, ``bf16``, ``f64``).
+        lhs: input element type; only checked: inputs narrower than the
+            accumulator are exact in it and the combines run in the
+            accumulator type, so ``acc`` decides the error.
+
+    Raises:
+        ValueError: K < 1, an unknown float type, an integer type (use
+            :func:`integer_bound_ok`), or ``lhs`` wider than ``acc``.
+    """
+    if K < 1:
+        raise ValueError(f"K must be >= 1, got {K}")
+    u = unit_roundoff(acc)
+    if lhs is not None:
+        lhs_key = _dtype(lhs)
+        if lhs_key.startswith(("i", "ui")):
+            raise ValueError(f"integer inputs ({lhs}) are exact or overflow; use integer_bound_ok")
+        if unit_roundoff(lhs_key) < u:
+            raise ValueError(f"lhs {lhs} is wider than the accumulator {acc}")
+    ss, KL, Q = _shape_terms(schemes, K)
+    return CALIBRATION * u * math.sqrt(KL + Q) * growth_factor(ss)
+
+
+def classical_error(K: int, acc: str) -> float:
+    """Predicted error of classical GEMM: ``CALIBRATION * u(acc) * sqrt(K)``."""
+    return predicted_error([], K, acc)
+
+
+def worst_case_bound(schemes: Sequence, K: int, acc: str) -> float:
+    """Ballard et al.'s first-order worst-case bound, in units of ``|A|_max |B|_max``.
+
+    ``(K / (k_1...k_L) + Q_1 + ... + Q_L) * E_1 * ... * E_L * u`` (SIMAX 2016);
+    ``K u`` for classical.  ``|C_hat - C|_max <= this * |A|_max |B|_max``.
+    """
+    ss, KL, Q = _shape_terms(schemes, K)
+    e = 1.0
+    for s in ss:
+        e *= float(scheme_factors(s)["E"])
+    return (KL + Q) * e * unit_roundoff(acc)
+
+
+def default_max_error(acc: str, lhs: Optional[str] = None) -> Optional[float]:
+    """Default error budget for :func:`predicted_error` of a contraction (float or None).
+
+    * ``f32`` (and bf16/f16 inputs accumulated in f32): ``1e-4``, about
+      1700 u.  With CALIBRATION = 1: classical f32 GEMM predicts 3.8e-6 at
+      K = 4096 and 7.6e-6 at K = 16384; two Strassen levels 2.3e-5 and
+      three 4.0e-5 at K = 16384 (three fit up to K ~ 10^5); two levels of
+      the rational 4x4x4:48 3.2e-5.  So every plan of docs/accuracy.md is
+      admitted for practical K, while a plan 25x worse than classical at
+      K = 16384 is not.  For bf16 inputs the budget is 40x below their own
+      input rounding (2^-8), so the LCMA is invisible next to it.
+    * ``f16`` accumulated in f16: ``3e-2`` (about 60 u).  Classical alone
+      predicts 1.1e-2 at K = 512, 1.6e-2 at K = 1024 and 3.1e-2 at K = 4096;
+      one Strassen level fits up to K ~ 1200 (2.7e-2 at 1024), two up to
+      K ~ 350.  f16 accumulation is already coarse; the budget keeps an
+      LCMA no worse than what a K ~ 4000 classical f16 GEMM gives.
+    * ``bf16`` accumulated in bf16: ``1e-4``, below even classical
+      (``u = 2^-8``): LCMAs are never admitted by default with a bf16
+      accumulator (accumulate in f32 instead).
+    * ``f64``: ``None``: left classical unless the user forces a plan
+      (design.md, Numerics).
+    * integer types: ``None``; exactness is decided by :func:`integer_bound_ok`.
+
+    ``lhs`` is accepted for symmetry with :func:`predicted_error`; the
+    budget depends on the accumulator only.
+    """
+    key = _dtype(acc)
+    if key.startswith(("i", "ui")):
+        return None
+    if key not in DEFAULT_MAX_ERROR:
+        raise ValueError(f"no default error budget for element type {acc!r}")
+    return DEFAULT_MAX_ERROR[key]
+
+
+# --------------------------------------------------------------------------
+# Integers
+# --------------------------------------------------------------------------
+
+def _int_rows(s) -> Tuple[list, list, list]:
+    R = s.R
+    conv = lambda rows: [[int(x) for x in row] for row in rows]
+    return conv(_rows(s.U, R)), conv(_rows(s.V, R)), conv(_rows(s.W, R))
+
+
+def _worst(ss: list, K: int, a: int, b: int, out: list) -> int:
+    """Bound every intermediate of ``A @ B`` (|A| <= a, |B| <= b, reduction K)
+    computed with levels ``ss``; append (value, where) to ``out``.  Returns the
+    bound of the final block value (the exact product, ``K a b``)."""
+    final = K * a * b
+    if not ss:
+        out.append((final, f"classical reduction of length {K}"))
+        return final
+    s, rest = ss[0], ss[1:]
+    if K < s.k:
+        out.append((final, f"classical reduction of length {K} (too small for {s.name})"))
+        return final
+    U, V, W = _int_rows(s)
+    core = (K // s.k) * s.k
+    rem = K - core              # peeled part of K, accumulated classically into C0
+    c0 = rem * a * b
+    if rem:
+        out.append((c0, f"peeled K remainder {rem}"))
+    Kb = core // s.k
+    pbound = []
+    for r in range(s.R):
+        ar = sum(abs(x) for x in U[r]) * a      # combine A: every partial sum <= this
+        br = sum(abs(x) for x in V[r]) * b
+        out.append((ar, f"{s.name}: combine A, product {r}"))
+        out.append((br, f"{s.name}: combine B, product {r}"))
+        pbound.append(_worst(rest, Kb, ar, br, out))
+    n_c = len(W[0])
+    for c in range(n_c):
+        # combine C: C0 + sum_r W[r,c] P_r in the pass's order (r ascending);
+        # a prefix sum is bounded by the sum of its terms' bounds, the last
+        # one (the whole sum) by the exact block value.
+        running = c0
+        terms = [r for r in range(s.R) if W[r][c] != 0]
+        for idx, r in enumerate(terms):
+            term = abs(W[r][c]) * pbound[r]
+            out.append((term, f"{s.name}: combine C term W*P, product {r}"))
+            running += term
+            if idx < len(terms) - 1:
+                out.append((running, f"{s.name}: combine C partial sum, entry {c}"))
+        out.append((K * a * b, f"{s.name}: combine C result"))
+    return final
+
+
+def integer_worst_case(schemes: Sequence, K: int, lhs_bits: int,
+                       rhs_bits: Optional[int] = None) -> Tuple[int, str]:
+    """Largest magnitude any intermediate of the plan can reach (exact int) and where.
+
+    Inputs are signed ``lhs_bits``/``rhs_bits`` integers, so ``|a| <= 2^(bits-1)``
+    (``-2^(bits-1)`` is the worst case).  Follows the rewrite's structure
+    exactly, with Python ints:
+
+    * combine A of product r: every partial sum of ``sum_ij U[r,i,j] A_ij`` is
+      at most ``|U_r|_1 * a`` (likewise ``|V_r|_1 * b`` for B), attained when
+      the blocks' signs follow U's;
+    * the products recurse with these bounds on K / k; a classical product of
+      reduction ``K'`` has partial sums at most ``K' a' b'`` (attained by
+      constant blocks of the right signs);
+    * combine C: each term ``W[r,c] P_r`` is at most ``|W[r,c]| * K' a' b'``;
+      each prefix of the sum at most the sum of its terms' bounds (plus the
+      accumulator C0, which holds the peeled K remainder, if any); the full
+      sum is the exact block of ``A @ B``, at most ``K a b``.
+
+    The result is an upper bound of the true worst case (a prefix's terms
+    need not all attain their bounds with one input); every term's own bound
+    is attained.  Assumes a zero-initialised accumulator.
+
+    Raises:
+        ValueError: a scheme with non-integer coefficients.
+    """
+    ss = _schemes(schemes)
+    for s in ss:
+        if not s.is_integral:
+            raise ValueError(f"scheme {s.name} has non-integer coefficients")
+    rhs_bits = lhs_bits if rhs_bits is None else rhs_bits
+    a, b = 2 ** (lhs_bits - 1), 2 ** (rhs_bits - 1)
+    out: list = []
+    _worst(ss, int(K), a, b, out)
+    value, where = max(out, key=lambda t: t[0])
+    return value, where
+
+
+def integer_bound_ok(schemes: Sequence, K: int, lhs_bits: int, acc_bits: int,
+                     rhs_bits: Optional[int] = None) -> Tuple[bool, str]:
+    """Whether an integer contraction under the plan is exact for every input.
+
+    Exact means: no intermediate (combined operand, partial sum of a product,
+    product, partial sum of combine C) can exceed ``2^(acc_bits-1) - 1`` in
+    magnitude for any signed ``lhs_bits`` x ``rhs_bits`` input, computed by
+    :func:`integer_worst_case` with exact Python ints.  ``[]`` checks
+    classical GEMM (``K * 2^(lhs_bits-1) * 2^(rhs_bits-1)``).
+
+    Example: i8 x i8 -> i32, Strassen 2 levels, K = 4096: combined operands
+    <= 4 * 128, bottom products <= 1024 * 512^2 = 2^28, worst partial sum of
+    the inner combine C (M1 + M4 - M5 of Strassen's C11) 2^29 < 2^31 - 1: ok.
+    Ballard's E gives the cruder ``K/4 * E^2 * 2^14 = 144 * 2^24 > 2^31``.
+
+    Schemes with non-integer coefficients are never exact in integers
+    (``False``).  Note: MLIR's ``arith.addi/subi/muli`` (no overflow flags)
+    wrap modulo ``2^acc_bits``, and an integral scheme is a ring identity, so
+    with wrapping arithmetic an overflowing intermediate still gives the right
+    C whenever C itself fits (the classical bound).  This check is the
+    conservative "no overflow anywhere" criterion, which does not rely on
+    wrapping semantics surviving lowering.
+
+    Returns:
+        ``(ok, reason)`` where ``reason`` names the worst intermediate.
+    """
+    ss = _schemes(schemes)
+    for s in ss:
+        if not s.is_integral:
+            return False, (f"scheme {s.name} has non-integer coefficients "
+                           f"({s.coefficient_set}); not exact in integers")
+    limit = 2 ** (acc_bits - 1) - 1
+    value, where = integer_worst_case(ss, K, lhs_bits, rhs_bits)
+    if value <= limit:
+        return True, (f"worst-case magnitude {value} (~2^{math.log2(value):.2f}) at {where} "
+                      f"fits i{acc_bits} (limit {limit})")
+    return False, (f"worst-case magnitude {value} (~2^{math.log2(value):.2f}) at {where} "
+                   f"exceeds i{acc_bits} (limit {limit})")

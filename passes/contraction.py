@@ -121,6 +121,15 @@ def _check_body(op: ir.Operation) -> Optional[str]:
         return "contraction body is not a single multiply-accumulate"
     if any(n in ("arith.extui", "arith.uitofp") for n in names):
         return "unsigned operand casts are not supported"
+    # The multiply must happen in the accumulator type (casts only on the
+    # operands): a product formed in a narrow type and extended afterwards
+    # wraps per product, which a rewrite in the accumulator type would change.
+    acc = blocks[0].arguments[len(list(blocks[0].arguments)) - 1].type
+    for o in blocks[0].operations:
+        if o.name in ("arith.mulf", "arith.muli", "arith.addf", "arith.addi") and \
+                o.results[0].type != acc:
+            return (f"'{o.name}' in the contraction body computes in {o.results[0].type}, "
+                    f"not in the accumulator type {acc}")
     return None
 
 
@@ -186,7 +195,10 @@ def analyze(op: ir.Operation) -> Optional[Contraction]:
     if c.unsupported is None:
         float_types = all(isinstance(t, ir.FloatType) for t in (c.lhs_type, c.rhs_type, c.acc_type))
         int_types = all(isinstance(t, ir.IntegerType) for t in (c.lhs_type, c.rhs_type, c.acc_type))
-        if not (float_types or int_types):
+        if int_types and any(ir.IntegerType(t).width == 1
+                             for t in (c.lhs_type, c.rhs_type, c.acc_type)):
+            c.unsupported = "i1 (boolean) contractions are not supported"
+        elif not (float_types or int_types):
             c.unsupported = (f"mixed integer/float element types ({c.lhs_type}, {c.rhs_type} -> "
                              f"{c.acc_type}) are not supported")
     return c

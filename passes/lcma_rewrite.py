@@ -50,6 +50,10 @@ from falcon_mlir import decision
 from falcon_mlir.passes.contraction import Contraction, find_contractions, format_location
 
 MAX_LEVELS = 4
+#: Most products (R_1 * ... * R_L) one contraction may be rewritten into:
+#: two levels of a rank-49 scheme (2401) fit; 153^2 does not. Larger plans
+#: would take minutes and gigabytes to emit and compile for no gain.
+MAX_PRODUCTS = 2401
 
 
 class OptionError(ValueError):
@@ -103,13 +107,20 @@ class LcmaOptions:
         text = (text or "").strip()
         if text.startswith("{") and text.endswith("}"):
             text = text[1:-1]
+        seen = set()
         for tok in text.split():
             key, eq, val = tok.partition("=")
+            if key in seen:
+                raise OptionError(f"lcma-rewrite option '{key}' is given twice")
+            seen.add(key)
             if not eq:
                 raise OptionError(f"lcma-rewrite option '{tok}' must be key=value "
                                   f"(keys: {', '.join(cls.KEYS)})")
             val = val.strip("'\"")
             if key == "scheme":
+                if not [n for n in val.split(",") if n]:
+                    raise OptionError("lcma-rewrite option scheme= needs a value (auto, or a name "
+                                      "from `falcon-catalog list`)")
                 opts.scheme = val
             elif key == "levels":
                 if val == "auto":
@@ -160,6 +171,8 @@ class LcmaOptions:
         if self.scheme == "auto":
             return
         names = self.scheme
+        if len(names) > MAX_LEVELS:
+            raise OptionError(f"lcma-rewrite: {len(names)} schemes given; at most {MAX_LEVELS} levels")
         for name in names:
             try:
                 get_scheme(name)
@@ -371,8 +384,8 @@ class _Emitter:
         if M < s.m or K < s.k or N < s.n:
             return self.classical(a, b, init)
         md, kd, nd = c.m_dim, c.k_dim, c.n_dim
-        if plan.edge == "pad":
-            Mp, Kp, Np = (-(-M // s.m) * s.m, -(-K // s.k) * s.k, -(-N // s.n) * s.n)
+        Mp, Kp, Np = (-(-M // s.m) * s.m, -(-K // s.k) * s.k, -(-N // s.n) * s.n)
+        if plan.edge == "pad" and max(Mp, Kp, Np) < 2 ** 62:  # else peel: no int64 overflow
             ap = _pad(a, c.lhs_dims, {md: Mp, kd: Kp})
             bp = _pad(b, c.rhs_dims, {kd: Kp, nd: Np})
             cp = _pad(init, c.out_dims, {md: Mp, nd: Np})
@@ -481,10 +494,18 @@ class _Emitter:
 
 def _schemes_fit(c: Contraction, schemes: tuple) -> Optional[str]:
     """Why ``schemes`` cannot serve ``c`` (``None`` if they can)."""
-    from falcon_mlir.catalog import get_scheme
+    from falcon_mlir.catalog import UnknownSchemeError, get_scheme
 
+    total = 1
     for name in schemes:
-        s = get_scheme(name)
+        try:
+            s = get_scheme(name)
+        except UnknownSchemeError as e:
+            return f"{e}; kept classical"
+        total *= s.R
+        if total > MAX_PRODUCTS:
+            return (f"plan {'+'.join(schemes)} has over {MAX_PRODUCTS} products "
+                    f"({total} and counting); kept classical")
         if c.is_integer and not s.is_integral:
             return (f"scheme {name} has non-integer coefficients and {c.acc_type} is an integer "
                     "type; kept classical")
@@ -507,7 +528,7 @@ def _numerics_check(c: Contraction, schemes: tuple, budget: Optional[float]) -> 
         ok, why = numerics.integer_bound_ok(list(schemes), c.K, _width(c.lhs_type),
                                             _width(c.acc_type), rhs_bits=_width(c.rhs_type))
         return None if ok else f"{why}; kept classical"
-    if budget is None:
+    if budget is None or c.K < 1:
         return None
     pred = numerics.predicted_error(list(schemes), c.K, str(c.acc_type))
     if pred > budget:
@@ -561,7 +582,7 @@ def _predicted(c: Contraction, plan: Optional[Plan]) -> Optional[dict]:
     """Predicted max-norm relative errors of classical and of the plan (floats only)."""
     from falcon_mlir import numerics
 
-    if not c.is_float or c.unsupported:
+    if not c.is_float or c.unsupported or min(c.M, c.N, c.K) < 1:
         return None
     out = {"classical": numerics.classical_error(c.K, str(c.acc_type))}
     if plan is not None:

@@ -13,6 +13,9 @@ Pipelines are written as in mlir-opt::
 
 from __future__ import annotations
 
+import os
+import sys
+import tempfile
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
@@ -25,10 +28,70 @@ class PipelineError(ValueError):
     """A pipeline that does not parse: unknown pass, bad options, unbalanced braces."""
 
 
-def _lcma_factory(options_text: str, filename: Optional[str]):
+def parse_lcma_options(options_text: Optional[str]) -> LcmaOptions:
+    """``LcmaOptions.parse`` plus the checks the tools need before any work.
+
+    Raises:
+        OptionError: as ``LcmaOptions.parse``; also an empty scheme list
+            (``scheme=`` or ``scheme=,``), which the pass cannot run with.
+    """
     opts = LcmaOptions.parse(options_text)
+    if opts.scheme != "auto" and not tuple(opts.scheme):
+        raise OptionError("lcma-rewrite option scheme= is empty (expected auto or catalog names; "
+                          "run `falcon-catalog list` for the valid names)")
+    return opts
+
+
+def _lcma_factory(options_text: str, filename: Optional[str]):
+    opts = parse_lcma_options(options_text)
     opts.filename = filename
     return opts
+
+
+def _parse_upstream(elem: str) -> None:
+    """``PassManager.parse`` of one element; LLVM's option parser writes some of
+    its messages (a bad option value) straight to file descriptor 2, so that
+    descriptor is captured and the text joined to the error.
+
+    Raises:
+        PipelineError: MLIR rejected the element.
+    """
+    native = ""
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError, AttributeError):  # no usable fd 2: parse without capture
+        saved = None
+    err = None
+    with ir.Context():
+        if saved is None:
+            try:
+                passmanager.PassManager.parse(f"builtin.module({elem})")
+            except ValueError as e:
+                err = e
+        else:
+            with tempfile.TemporaryFile() as cap:
+                os.dup2(cap.fileno(), 2)
+                try:
+                    passmanager.PassManager.parse(f"builtin.module({elem})")
+                except ValueError as e:
+                    err = e
+                finally:
+                    os.dup2(saved, 2)
+                    os.close(saved)
+                cap.seek(0)
+                native = cap.read().decode("utf-8", "replace")
+    if err is None:
+        if native.strip():  # not ours to swallow: hand it on
+            sys.stderr.write(native)
+        return
+    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
+    first = [ln for ln in lines if "error:" in ln]
+    msg = first[0].split("error:", 1)[1].strip() if first else (lines[0] if lines else "")
+    extra = " ".join(native.split()).lstrip(": ")
+    if extra and extra not in msg:
+        msg = f"{msg}: {extra}" if msg else extra
+    raise PipelineError(msg or f"cannot parse pass pipeline element '{elem}'")
 
 
 #: falcon's own passes: name -> (options parser, runner(module_op, options) -> report list)
@@ -99,13 +162,7 @@ def parse_element(elem: str, filename: Optional[str] = None) -> Stage:
             return Stage(name, elem, FALCON_PASSES[name][0](opts, filename))
         except OptionError as e:
             raise PipelineError(str(e)) from None
-    with ir.Context():
-        try:
-            passmanager.PassManager.parse(f"builtin.module({elem})")
-        except ValueError as e:
-            first = [ln for ln in str(e).splitlines() if "error:" in ln]
-            msg = first[0].split("error:", 1)[1].strip() if first else str(e).splitlines()[0]
-            raise PipelineError(msg) from None
+    _parse_upstream(elem)
     return Stage(name, elem)
 
 
@@ -156,7 +213,11 @@ class Pipeline:
             try:
                 self.report.extend(runner(op, st.options))
             except Exception as e:  # reported as one line by the driver
-                self.errors.append(f"{st.name}: {type(e).__name__}: {e}")
+                text = " ".join(str(e).split())
+                if len(text) > 300:
+                    text = text[:300] + " ..."
+                self.errors.append(f"{st.name}: internal error: {type(e).__name__}: {text} "
+                                   "(please report this with the input)")
                 pass_.signal_pass_failure()
 
         run.__name__ = st.name.replace("-", "_")

@@ -116,16 +116,42 @@ def _one_line(text: str) -> str:
     return " ".join(str(text).split())
 
 
+def _check_writable(path: str, what: str) -> Optional[str]:
+    """Why ``path`` cannot be written (checked before compiling), or None."""
+    if path == "":
+        return f"{what} needs a file name"
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        return f"cannot write '{path}': no such directory"
+    if os.path.isdir(path):
+        return f"cannot write '{path}': is a directory"
+    if not os.access(folder, os.W_OK):
+        return f"cannot write '{path}': permission denied"
+    return None
+
+
+class _WriteError(OSError):
+    pass
+
+
 def _write_outputs(files: list[tuple[str, bytes]]) -> None:
     """Writes every (path, data) through a temp file in the same folder,
-    then renames them all; on failure nothing is left behind."""
+    then renames them all; on failure nothing is left behind (files already
+    renamed into place are removed again).
+
+    Raises:
+        OSError: a file cannot be written; the message names the file.
+    """
     import tempfile
 
     temps: list[tuple[str, str]] = []
+    done: list[str] = []
+    current = ""
     try:
         umask = os.umask(0)
         os.umask(umask)
         for path, data in files:
+            current = path
             directory = os.path.dirname(os.path.abspath(path))
             fd, tmp = tempfile.mkstemp(
                 dir=directory, prefix="." + os.path.basename(path) + ".", suffix=".tmp"
@@ -137,13 +163,22 @@ def _write_outputs(files: list[tuple[str, bytes]]) -> None:
                 os.fsync(f.fileno())
             os.chmod(tmp, 0o666 & ~umask)
         for tmp, path in temps:
+            current = path
             os.replace(tmp, path)
-    except BaseException:
+            done.append(path)
+    except BaseException as e:
         for tmp, _ in temps:
             try:
                 os.unlink(tmp)
             except OSError:
                 pass
+        for path in done:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+        if isinstance(e, OSError):
+            raise _WriteError(f"cannot write '{current}': {e.strerror or e}") from None
         raise
 
 
@@ -164,11 +199,22 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         sys.stdout.write((__doc__ or "").strip() + "\n")
         return 0
 
+    out = args["output"]
+    for path, what in ((out, "-o"), (args["report_file"], "--lcma-report")):
+        if path is not None and path != "-":
+            why = _check_writable(path, what)
+            if why:
+                return error(why)
+
     try:
         from falcon_mlir.api import make_lcma_rewrite
         from falcon_mlir.pipeline.session import DEFAULT_REWRITE_PHASE, CompileError, compile_module
 
         try:
+            if args["lcma"] is not None and args["lcma"].strip() != "auto":
+                from falcon_mlir.passes.registry import parse_lcma_options
+
+                parse_lcma_options(args["lcma"])  # the checks the API leaves to the pass
             rewrite = make_lcma_rewrite(args["lcma"])
         except ValueError as e:  # OptionError
             return error(f"--lcma-rewrite: {e}")
@@ -210,11 +256,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             files.append((out, res.output))
         try:
             _write_outputs(files)
+        except _WriteError as e:
+            return error(str(e))
         except OSError as e:
             return error(f"cannot write output: {e}")
         if to_stdout:
-            sys.stdout.buffer.write(res.output)
-            sys.stdout.buffer.flush()
+            from falcon_mlir.tools.falcon_opt import _silence_stdout, write_stdout
+
+            try:
+                write_stdout(res.output)
+            except BrokenPipeError:  # the reader went away
+                _silence_stdout()
+                return 1
+            except OSError as e:
+                return error(f"cannot write to stdout: {e.strerror or e}")
         return 0
     except KeyboardInterrupt:
         return error("interrupted", 130)

@@ -41,8 +41,15 @@ class ToolError(Exception):
     """A user-facing error: printed as one line, exit status 1."""
 
 
+class _ArgumentParser(argparse.ArgumentParser):
+    """argparse without the usage dump: a bad command line is one error line."""
+
+    def error(self, message):
+        raise ToolError(f"{TOOL}: error: {message} (see {TOOL} --help)")
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _ArgumentParser(
         prog=TOOL, description="Run falcon-mlir passes (and upstream MLIR/IREE passes) on MLIR.",
         formatter_class=argparse.RawDescriptionHelpFormatter, epilog=_HELP_EPILOG)
     p.add_argument("input", nargs="?", default="-", help="input file (MLIR text or bytecode; - = stdin)")
@@ -149,6 +156,27 @@ def write_atomically(path: str, data: bytes) -> None:
         raise ToolError(f"{TOOL}: error: cannot write '{path}': {e.strerror}") from None
 
 
+def write_stdout(data: bytes) -> None:
+    """Write all of ``data`` to stdout.
+
+    ``BufferedWriter.write`` returns a short count, without raising, when the
+    reader goes away or the disk fills up in the middle of a large write; the
+    rest is written again until it raises.
+
+    Raises:
+        BrokenPipeError: the reader closed the pipe (not an error of ours).
+        OSError: any other write error (disk full, ...).
+    """
+    out = sys.stdout.buffer
+    view = memoryview(data)
+    while view:
+        n = out.write(view)
+        if not n:
+            raise OSError(0, "short write to stdout")
+        view = view[n:]
+    out.flush()
+
+
 def _check_output_writable(path: str) -> None:
     if path == "-":
         return
@@ -195,6 +223,8 @@ def process(source, filename: str, stages: list, args, report: list) -> tuple:
             pm.run(module.operation)
         except ir.MLIRError as e:
             lines = [f"{filename}: error: {m}" for m in getattr(pipe, "errors", [])]
+            if lines and not getattr(e, "error_diagnostics", None):
+                return False, None, lines
             return False, None, lines + _diag_lines(e, filename)
         report.extend(pipe.report)
         if args.emit_bytecode:
@@ -233,6 +263,13 @@ def run(argv: list) -> int:
             raise ToolError(f"{TOOL}: error: unknown pass or option '--{bad.split('=')[0]}' "
                             f"(see {TOOL} --help)") from None
         raise ToolError(f"{TOOL}: error: {e}") from None
+    if args.emit_bytecode and args.split_input_file:
+        raise ToolError(f"{TOOL}: error: --emit-bytecode cannot be combined with --split-input-file "
+                        "(bytecode holds one module)")
+    if args.output == "":
+        raise ToolError(f"{TOOL}: error: -o needs a file name (or - for stdout)")
+    if args.lcma_report == "":
+        raise ToolError(f"{TOOL}: error: --lcma-report needs a file name")
     _check_output_writable(args.output)
     if args.lcma_report:
         _check_output_writable(args.lcma_report)
@@ -271,11 +308,27 @@ def run(argv: list) -> int:
     if args.lcma_report:
         write_atomically(args.lcma_report, (json.dumps(report, indent=2) + "\n").encode())
     if args.output == "-":
-        sys.stdout.buffer.write(payload)
-        sys.stdout.flush()
+        try:
+            write_stdout(payload)
+        except BrokenPipeError:
+            raise
+        except OSError as e:
+            raise ToolError(f"{TOOL}: error: cannot write to stdout: {e.strerror or e}") from None
     else:
         write_atomically(args.output, payload)
     return 0
+
+
+def _silence_stdout() -> None:
+    """Point fd 1 at /dev/null so that Python's final flush of a closed pipe
+    does not print "Exception ignored ... BrokenPipeError" at exit."""
+    try:
+        fd = sys.stdout.fileno()
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, fd)
+        os.close(null)
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 def main(argv=None) -> int:
@@ -289,10 +342,13 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print(f"{TOOL}: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:
+    except BrokenPipeError:  # the reader went away (`falcon-opt ... | head`)
+        _silence_stdout()
         return 1
+    except SystemExit as e:  # --help
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     except Exception as e:  # a bug of ours: still one line, never a traceback
-        print(f"{TOOL}: internal error: {type(e).__name__}: {e} "
+        print(f"{TOOL}: internal error: {type(e).__name__}: {' '.join(str(e).split())} "
               "(please report this with the input)", file=sys.stderr)
         return 2
 

@@ -9,9 +9,13 @@ A plan fixes, for one contraction, how it is computed:
   handled: ``"peel"`` (the divisible part goes through the scheme, the
   remainder through classical products) or ``"pad"`` (operands are padded
   with zeros up to the next multiple and the result is sliced back),
-* ``form``: how one level is emitted. ``"per-product"`` (R separate
-  contractions of combined blocks) is what exists today; the grouped
-  (group-parallel) form will slot in here,
+* ``form``: how the levels are emitted. ``"per-product"``: R separate
+  contractions of combined blocks per level, recursively. ``"grouped"``
+  (the FalconGEMM paper's group-parallel execution): the levels' schemes are
+  composed (Kronecker product) into one scheme, combine A writes all R
+  combined operands as one R x block tensor in one op (likewise B), one
+  batched contraction over R computes every product, and combine C reads the
+  products from that one tensor,
 * ``tiles``: per-product tile choices (reserved; ``None`` = IREE's default).
 
 In the IR the plan is the discardable attribute ``falcon.plan`` on the
@@ -30,7 +34,7 @@ from typing import Optional
 
 PLAN_ATTR = "falcon.plan"
 EDGES = ("peel", "pad")
-FORMS = ("per-product",)
+FORMS = ("per-product", "grouped")
 
 
 class PlanError(ValueError):
@@ -45,7 +49,7 @@ class Plan:
         schemes: catalog names, one per level, outermost first (e.g.
             ``("strassen", "3x3x3:23")``).
         edge: ``"peel"`` or ``"pad"``.
-        form: ``"per-product"``.
+        form: ``"per-product"`` or ``"grouped"``.
         tiles: reserved for per-product tile choices; ``None`` today.
 
     Raises:

@@ -28,6 +28,7 @@ Options (mlir-opt style, ``--lcma-rewrite="scheme=NAME levels=L edge=E"``):
   ``3x3x3:23``), or a comma list with one name per level,
 * ``levels``: ``auto`` (default) or an integer L >= 1,
 * ``edge``: ``auto`` (default: peel), ``peel`` or ``pad``,
+* ``form``: ``per-product`` (default) or ``grouped``,
 * ``barriers``: ``false`` (default) or ``true`` (see :class:`LcmaOptions`),
 * ``max-error``: ``auto`` (default: per element type) or a relative error budget.
 
@@ -68,6 +69,7 @@ class LcmaOptions:
         scheme: ``"auto"`` or a tuple of catalog names, one per level.
         levels: ``None`` (auto) or L >= 1.
         edge: ``"auto"``, ``"peel"`` or ``"pad"``.
+        form: ``"per-product"`` or ``"grouped"`` (see :mod:`falcon_mlir.dialects.plan`).
         barriers: put products' bare block operands, and the products'
             results, behind ``util.optimization_barrier`` (IREE's util
             dialect). Data tiling on llvm-cpu needs both: without the first
@@ -88,11 +90,12 @@ class LcmaOptions:
     scheme: object = "auto"
     levels: Optional[int] = None
     edge: str = "auto"
+    form: str = "per-product"
     barriers: bool = False
     max_error: Optional[float] = None
     filename: Optional[str] = None
 
-    KEYS = ("scheme", "levels", "edge", "barriers", "max-error")
+    KEYS = ("scheme", "levels", "edge", "form", "barriers", "max-error")
 
     @classmethod
     def parse(cls, text: Optional[str]) -> "LcmaOptions":
@@ -139,6 +142,11 @@ class LcmaOptions:
                     raise OptionError(f"lcma-rewrite option edge='{val}' is invalid "
                                       "(expected auto, peel or pad)")
                 opts.edge = val
+            elif key == "form":
+                if val not in ("per-product", "grouped"):
+                    raise OptionError(f"lcma-rewrite option form='{val}' is invalid "
+                                      "(expected per-product or grouped)")
+                opts.form = val
             elif key == "max-error":
                 if val == "auto":
                     opts.max_error = None
@@ -377,7 +385,13 @@ class _Emitter:
         from falcon_mlir.catalog import get_scheme
 
         c = self.c
-        s = get_scheme(plan.schemes[0])
+        if plan.form == "grouped":
+            # All levels at once: the Kronecker product of the levels' schemes.
+            s = get_scheme("*".join(plan.schemes))
+            level, inner = self.level_grouped, None
+        else:
+            s = get_scheme(plan.schemes[0])
+            level, inner = self.level, plan.inner()
         M = _tt(a).shape[c.lhs_dims.index(c.m_dim)]
         K = _tt(a).shape[c.lhs_dims.index(c.k_dim)]
         N = _tt(b).shape[c.rhs_dims.index(c.n_dim)]
@@ -389,7 +403,7 @@ class _Emitter:
             ap = _pad(a, c.lhs_dims, {md: Mp, kd: Kp})
             bp = _pad(b, c.rhs_dims, {kd: Kp, nd: Np})
             cp = _pad(init, c.out_dims, {md: Mp, nd: Np})
-            res = self.level(ap, bp, cp, s, plan.inner())
+            res = level(ap, bp, cp, s, inner)
             return _slice(res, c.out_dims, {md: (0, M), nd: (0, N)})
         # Peeling: the divisible core through the scheme, the rest classical.
         M0, K0, N0 = M // s.m * s.m, K // s.k * s.k, N // s.n * s.n
@@ -398,9 +412,9 @@ class _Emitter:
             core_init = self.classical(_slice(a, c.lhs_dims, {md: (0, M0), kd: (K0, K - K0)}),
                                        _slice(b, c.rhs_dims, {kd: (K0, K - K0), nd: (0, N0)}),
                                        core_init)
-        core = self.level(_slice(a, c.lhs_dims, {md: (0, M0), kd: (0, K0)}),
-                          _slice(b, c.rhs_dims, {kd: (0, K0), nd: (0, N0)}),
-                          core_init, s, plan.inner())
+        core = level(_slice(a, c.lhs_dims, {md: (0, M0), kd: (0, K0)}),
+                     _slice(b, c.rhs_dims, {kd: (0, K0), nd: (0, N0)}),
+                     core_init, s, inner)
         if M0 == M and N0 == N:
             return core
         result = _insert(core, init, c.out_dims, {})
@@ -491,6 +505,125 @@ class _Emitter:
                     result = _insert(blk, result, c.out_dims, {md: i * Mb, nd: l * Nb})
         return result
 
+    # -- the grouped form ---------------------------------------------------------
+    def _table(self, values) -> ir.Value:
+        """A constant 1-D coefficient table (f32 for float accumulators, else the acc type)."""
+        import numpy as np
+
+        if _is_float(self.acc):
+            et, dt = (ir.F64Type.get(), np.float64) if _width(self.acc) == 64 else \
+                (ir.F32Type.get(), np.float32)
+        else:
+            et, dt = self.acc, {8: np.int8, 16: np.int16, 32: np.int32, 64: np.int64}[_width(self.acc)]
+        arr = np.array([float(v) if _is_float(self.acc) else int(v) for v in values], dtype=dt)
+        ttype = ir.RankedTensorType.get([len(values)], et)
+        return arith.ConstantOp(ttype, ir.DenseElementsAttr.get(arr, type=ttype)).result
+
+    def _group_combine(self, blocks: dict, coef, R: int) -> ir.Value:
+        """One op writing all R combined operands: ``G[r] = sum_b coef(r, b) * block_b``.
+
+        ``blocks`` maps a block index to its slice; ``coef(r, idx)`` is the
+        Fraction coefficient. Result: ``tensor<R x block x acc>``.
+        """
+        self.combines += 1
+        used = [(idx, x) for idx, x in blocks.items() if any(coef(r, idx) != 0 for r in range(R))]
+        shape = list(_tt(used[0][1]).shape)
+        rank = len(shape)
+        dims = [ir.AffineDimExpr.get(d) for d in range(1, rank + 1)]
+        blk_map = ir.AffineMap.get(rank + 1, 0, dims)
+        tab_map = ir.AffineMap.get(rank + 1, 0, [ir.AffineDimExpr.get(0)])
+        out_map = ir.AffineMap.get_identity(rank + 1)
+        inputs, maps = [], []
+        for idx, x in used:
+            inputs += [x, self._table([coef(r, idx) for r in range(R)])]
+            maps += [blk_map, tab_map]
+        init = tensor.empty([R] + shape, self.acc)
+        iters = ir.ArrayAttr.get([ir.Attribute.parse("#linalg.iterator_type<parallel>")] * (rank + 1))
+        op = linalg.GenericOp([init.type], inputs, [init],
+                              ir.ArrayAttr.get([ir.AffineMapAttr.get(m) for m in maps + [out_map]]),
+                              iters)
+        block = op.regions[0].blocks.append(*[_tt(v).element_type for v in inputs + [init]])
+        acc = self.acc
+        fl = _is_float(acc)
+        with ir.InsertionPoint(block):
+            args = list(block.arguments)
+            total = None
+            for t in range(len(used)):
+                x, w = _cast(args[2 * t], acc), _cast(args[2 * t + 1], acc)
+                term = (arith.mulf if fl else arith.muli)(w, x)
+                total = term if total is None else (arith.addf if fl else arith.addi)(total, term)
+            linalg.YieldOp([total])
+        return op.result
+
+    def _batched_product(self, ga: ir.Value, gb: ir.Value, R: int, cshape: list) -> ir.Value:
+        """All R products as one contraction with a leading batch dimension r."""
+        c = self.c
+        n = self.n_loops + 1
+        shift = lambda dims: [ir.AffineDimExpr.get(0)] + [ir.AffineDimExpr.get(d + 1) for d in dims]
+        maps = [ir.AffineMap.get(n, 0, shift(dims)) for dims in (c.lhs_dims, c.rhs_dims, c.out_dims)]
+        init = _zeros([R] + cshape, self.acc)
+        self.products += 1
+        if self.kind == "matmul":
+            return linalg.batch_matmul(ga, gb, outs=[init], indexing_maps=maps)
+        iters = [ir.Attribute.parse("#linalg.iterator_type<parallel>")]
+        for d in range(self.n_loops):
+            kind = "reduction" if d == c.k_dim else "parallel"
+            iters.append(ir.Attribute.parse(f"#linalg.iterator_type<{kind}>"))
+        op = linalg.GenericOp([init.type], [ga, gb], [init],
+                              ir.ArrayAttr.get([ir.AffineMapAttr.get(m) for m in maps]),
+                              ir.ArrayAttr.get(iters))
+        block = op.regions[0].blocks.append(_tt(ga).element_type, _tt(gb).element_type, self.acc)
+        acc = self.acc
+        with ir.InsertionPoint(block):
+            x, y, o = block.arguments
+            fl = _is_float(acc)
+            prod = (arith.mulf if fl else arith.muli)(_cast(x, acc), _cast(y, acc))
+            linalg.YieldOp([(arith.addf if fl else arith.addi)(o, prod)])
+        return op.result
+
+    def level_grouped(self, a, b, init, s, inner) -> ir.Value:
+        """One grouped level of (composed) scheme ``s`` on divisible operands."""
+        assert inner is None
+        c = self.c
+        md, kd, nd = c.m_dim, c.k_dim, c.n_dim
+        M = _tt(a).shape[c.lhs_dims.index(md)]
+        K = _tt(a).shape[c.lhs_dims.index(kd)]
+        N = _tt(b).shape[c.rhs_dims.index(nd)]
+        Mb, Kb, Nb = M // s.m, K // s.k, N // s.n
+        a_blocks = {(i, j): _slice(a, c.lhs_dims, {md: (i * Mb, Mb), kd: (j * Kb, Kb)})
+                    for i in range(s.m) for j in range(s.k)}
+        b_blocks = {(j, l): _slice(b, c.rhs_dims, {kd: (j * Kb, Kb), nd: (l * Nb, Nb)})
+                    for j in range(s.k) for l in range(s.n)}
+        ga = self._group_combine(a_blocks, lambda r, ij: Fraction(s.U[r][ij[0]][ij[1]]), s.R)
+        gb = self._group_combine(b_blocks, lambda r, jl: Fraction(s.V[r][jl[0]][jl[1]]), s.R)
+        cshape = [Mb if d == md else Nb if d == nd else sz
+                  for d, sz in zip(c.out_dims, _tt(init).shape)]
+        gp = self._batched_product(ga, gb, s.R, cshape)
+        if self.barriers:
+            gp = ir.Operation.create("util.optimization_barrier", results=[gp.type],
+                                     operands=[gp]).result
+        rank = len(cshape)
+        prod_type = ir.RankedTensorType.get(cshape, self.acc)
+
+        def P(r):
+            return tensor.ExtractSliceOp(prod_type, gp, [], [], [], [r] + [0] * rank,
+                                         [1] + cshape, [1] * (rank + 1)).result
+
+        result, acc = init, self.acc
+        for i in range(s.m):
+            for l in range(s.n):
+                terms = [(Fraction(s.W[r][i][l]), r) for r in range(s.R) if s.W[r][i][l] != 0]
+                if not terms:
+                    continue
+                c0 = _slice_init(init, c.out_dims, {md: (i * Mb, Mb), nd: (l * Nb, Nb)})
+                self.combines += 1
+                blk = _parallel_generic([P(r) for _, r in terms], c0,
+                                        lambda args, terms=terms: _weighted_sum(
+                                            [(coef, x) for (coef, _), x in zip(terms, args[:-1])],
+                                            acc, start=args[-1]))
+                result = _insert(blk, result, c.out_dims, {md: i * Mb, nd: l * Nb})
+        return result
+
 
 def _schemes_fit(c: Contraction, schemes: tuple) -> Optional[str]:
     """Why ``schemes`` cannot serve ``c`` (``None`` if they can)."""
@@ -575,7 +708,7 @@ def plan_for(c: Contraction, options: LcmaOptions) -> tuple:
         c, schemes, options.max_error if forced is not None else None)
     if unfit:
         return None, unfit
-    return Plan(tuple(schemes), edge=options.edge_strategy()), why
+    return Plan(tuple(schemes), edge=options.edge_strategy(), form=options.form), why
 
 
 def _predicted(c: Contraction, plan: Optional[Plan]) -> Optional[dict]:

@@ -129,18 +129,41 @@ def test_wrong_coefficient_is_caught(monkeypatch):
         check(32, 32, 32, "scheme=strassen", schemes=["strassen"])
 
 
+# The grouped form (group-parallel): combine A/B in one op each, one batched
+# product over R, combine C from the grouped products; levels are composed.
+@pytest.mark.parametrize("case", [
+    dict(M=130, N=66, K=98, options="scheme=strassen levels=2 form=grouped",
+         schemes=["strassen", "strassen"], expect_products=1 + 3),
+    dict(M=45, N=33, K=54, options="scheme=3x3x3:23 form=grouped", schemes=["3x3x3:23"],
+         form="generic", expect_products=1),
+    dict(M=65, N=47, K=81, options="scheme=winograd form=grouped", schemes=["winograd"],
+         transpose_b=True),
+    dict(M=36, N=28, K=45, options="scheme=2x3x4:20 form=grouped", schemes=["2x3x4:20"], batch=3),
+    dict(M=96, N=80, K=112, options="scheme=strassen form=grouped edge=pad", schemes=["strassen"],
+         lhs="bf16", acc="f32", expect_products=1),
+    dict(M=50, N=34, K=70, options="scheme=strassen levels=2 form=grouped",
+         schemes=["strassen", "strassen"], lhs="i8", acc="i32"),
+    dict(M=64, N=40, K=72, options="scheme=4x4x4:48 form=grouped", schemes=["4x4x4:48"],
+         transpose_a=True, expect_products=1),
+], ids=["strassen2", "generic-3x3x3", "winograd-tb", "batch", "bf16-pad", "int8", "rational-ta"])
+def test_grouped_form(case):
+    case = dict(case)
+    check(case.pop("M"), case.pop("N"), case.pop("K"), case.pop("options"), **case)
+
+
 SCHEMES = ["strassen", "winograd", "2x2x3:11", "2x3x3:15", "3x3x3:23", "2x3x4:20"]
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(M=st.integers(1, 40), N=st.integers(1, 40), K=st.integers(1, 40),
        scheme=st.sampled_from(SCHEMES), levels=st.integers(1, 2), edge=st.sampled_from(["peel", "pad"]),
-       ta=st.booleans(), tb=st.booleans(), batch=st.sampled_from([0, 2]))
-def test_property_random_shapes(M, N, K, scheme, levels, edge, ta, tb, batch):
-    """Any shape (1 and primes included), scheme, levels, edge and layout stays correct."""
+       ta=st.booleans(), tb=st.booleans(), batch=st.sampled_from([0, 2]),
+       form=st.sampled_from(["per-product", "grouped"]))
+def test_property_random_shapes(M, N, K, scheme, levels, edge, ta, tb, batch, form):
+    """Any shape (1 and primes included), scheme, levels, edge, form and layout stays correct."""
     text, shapes = contraction_mlir(M, N, K, batch=batch, transpose_a=ta, transpose_b=tb)
-    new, report = rewrite(text, f"scheme={scheme} levels={levels} edge={edge}")
-    s = get_scheme(scheme)
+    new, report = rewrite(text, f"scheme={scheme} levels={levels} edge={edge} form={form}")
+    s = get_scheme("*".join([scheme] * levels)) if form == "grouped" else get_scheme(scheme)
     if M < s.m or K < s.k or N < s.n:
         assert report[0]["plan"] == "classical"
         assert "smaller than the scheme" in report[0]["reason"]

@@ -84,7 +84,7 @@ percentile 0.75 and maximum 0.82 over those cases (classical alone: about
 random-rounding regime).  The constant is that percentile rounded up to
 1.0, a ~30% margin for other CPUs, seeds and shapes.  With it the
 prediction is at or above the measured error in all 880 cases (>= 99%
-asked), and at most 6.5x above a cell's median (median over cells 3.1x,
+asked), and at most 6.6x above a cell's median (median over cells 3.1x,
 smallest 1.4x): well inside the 30x target.  The largest overestimates are
 for 3-level plans, whose measured growth per level (Strassen about 1.3-1.8,
 Strassen-Winograd about 1.6-2.0 relative to classical) is below the model's

@@ -1,0 +1,394 @@
+"""falcon-accuracy: measured vs predicted error of classical GEMM and LCMA plans.
+
+Usage::
+
+    python -m falcon_mlir.tools.accuracy [--quick] [--sizes 64,128,256,512]
+        [--dtypes f32,f16,bf16,f64] [--plans NAME,...] [--seeds 5] [--jobs 2]
+        [--md docs/accuracy.md] [--png docs/accuracy.png] [--json FILE]
+
+For each element type, square size S and plan it builds ``C = A @ B`` as
+one ``linalg.matmul`` (S x S x S), rewrites it with ``lcma-rewrite`` (the
+plan's schemes, peeling at the edges), compiles it with IREE for the host
+CPU (:mod:`falcon_mlir.runner`), runs it on ``--seeds`` random normal inputs
+(zero accumulator) and records the max-norm relative error
+``max|C - C_ref| / max|C_ref|`` against a reference of the same rounded
+inputs: float64 numpy for f32/f16/bf16, extended precision (``np.longdouble``)
+for f64 (a float64 reference would be as wrong as what it checks).
+
+Element types (``--dtypes``): ``f32`` (f32 x f32 -> f32), ``f16`` (f16
+accumulated in f16), ``bf16`` (bf16 x bf16 -> f32), ``f64`` (compiled with
+``--iree-input-demote-f64-to-f32=false``).
+
+Plans (``--plans``): ``classical``, a scheme name (one level) or
+``NAME^L`` (L levels of the same scheme), or ``a*b`` (one scheme per level).
+
+Writes a markdown report (tables per element type: measured median error /
+:func:`falcon_mlir.numerics.predicted_error` per plan and size, E and E^L,
+the calibration statistics) and a log-log plot (one panel per element type),
+both headed by the command that made them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shlex
+import statistics
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from functools import lru_cache
+from typing import Dict, List, Optional
+
+import numpy as np
+
+DEFAULT_SIZES = (64, 128, 256, 512)
+DEFAULT_PLANS = ("classical", "strassen", "winograd", "3x3x3:23", "2x3x4:20", "4x4x4:49",
+                 "4x4x4:48", "strassen^2", "strassen^3", "winograd^2", "winograd^3")
+DEFAULT_DTYPES = ("f32", "f16", "bf16", "f64")
+QUICK = {"sizes": (64, 128), "plans": ("classical", "strassen", "strassen^2", "3x3x3:23"),
+         "seeds": 3}
+
+#: name -> (input element type, accumulator element type)
+DTYPES = {"f32": ("f32", "f32"), "f16": ("f16", "f16"), "bf16": ("bf16", "f32"),
+          "f64": ("f64", "f64")}
+DTYPE_LABEL = {"f32": "f32", "f16": "f16 (f16 accumulate)", "bf16": "bf16 inputs -> f32",
+               "f64": "f64"}
+
+
+# ----------------------------------------------------------------------------
+# Building, rewriting, running
+# ----------------------------------------------------------------------------
+
+def plan_schemes(plan: str) -> List[str]:
+    """``"classical"`` -> [], ``"strassen^2"`` -> ["strassen", "strassen"], ``"a*b"`` -> [a, b]."""
+    if plan == "classical":
+        return []
+    if "^" in plan:
+        name, _, levels = plan.partition("^")
+        return [name] * int(levels)
+    return plan.split("*")
+
+
+def matmul_mlir(M: int, N: int, K: int, lhs: str, acc: str) -> str:
+    """``@f(A: MxK lhs, B: KxN lhs, C: MxN acc) -> C + A @ B`` as one ``linalg.matmul``."""
+    ta, tb, tc = (f"tensor<{M}x{K}x{lhs}>", f"tensor<{K}x{N}x{lhs}>", f"tensor<{M}x{N}x{acc}>")
+    return (f"func.func @f(%a: {ta}, %b: {tb}, %c: {tc}) -> {tc} {{\n"
+            f"  %0 = linalg.matmul ins(%a, %b : {ta}, {tb}) outs(%c : {tc}) -> {tc}\n"
+            f"  return %0 : {tc}\n}}\n")
+
+
+def rewrite(text: str, schemes: List[str]) -> str:
+    """Run lcma-rewrite with the given per-level schemes; checks one contraction was rewritten."""
+    from iree.compiler import ir
+
+    from falcon_mlir.passes.lcma_rewrite import LcmaOptions, run_lcma_rewrite
+
+    opts = LcmaOptions.parse(f"scheme={','.join(schemes)} levels={len(schemes)}")
+    with ir.Context():
+        module = ir.Module.parse(text)
+        report = run_lcma_rewrite(module.operation, opts)
+        if len(report) != 1 or report[0]["plan"] == "classical":
+            raise RuntimeError(f"plan {schemes} not applied: {report}")
+        if not module.operation.verify():
+            raise RuntimeError("rewritten module does not verify")
+        return str(module)
+
+
+def np_type(name: str):
+    if name == "bf16":
+        import ml_dtypes
+
+        return ml_dtypes.bfloat16
+    return {"f32": np.float32, "f16": np.float16, "f64": np.float64}[name]
+
+
+@lru_cache(maxsize=None)
+def inputs(dtype: str, size: int, seed: int):
+    """Seeded normal operands rounded to the input type, zero C, and the reference."""
+    lhs, acc = DTYPES[dtype]
+    rng = np.random.default_rng([seed, size, sorted(DTYPES).index(dtype)])
+    a = rng.standard_normal((size, size)).astype(np_type(lhs))
+    b = rng.standard_normal((size, size)).astype(np_type(lhs))
+    c = np.zeros((size, size), dtype=np_type(acc))
+    wide = np.longdouble if acc == "f64" else np.float64
+    ref = a.astype(wide) @ b.astype(wide)
+    return a, b, c, ref
+
+
+def rel_err(x, ref) -> float:
+    """Max-norm relative error ``max|x - ref| / max|ref|`` (in the reference's precision)."""
+    x = np.asarray(x).astype(ref.dtype)
+    return float(np.abs(x - ref).max() / np.abs(ref).max())
+
+
+def measure(dtype: str, size: int, plan: str, seeds: int) -> dict:
+    """Compile one (dtype, size, plan) cell and return its errors over the seeds."""
+    from falcon_mlir.runner import CPU_FLAGS, Module, compile_mlir
+
+    lhs, acc = DTYPES[dtype]
+    t0 = time.perf_counter()
+    text = matmul_mlir(size, size, size, lhs, acc)
+    schemes = plan_schemes(plan)
+    if schemes:
+        text = rewrite(text, schemes)
+    flags = CPU_FLAGS + (("--iree-input-demote-f64-to-f32=false",) if acc == "f64" else ())
+    module = Module(compile_mlir(text, flags))
+    errs = []
+    for seed in range(seeds):
+        a, b, c, ref = inputs(dtype, size, seed)
+        got = module("f", a, b, c)
+        errs.append(rel_err(got, ref))
+    return {"dtype": dtype, "size": size, "plan": plan, "errors": errs,
+            "seconds": time.perf_counter() - t0}
+
+
+def _measure_star(args):
+    return measure(*args)
+
+
+# ----------------------------------------------------------------------------
+# Model columns
+# ----------------------------------------------------------------------------
+
+def model_numbers(plan: str, K: int, dtype: str) -> dict:
+    from falcon_mlir import numerics
+
+    schemes = plan_schemes(plan)
+    lhs, acc = DTYPES[dtype]
+    E = 1
+    for s in schemes:
+        E *= numerics.scheme_factors(s)["E"]
+    pred = numerics.predicted_error(schemes, K, acc, lhs)
+    return {"pred": pred, "unit": pred / numerics.CALIBRATION, "E_L": E,
+            "E": numerics.scheme_factors(schemes[0])["E"] if schemes else 1,
+            "G_L": numerics.growth_factor(schemes), "levels": len(schemes)}
+
+
+def _fmt_e(x) -> str:
+    x = float(x)
+    return str(int(x)) if x == int(x) else f"{x:.3g}"
+
+
+# ----------------------------------------------------------------------------
+# Report
+# ----------------------------------------------------------------------------
+
+def summarize(results: List[dict]) -> dict:
+    """Calibration statistics over all cases: coverage, ratios, suggested constant."""
+    from falcon_mlir import numerics
+
+    ratios_unit, cover, over_median = [], [], []
+    for r in results:
+        m = model_numbers(r["plan"], r["size"], r["dtype"])
+        for e in r["errors"]:
+            ratios_unit.append(e / m["unit"])
+            cover.append(e <= m["pred"])
+        over_median.append(m["pred"] / statistics.median(r["errors"]))
+    q = float(np.quantile(ratios_unit, 0.995)) if ratios_unit else float("nan")
+    return {"cases": len(cover), "covered": int(sum(cover)),
+            "fraction": (sum(cover) / len(cover)) if cover else float("nan"),
+            "p995_unit_ratio": q, "max_unit_ratio": max(ratios_unit, default=float("nan")),
+            "pred_over_median_max": max(over_median, default=float("nan")),
+            "pred_over_median_median": statistics.median(over_median) if over_median else float("nan"),
+            "pred_over_median_min": min(over_median, default=float("nan")),
+            "calibration": numerics.CALIBRATION}
+
+
+def write_markdown(path: str, results: List[dict], command: str, wall: float, args) -> None:
+    from falcon_mlir import numerics
+
+    cells: Dict[tuple, dict] = {(r["dtype"], r["size"], r["plan"]): r for r in results}
+    sizes = sorted({r["size"] for r in results})
+    plans = [p for p in args.plans if any(r["plan"] == p for r in results)]
+    dtypes = [d for d in args.dtypes if any(r["dtype"] == d for r in results)]
+    st = summarize(results)
+    L = []
+    L.append("# Accuracy of classical GEMM and LCMA plans (IREE llvm-cpu)\n")
+    L.append(f"Generated by `{command}` ({wall / 60:.1f} min wall, {args.jobs} job(s), "
+             f"{os.cpu_count()} CPUs). Do not edit by hand; re-run the command.\n")
+    L.append("Each cell: **measured median** max-norm relative error "
+             f"`max|C - C_ref| / max|C_ref|` over {args.seeds} seeds (normal inputs, "
+             "zero accumulator, square S x S x S) / **predicted** "
+             "`falcon_mlir.numerics.predicted_error(plan, K=S, acc)`. The reference is "
+             "float64 numpy of the same rounded inputs (long double for f64). "
+             "`E` is the scheme's stability factor (Ballard, Benson, Druinsky, Lipshitz, "
+             "Schwartz, SIMAX 2016), `E^L` its product over the levels (the growth of the "
+             "worst-case bound); `G^L` is the growth of the random-sign model "
+             "(`numerics.growth_factor`). Sizes not divisible by a scheme's blocks are "
+             "peeled (the edges run classically). `x classical` is the median over "
+             "sizes of (plan median / classical median).\n")
+    for d in dtypes:
+        lhs, acc = DTYPES[d]
+        L.append(f"\n## {DTYPE_LABEL[d]}  (u = 2^{int(round(math.log2(numerics.unit_roundoff(acc))))}"
+                 f" = {numerics.unit_roundoff(acc):.3g})\n")
+        head = "| plan | E | E^L | G^L | " + " | ".join(f"S={s}" for s in sizes) + " | x classical |"
+        L.append(head)
+        L.append("|" + "---|" * (5 + len(sizes)))
+        for p in plans:
+            m = model_numbers(p, sizes[0], d)
+            row = [p, _fmt_e(m["E"]) if m["levels"] else "-", _fmt_e(m["E_L"]) if m["levels"] else "-",
+                   f"{m['G_L']:.3g}" if m["levels"] else "-"]
+            rel = []
+            for s in sizes:
+                r = cells.get((d, s, p))
+                if r is None:
+                    row.append("")
+                    continue
+                med = statistics.median(r["errors"])
+                pred = model_numbers(p, s, d)["pred"]
+                flag = "" if max(r["errors"]) <= pred else " (!)"
+                row.append(f"{med:.2g} / {pred:.2g}{flag}")
+                c = cells.get((d, s, "classical"))
+                if c is not None:
+                    rel.append(med / statistics.median(c["errors"]))
+            row.append(f"{statistics.median(rel):.2f}" if rel else "")
+            L.append("| " + " | ".join(row) + " |")
+    L.append("\n`(!)` marks a cell where some seed's error exceeds the prediction.\n")
+    L.append("## Calibration of `numerics.predicted_error`\n")
+    L.append(f"- cases (cells x seeds): {st['cases']}; measured <= predicted in "
+             f"{st['covered']} ({100 * st['fraction']:.1f}%)")
+    L.append(f"- CALIBRATION = {st['calibration']}; the 99.5th percentile of "
+             f"measured / (u sqrt(K_L + sum Q) prod G) over all cases is "
+             f"{st['p995_unit_ratio']:.3g} (max {st['max_unit_ratio']:.3g})")
+    L.append(f"- predicted / measured median per cell: min {st['pred_over_median_min']:.2g}, "
+             f"median {st['pred_over_median_median']:.2g}, max {st['pred_over_median_max']:.2g}")
+    L.append("\n## Raw medians and maxima\n")
+    L.append("| dtype | plan | S | median | max | predicted | compile+run s |")
+    L.append("|---|---|---|---|---|---|---|")
+    for r in sorted(results, key=lambda r: (dtypes.index(r["dtype"]), plans.index(r["plan"]), r["size"])):
+        pred = model_numbers(r["plan"], r["size"], r["dtype"])["pred"]
+        L.append(f"| {r['dtype']} | {r['plan']} | {r['size']} | {statistics.median(r['errors']):.3g} | "
+                 f"{max(r['errors']):.3g} | {pred:.3g} | {r['seconds']:.1f} |")
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        f.write("\n".join(L) + "\n")
+
+
+def write_plot(path: str, results: List[dict], command: str, args) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from falcon_mlir import numerics
+
+    dtypes = [d for d in args.dtypes if any(r["dtype"] == d for r in results)]
+    plans = [p for p in args.plans if any(r["plan"] == p for r in results)]
+    cols = min(2, len(dtypes))
+    rows = math.ceil(len(dtypes) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(6.5 * cols, 4.6 * rows), squeeze=False)
+    cmap = plt.get_cmap("tab20")
+    for ax, d in zip(axes.flat, dtypes):
+        for i, p in enumerate(plans):
+            pts = sorted((r["size"], statistics.median(r["errors"]), max(r["errors"]))
+                         for r in results if r["dtype"] == d and r["plan"] == p)
+            if not pts:
+                continue
+            xs, med, mx = zip(*pts)
+            style = dict(color="black", lw=2.2) if p == "classical" else dict(color=cmap(i % 20), lw=1.3)
+            ax.plot(xs, med, marker="o", ms=3.5, label=p, **style)
+        xs = sorted({r["size"] for r in results if r["dtype"] == d})
+        acc = DTYPES[d][1]
+        ax.plot(xs, [numerics.classical_error(x, acc) for x in xs], "k--", lw=1,
+                label="predicted classical")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xticks(xs)
+        ax.set_xticklabels([str(x) for x in xs])
+        ax.set_title(DTYPE_LABEL[d])
+        ax.set_xlabel("S (M = N = K)")
+        ax.set_ylabel("median max-norm relative error")
+        ax.grid(True, which="both", alpha=0.3)
+    for ax in list(axes.flat)[len(dtypes):]:
+        ax.axis("off")
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=min(6, len(labels)), fontsize=8)
+    fig.suptitle(f"falcon-mlir accuracy (IREE llvm-cpu): {command}", fontsize=8)
+    fig.tight_layout(rect=(0, 0.08 if rows > 1 else 0.14, 1, 0.97))
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+# ----------------------------------------------------------------------------
+# Command line
+# ----------------------------------------------------------------------------
+
+def _csv(text: str) -> list:
+    return [x for x in text.split(",") if x]
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="falcon-accuracy",
+                                 description="measured vs predicted error of LCMA plans")
+    ap.add_argument("--quick", action="store_true",
+                    help="CI subset: sizes 64,128; classical, strassen, strassen^2, 3x3x3:23; 3 seeds")
+    ap.add_argument("--sizes", type=lambda s: [int(x) for x in _csv(s)], default=None)
+    ap.add_argument("--dtypes", type=_csv, default=None, help="f32,f16,bf16,f64")
+    ap.add_argument("--plans", type=_csv, default=None)
+    ap.add_argument("--seeds", type=int, default=None, help="inputs per cell (default 5)")
+    ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
+                    help="parallel compile processes (default min(2, CPUs))")
+    ap.add_argument("--md", default="docs/accuracy.md")
+    ap.add_argument("--png", default="docs/accuracy.png")
+    ap.add_argument("--json", default=None, help="also write the raw errors here")
+    ap.add_argument("--from-json", default=None,
+                    help="re-render the report from a --json file of an earlier run (no compiling)")
+    return ap
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = _parser().parse_args(argv)
+    argv_list = sys.argv[1:] if argv is None else list(argv)
+    command = "python -m falcon_mlir.tools.accuracy" + ("" if not argv_list else " " + shlex.join(argv_list))
+    args.sizes = args.sizes or list(QUICK["sizes"] if args.quick else DEFAULT_SIZES)
+    args.plans = args.plans or list(QUICK["plans"] if args.quick else DEFAULT_PLANS)
+    args.dtypes = args.dtypes or list(DEFAULT_DTYPES)
+    args.seeds = args.seeds or (QUICK["seeds"] if args.quick else 5)
+    for d in args.dtypes:
+        if d not in DTYPES:
+            print(f"falcon-accuracy: error: unknown dtype {d!r} (expected {', '.join(DTYPES)})",
+                  file=sys.stderr)
+            return 2
+    # Largest cells first, so the pool's tail is short.
+    tasks = [(d, s, p, args.seeds) for d in args.dtypes for s in args.sizes for p in args.plans]
+    tasks.sort(key=lambda t: (-t[1], args.dtypes.index(t[0]), -len(plan_schemes(t[2]))))
+    t0 = time.perf_counter()
+    results = []
+    if args.from_json:
+        with open(args.from_json) as f:
+            data = json.load(f)
+        results, command, wall = data["results"], data["command"], data["wall_s"]
+        keep = lambda r: r["dtype"] in args.dtypes and r["size"] in args.sizes and r["plan"] in args.plans
+        results = [r for r in results if keep(r)]
+        args.seeds = len(results[0]["errors"]) if results else args.seeds
+    elif args.jobs > 1:
+        with ProcessPoolExecutor(args.jobs) as pool:
+            for r in pool.map(_measure_star, tasks):
+                results.append(r)
+                print(f"{r['dtype']:5} {r['size']:5} {r['plan']:12} median {statistics.median(r['errors']):.3g} "
+                      f"({r['seconds']:.1f} s)", flush=True)
+    else:
+        for t in tasks:
+            r = measure(*t)
+            results.append(r)
+            print(f"{r['dtype']:5} {r['size']:5} {r['plan']:12} median {statistics.median(r['errors']):.3g} "
+                  f"({r['seconds']:.1f} s)", flush=True)
+    if not args.from_json:
+        wall = time.perf_counter() - t0
+    if args.json and not args.from_json:
+        with open(args.json, "w") as f:
+            json.dump({"command": command, "wall_s": wall, "results": results}, f, indent=1)
+    write_markdown(args.md, results, command, wall, args)
+    write_plot(args.png, results, command, args)
+    st = summarize(results)
+    print(f"wrote {args.md} and {args.png} in {wall:.0f} s; measured <= predicted in "
+          f"{st['covered']}/{st['cases']} cases; 99.5th pct unit ratio {st['p995_unit_ratio']:.3g}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -625,8 +625,12 @@ class _Emitter:
         return result
 
 
-def _schemes_fit(c: Contraction, schemes: tuple) -> Optional[str]:
-    """Why ``schemes`` cannot serve ``c`` (``None`` if they can)."""
+def _schemes_fit(c: Contraction, schemes: tuple, form: str = "per-product") -> Optional[str]:
+    """Why ``schemes`` cannot serve ``c`` in ``form`` (``None`` if they can).
+
+    The first level's blocks must fit in (M, K, N); in the grouped form all
+    levels are applied at once, so the composed scheme's blocks must fit.
+    """
     from falcon_mlir.catalog import UnknownSchemeError, get_scheme
 
     total = 1
@@ -642,7 +646,7 @@ def _schemes_fit(c: Contraction, schemes: tuple) -> Optional[str]:
         if c.is_integer and not s.is_integral:
             return (f"scheme {name} has non-integer coefficients and {c.acc_type} is an integer "
                     "type; kept classical")
-    s = get_scheme(schemes[0])
+    s = get_scheme("*".join(schemes) if form == "grouped" else schemes[0])
     if c.M < s.m or c.K < s.k or c.N < s.n:
         return (f"M x K x N = {c.M} x {c.K} x {c.N} is smaller than the scheme's "
                 f"{s.m}x{s.k}x{s.n} blocks; kept classical")
@@ -681,7 +685,8 @@ def plan_for(c: Contraction, options: LcmaOptions) -> tuple:
             plan = Plan.from_attribute(c.op.attributes[PLAN_ATTR])
         except PlanError as e:
             return None, str(e)
-        why = _schemes_fit(c, plan.schemes) or _numerics_check(c, plan.schemes, options.max_error)
+        why = _schemes_fit(c, plan.schemes, plan.form) or \
+            _numerics_check(c, plan.schemes, options.max_error)
         return (None, why) if why else (plan, f"plan attached by {PLAN_ATTR}")
     forced = options.forced_schemes()
     if forced is None:
@@ -704,7 +709,7 @@ def plan_for(c: Contraction, options: LcmaOptions) -> tuple:
             return None, _numerics_check(c, first[:1], budget)
     else:
         schemes, why = forced, f"scheme forced by option ({', '.join(forced)})"
-    unfit = _schemes_fit(c, schemes) or _numerics_check(
+    unfit = _schemes_fit(c, schemes, options.form) or _numerics_check(
         c, schemes, options.max_error if forced is not None else None)
     if unfit:
         return None, unfit

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from cases import EPS, contraction_mlir, random_inputs, reference, rel_err, rewrite
 from falcon_mlir.catalog import get_scheme
@@ -159,6 +159,10 @@ SCHEMES = ["strassen", "winograd", "2x2x3:11", "2x3x3:15", "3x3x3:23", "2x3x4:20
        scheme=st.sampled_from(SCHEMES), levels=st.integers(1, 2), edge=st.sampled_from(["peel", "pad"]),
        ta=st.booleans(), tb=st.booleans(), batch=st.sampled_from([0, 2]),
        form=st.sampled_from(["per-product", "grouped"]))
+# Found by this test: grouped strassen^2 (4x4x4 blocks) on 2x2x2 was reported
+# as rewritten although the composed blocks did not fit.
+@example(M=2, N=2, K=2, scheme="strassen", levels=2, edge="peel", ta=False, tb=False, batch=0,
+         form="grouped")
 def test_property_random_shapes(M, N, K, scheme, levels, edge, ta, tb, batch, form):
     """Any shape (1 and primes included), scheme, levels, edge, form and layout stays correct."""
     text, shapes = contraction_mlir(M, N, K, batch=batch, transpose_a=ta, transpose_b=tb)

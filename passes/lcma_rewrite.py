@@ -360,13 +360,20 @@ class _Emitter:
             return linalg.matmul(a, b, outs=[init], indexing_maps=self.maps)
         if self.kind == "batch_matmul":
             return linalg.batch_matmul(a, b, outs=[init], indexing_maps=self.maps)
+        return self._generic_contraction(a, b, init, self.maps, batch_prefix=0)
+
+    def _generic_contraction(self, a, b, init, maps, batch_prefix: int) -> ir.Value:
+        """``init + a * b`` as a ``linalg.generic`` contraction, computed in the accumulator type.
+
+        ``maps`` index ``batch_prefix`` extra leading parallel loops followed by
+        the original op's loops (its K loop is the reduction).
+        """
         c = self.c
-        iters = []
-        for d in range(self.n_loops):
-            kind = "reduction" if d == c.k_dim else "parallel"
-            iters.append(ir.Attribute.parse(f"#linalg.iterator_type<{kind}>"))
+        kinds = ["parallel"] * batch_prefix + ["reduction" if d == c.k_dim else "parallel"
+                                               for d in range(self.n_loops)]
+        iters = [ir.Attribute.parse(f"#linalg.iterator_type<{k}>") for k in kinds]
         op = linalg.GenericOp([init.type], [a, b], [init],
-                              ir.ArrayAttr.get([ir.AffineMapAttr.get(m) for m in self.maps]),
+                              ir.ArrayAttr.get([ir.AffineMapAttr.get(m) for m in maps]),
                               ir.ArrayAttr.get(iters))
         block = op.regions[0].blocks.append(_tt(a).element_type, _tt(b).element_type,
                                             _tt(init).element_type)
@@ -565,21 +572,7 @@ class _Emitter:
         self.products += 1
         if self.kind == "matmul":
             return linalg.batch_matmul(ga, gb, outs=[init], indexing_maps=maps)
-        iters = [ir.Attribute.parse("#linalg.iterator_type<parallel>")]
-        for d in range(self.n_loops):
-            kind = "reduction" if d == c.k_dim else "parallel"
-            iters.append(ir.Attribute.parse(f"#linalg.iterator_type<{kind}>"))
-        op = linalg.GenericOp([init.type], [ga, gb], [init],
-                              ir.ArrayAttr.get([ir.AffineMapAttr.get(m) for m in maps]),
-                              ir.ArrayAttr.get(iters))
-        block = op.regions[0].blocks.append(_tt(ga).element_type, _tt(gb).element_type, self.acc)
-        acc = self.acc
-        with ir.InsertionPoint(block):
-            x, y, o = block.arguments
-            fl = _is_float(acc)
-            prod = (arith.mulf if fl else arith.muli)(_cast(x, acc), _cast(y, acc))
-            linalg.YieldOp([(arith.addf if fl else arith.addi)(o, prod)])
-        return op.result
+        return self._generic_contraction(ga, gb, init, maps, batch_prefix=1)
 
     def level_grouped(self, a, b, init, s, inner) -> ir.Value:
         """One grouped level of (composed) scheme ``s`` on divisible operands."""

@@ -185,6 +185,9 @@ def analyze(op: ir.Operation) -> Optional[Contraction]:
     c.batch = [sizes[d] for d in c.batch_dims]
     if c.unsupported:
         return c
+    if 0 in c.batch:
+        c.unsupported = "empty contraction (a batch dimension of size 0)"
+        return c
     # Transposes relative to the default (batch..., M, K) x (batch..., K, N).
     if c.lhs_dims.index(c.m_dim) > c.lhs_dims.index(c.k_dim):
         c.transposed.append("lhs")

@@ -983,3 +983,20 @@ def test_plan_attribute_with_unknown_scheme(capfd, src):
     p, _ = src(MM.replace("linalg.matmul ins", 'linalg.matmul {falcon.plan = {schemes = ["nosuch"]}} ins'))
     rc, out, err = opt(capfd, p, "--lcma-rewrite")
     assert rc == 0 and "internal error" not in err, err
+
+
+ZERO_BATCH = """func.func @bmm(%a: tensor<0x8x6xf32>, %b: tensor<0x6x4xf32>, %c: tensor<0x8x4xf32>) -> tensor<0x8x4xf32> {
+  %0 = linalg.batch_matmul ins(%a, %b : tensor<0x8x6xf32>, tensor<0x6x4xf32>) outs(%c : tensor<0x8x4xf32>) -> tensor<0x8x4xf32>
+  return %0 : tensor<0x8x4xf32>
+}
+"""
+
+
+@pytest.mark.parametrize("opts", ["scheme=3x3x3:23 levels=2 edge=pad", "scheme=strassen form=grouped"])
+def test_zero_batch_stays_classical(capfd, src, tmp_path, opts):
+    """Found by tools/fuzz_opt.py (seed 7777, case 2099): a batch dimension of
+    size 0 was rewritten into out-of-bounds slices (invalid IR)."""
+    p, _ = src(ZERO_BATCH)
+    rep, out, err = report_of(capfd, tmp_path, p, f"--lcma-rewrite={opts}")
+    assert rep[0]["plan"] == "classical" and "batch dimension of size 0" in rep[0]["reason"]
+    assert out.count("linalg.batch_matmul") == 1

@@ -24,6 +24,8 @@ _BODY_OK = {
     "arith.extf", "arith.truncf", "arith.extsi", "arith.extui", "arith.trunci",
     "arith.sitofp", "arith.uitofp", "linalg.yield",
 }
+#: Float types the rewrite and its error model know.
+_FLOAT_OK = {"f16", "bf16", "f32", "f64"}
 _NAMED = {"linalg.matmul": "matmul", "linalg.batch_matmul": "batch_matmul"}
 
 
@@ -124,8 +126,18 @@ def _check_body(op: ir.Operation) -> Optional[str]:
     # The multiply must happen in the accumulator type (casts only on the
     # operands): a product formed in a narrow type and extended afterwards
     # wraps per product, which a rewrite in the accumulator type would change.
-    acc = blocks[0].arguments[len(list(blocks[0].arguments)) - 1].type
+    args = list(blocks[0].arguments)
+    acc = args[-1].type
+    inputs = args[:-1]
     for o in blocks[0].operations:
+        # A cast may only lift an operand (a block argument) into the
+        # accumulator type; a rounding chain such as truncf then extf would be
+        # lost by the rewrite, which casts operands straight to the acc type.
+        if o.name.startswith("arith.") and o.name not in ("arith.mulf", "arith.muli",
+                                                          "arith.addf", "arith.addi"):
+            if o.operands[0] not in inputs or o.results[0].type != acc:
+                return (f"'{o.name}' in the contraction body is not a cast of an operand to the "
+                        f"accumulator type {acc}")
         if o.name in ("arith.mulf", "arith.muli", "arith.addf", "arith.addi") and \
                 o.results[0].type != acc:
             return (f"'{o.name}' in the contraction body computes in {o.results[0].type}, "
@@ -201,6 +213,9 @@ def analyze(op: ir.Operation) -> Optional[Contraction]:
         if int_types and any(ir.IntegerType(t).width == 1
                              for t in (c.lhs_type, c.rhs_type, c.acc_type)):
             c.unsupported = "i1 (boolean) contractions are not supported"
+        elif float_types and not all(str(t) in _FLOAT_OK for t in (c.lhs_type, c.rhs_type, c.acc_type)):
+            c.unsupported = (f"element types {c.lhs_type}, {c.rhs_type} -> {c.acc_type}: only "
+                             f"{', '.join(sorted(_FLOAT_OK))} floats are supported")
         elif not (float_types or int_types):
             c.unsupported = (f"mixed integer/float element types ({c.lhs_type}, {c.rhs_type} -> "
                              f"{c.acc_type}) are not supported")

@@ -55,6 +55,11 @@ MAX_LEVELS = 4
 #: two levels of a rank-49 scheme (2401) fit; 153^2 does not. Larger plans
 #: would take minutes and gigabytes to emit and compile for no gain.
 MAX_PRODUCTS = 2401
+#: Most blocks one grouped combine op may read. IREE's CPU runtime allows 64
+#: constants (binding offsets) per dispatch and fuses chained elementwise ops,
+#: so composed schemes with more terms per combine (e.g. strassen^3: 64
+#: products per C block) use the per-product form instead.
+MAX_GROUPED_TERMS = 16
 
 
 class OptionError(ValueError):
@@ -514,14 +519,14 @@ class _Emitter:
 
     # -- the grouped form ---------------------------------------------------------
     def _table(self, values) -> ir.Value:
-        """A constant 1-D coefficient table (f32 for float accumulators, else the acc type)."""
+        """A constant 1-D coefficient table (f32, f64 for f64 accumulators, i64 for integers)."""
         import numpy as np
 
         if _is_float(self.acc):
             et, dt = (ir.F64Type.get(), np.float64) if _width(self.acc) == 64 else \
                 (ir.F32Type.get(), np.float32)
-        else:
-            et, dt = self.acc, {8: np.int8, 16: np.int16, 32: np.int32, 64: np.int64}[_width(self.acc)]
+        else:  # coefficients are small integers; the body casts them to the acc type
+            et, dt = ir.IntegerType.get_signless(64), np.int64
         arr = np.array([float(v) if _is_float(self.acc) else int(v) for v in values], dtype=dt)
         ttype = ir.RankedTensorType.get([len(values)], et)
         return arith.ConstantOp(ttype, ir.DenseElementsAttr.get(arr, type=ttype)).result
@@ -698,15 +703,30 @@ def plan_for(c: Contraction, options: LcmaOptions) -> tuple:
                 schemes, why = alt, why + f"; {decision.FALLBACK_SCHEME} to meet the error budget"
                 break
             schemes = schemes[:-1]
+            why = why + f"; {len(schemes)} level(s) to meet the error budget"
         if not schemes:
             return None, _numerics_check(c, first[:1], budget)
     else:
         schemes, why = forced, f"scheme forced by option ({', '.join(forced)})"
-    unfit = _schemes_fit(c, schemes, options.form) or _numerics_check(
+    form = options.form
+    if form == "grouped" and _grouped_terms(schemes) > MAX_GROUPED_TERMS:
+        form = "per-product"
+        why += (f"; per-product form: the grouped combines of {'*'.join(schemes)} would read "
+                f"{_grouped_terms(schemes)} blocks (at most {MAX_GROUPED_TERMS})")
+    unfit = _schemes_fit(c, schemes, form) or _numerics_check(
         c, schemes, options.max_error if forced is not None else None)
     if unfit:
         return None, unfit
-    return Plan(tuple(schemes), edge=options.edge_strategy(), form=options.form), why
+    return Plan(tuple(schemes), edge=options.edge_strategy(), form=form), why
+
+
+def _grouped_terms(schemes: tuple) -> int:
+    """Most blocks a grouped combine (A, B or one C block) of the composed scheme reads."""
+    from falcon_mlir.catalog import get_scheme
+
+    s = get_scheme("*".join(schemes))
+    used = lambda X: int((X != 0).any(axis=0).sum())
+    return max(used(s.U), used(s.V), int((s.W != 0).sum(axis=0).max()))
 
 
 def _predicted(c: Contraction, plan: Optional[Plan]) -> Optional[dict]:
@@ -719,6 +739,28 @@ def _predicted(c: Contraction, plan: Optional[Plan]) -> Optional[dict]:
     if plan is not None:
         out["plan"] = numerics.predicted_error(list(plan.schemes), c.K, str(c.acc_type))
     return out
+
+
+def _strip_stray_plans(root, report: list, options: LcmaOptions) -> None:
+    """Remove ``falcon.plan`` from ops that are not contractions, with a remark entry."""
+    from falcon_mlir.passes.contraction import analyze
+
+    stray = []
+
+    def visit(op):
+        op = op.operation if hasattr(op, "operation") else op
+        if PLAN_ATTR in op.attributes and analyze(op) is None:
+            stray.append(op)
+        return ir.WalkResult.ADVANCE
+
+    root.walk(visit, ir.WalkOrder.PRE_ORDER)
+    for op in stray:
+        del op.attributes[PLAN_ATTR]
+        report.append({"location": format_location(op.location, options.filename), "op": op.name,
+                       "kind": "not a contraction", "M": None, "N": None, "K": None,
+                       "batch": [], "element_types": None, "plan": "classical",
+                       "reason": f"{PLAN_ATTR} on an op that is not a contraction; removed",
+                       "remark": True})
 
 
 def run_lcma_rewrite(module_op, options: LcmaOptions) -> list:
@@ -742,7 +784,9 @@ def run_lcma_rewrite(module_op, options: LcmaOptions) -> list:
     """
     root = module_op.operation if hasattr(module_op, "operation") else module_op
     report = []
-    for c in find_contractions(root):
+    contractions = find_contractions(root)
+    _strip_stray_plans(root, report, options)
+    for c in contractions:
         plan, reason = plan_for(c, options)
         entry = {
             "location": format_location(c.op.location, options.filename),
@@ -758,7 +802,8 @@ def run_lcma_rewrite(module_op, options: LcmaOptions) -> list:
         # A remark is due when the user asked for something we did not do, or
         # when the op is a contraction we cannot serve at all.
         entry["remark"] = plan is None and (c.unsupported is not None
-                                            or options.forced_schemes() is not None)
+                                            or options.forced_schemes() is not None
+                                            or PLAN_ATTR in c.op.attributes)
         if PLAN_ATTR in c.op.attributes:
             del c.op.attributes[PLAN_ATTR]
         if plan is not None:

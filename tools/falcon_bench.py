@@ -208,6 +208,8 @@ def parse_workloads(path: str, model: Optional[str]) -> list[tuple[str, int, int
             n = max(len(ks), len(ns))
             if not all(re.fullmatch(r"[0-9]+", x) for x in ks + ns):
                 continue
+            if len(ks) > 1 and len(ns) > 1 and len(ks) != len(ns):
+                raise UsageError(f"--workloads: row '{s}' lists {len(ks)} K and {len(ns)} N values")
             if model and model.lower() not in current_model.lower():
                 continue
             short = current_model.split("(")[0].strip()
@@ -220,6 +222,9 @@ def parse_workloads(path: str, model: Optional[str]) -> list[tuple[str, int, int
             m = re.fullmatch(r"([0-9]+)\s+([0-9]+)(?:\s+(.*))?", s)
             if m:
                 found.append((m.group(3) or f"{m.group(1)}x{m.group(2)}", int(m.group(1)), int(m.group(2))))
+    for label, K, N in found:
+        if K < 1 or N < 1:
+            raise UsageError(f"--workloads: {label}: K and N must be >= 1 (got K={K}, N={N})")
     merged: dict[tuple[int, int], str] = {}
     for label, K, N in found:
         if (K, N) in merged:

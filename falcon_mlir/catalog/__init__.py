@@ -148,8 +148,24 @@ class Catalog:
                     return s.permuted(m, k, n, name=key)
         raise UnknownSchemeError(name)
 
+    #: Largest rank a composed name may have (two levels of a rank-49 scheme);
+    #: checked from the parts' ranks before any Kronecker product is built.
+    MAX_COMPOSED_RANK = 2401
+
     def _compose(self, name: str, key: str) -> Scheme:
         result: Optional[Scheme] = None
+        rank = 1
+        for part in key.split("*"):
+            base, _, power = part.strip().partition("^")
+            try:
+                p = int(power) if power else 1
+            except ValueError:
+                raise UnknownSchemeError(name, f"bad power {power!r}") from None
+            if p < 1 or p > 4:
+                raise UnknownSchemeError(name, "powers must be 1..4")
+            rank *= self.get(base.strip()).R ** p
+            if rank > self.MAX_COMPOSED_RANK:
+                raise UnknownSchemeError(name, f"composed rank over {self.MAX_COMPOSED_RANK}")
         for part in key.split("*"):
             part = part.strip()
             base, _, power = part.partition("^")

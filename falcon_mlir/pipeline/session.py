@@ -615,9 +615,12 @@ class CompilerSession:
                 return CompileResult(output, out_kind, [], None, sink.non_fatal())
 
             i_rw = _phase_index(phase, "rewrite")
-            if i_rw <= PHASES.index("start") or i_rw >= PHASES.index("end"):
+            if i_rw <= PHASES.index("start") or i_rw > PHASES.index("global-optimization"):
+                # Later phases hold contractions inside dispatch regions and
+                # executables, where a rewrite cannot be bufferized.
                 raise CompileError(
-                    f"the rewrite phase must lie between 'input' and 'vm', not '{phase}'",
+                    f"the rewrite phase must lie between 'input' and 'global-optimization', "
+                    f"not '{phase}'",
                     stage="flags",
                 )
             i_rw = min(max(i_rw, i_from), i_to)

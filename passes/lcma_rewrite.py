@@ -143,15 +143,9 @@ class LcmaOptions:
                         raise OptionError(f"lcma-rewrite option levels={val} is out of range "
                                           f"(expected auto or 1..{MAX_LEVELS})")
             elif key == "edge":
-                if val not in ("auto", "peel", "pad"):
-                    raise OptionError(f"lcma-rewrite option edge='{val}' is invalid "
-                                      "(expected auto, peel or pad)")
-                opts.edge = val
+                opts.edge = _choice(key, val, ("auto", "peel", "pad"))
             elif key == "form":
-                if val not in ("per-product", "grouped"):
-                    raise OptionError(f"lcma-rewrite option form='{val}' is invalid "
-                                      "(expected per-product or grouped)")
-                opts.form = val
+                opts.form = _choice(key, val, ("per-product", "grouped"))
             elif key == "max-error":
                 if val == "auto":
                     opts.max_error = None
@@ -206,6 +200,14 @@ class LcmaOptions:
     def edge_strategy(self) -> str:
         """``"peel"`` or ``"pad"`` (``auto`` peels)."""
         return "peel" if self.edge == "auto" else self.edge
+
+
+def _choice(key: str, val: str, allowed: tuple) -> str:
+    """``val`` if it is one of ``allowed``, else an OptionError naming them."""
+    if val not in allowed:
+        expected = ", ".join(allowed[:-1]) + " or " + allowed[-1]
+        raise OptionError(f"lcma-rewrite option {key}='{val}' is invalid (expected {expected})")
+    return val
 
 
 # ----------------------------------------------------------------------------

@@ -1,8 +1,9 @@
 """lcma-rewrite: rewrite contractions with lower-complexity schemes <m,k,n;R>.
 
 For each contraction the pass finds (see :mod:`passes.contraction`) it takes
-a plan (the ``falcon.plan`` attribute if the decision attached one, else the
-pass options, else the interim ``auto`` rule of :mod:`falcon_mlir.decision`)
+a plan (the ``falcon.plan`` attribute if one is attached, else a scheme
+forced by the pass options, else the cost-model decision of
+:mod:`falcon_mlir.decision` on the target profile)
 and replaces the op by:
 
 * combine A: for each product r, ``A_r = sum_ij U[r,i,j] A_ij`` over blocks of
@@ -28,9 +29,13 @@ Options (mlir-opt style, ``--lcma-rewrite="scheme=NAME levels=L edge=E"``):
   ``3x3x3:23``), or a comma list with one name per level,
 * ``levels``: ``auto`` (default) or an integer L >= 1,
 * ``edge``: ``auto`` (default: peel), ``peel`` or ``pad``,
-* ``form``: ``per-product`` (default) or ``grouped``,
+* ``form``: ``auto`` (default: the decision picks; per-product for a forced
+  scheme), ``per-product`` or ``grouped``,
 * ``barriers``: ``false`` (default) or ``true`` (see :class:`LcmaOptions`),
-* ``max-error``: ``auto`` (default: per element type) or a relative error budget.
+* ``max-error``: ``auto`` (default: per element type) or a relative error budget,
+* ``target``: the hardware profile of the cost model: a preset name
+  (``host``, ``h200``, ...; see :mod:`falcon_mlir.decision.profile`) or a path
+  to a profile JSON file (``falcon-calibrate``); default ``host``.
 
 Integer contractions are rewritten only with integer-coefficient schemes and
 only where :func:`falcon_mlir.numerics.integer_bound_ok` proves that no
@@ -74,7 +79,11 @@ class LcmaOptions:
         scheme: ``"auto"`` or a tuple of catalog names, one per level.
         levels: ``None`` (auto) or L >= 1.
         edge: ``"auto"``, ``"peel"`` or ``"pad"``.
-        form: ``"per-product"`` or ``"grouped"`` (see :mod:`falcon_mlir.dialects.plan`).
+        form: ``"auto"`` (the decision picks; per-product for a forced
+            scheme), ``"per-product"`` or ``"grouped"`` (see
+            :mod:`falcon_mlir.dialects.plan`).
+        target: hardware profile for the cost model: ``None`` (the host
+            preset, or ``$FALCON_PROFILE``), a preset name or a profile path.
         barriers: put products' bare block operands, and the products'
             results, behind ``util.optimization_barrier`` (IREE's util
             dialect). Data tiling on llvm-cpu needs both: without the first
@@ -95,12 +104,13 @@ class LcmaOptions:
     scheme: object = "auto"
     levels: Optional[int] = None
     edge: str = "auto"
-    form: str = "per-product"
+    form: str = "auto"
     barriers: bool = False
     max_error: Optional[float] = None
+    target: Optional[str] = None
     filename: Optional[str] = None
 
-    KEYS = ("scheme", "levels", "edge", "form", "barriers", "max-error")
+    KEYS = ("scheme", "levels", "edge", "form", "barriers", "max-error", "target")
 
     @classmethod
     def parse(cls, text: Optional[str]) -> "LcmaOptions":
@@ -145,7 +155,15 @@ class LcmaOptions:
             elif key == "edge":
                 opts.edge = _choice(key, val, ("auto", "peel", "pad"))
             elif key == "form":
-                opts.form = _choice(key, val, ("per-product", "grouped"))
+                opts.form = _choice(key, val, ("auto", "per-product", "grouped"))
+            elif key == "target":
+                from falcon_mlir.decision.profile import ProfileError, load_profile
+
+                try:
+                    load_profile(val or None)
+                except ProfileError as e:
+                    raise OptionError(f"lcma-rewrite option target: {e}") from None
+                opts.target = val
             elif key == "max-error":
                 if val == "auto":
                     opts.max_error = None
@@ -673,10 +691,42 @@ def _numerics_check(c: Contraction, schemes: tuple, budget: Optional[float]) -> 
     return None
 
 
-def plan_for(c: Contraction, options: LcmaOptions) -> tuple:
-    """The plan for one contraction: ``(Plan or None, reason)``."""
+def problem_of(c: Contraction) -> "decision.Problem":
+    """The cost model's view of contraction ``c`` (sizes, element types, constant B)."""
+    import math
+
+    rhs = c.op.operands[1]
+    owner = rhs.owner
+    const_rhs = not isinstance(owner, ir.Block) and getattr(owner, "name", "") in (
+        "arith.constant", "util.global.load", "flow.tensor.constant")
+    return decision.Problem(M=c.M, N=c.N, K=c.K, batch=math.prod(c.batch) if c.batch else 1,
+                            lhs=str(c.lhs_type), rhs=str(c.rhs_type), acc=str(c.acc_type),
+                            const_rhs=const_rhs)
+
+
+def decision_for(c: Contraction, options: LcmaOptions, forced: Optional[tuple] = None,
+                 form: Optional[str] = None, edge: Optional[str] = None) -> "decision.Decision":
+    """The cost-model decision for ``c`` under ``options`` (see :func:`falcon_mlir.decision.decide`).
+
+    ``forced``/``form``/``edge`` evaluate a given plan instead of choosing one.
+    """
     from falcon_mlir import numerics
 
+    profile = decision.load_profile(options.target)
+    pb = problem_of(c)
+    if forced is not None:
+        return decision.decide(pb, profile, forced=forced, forms=(form or "per-product",),
+                               edges=(edge or "peel",))
+    budget = options.max_error if options.max_error is not None else \
+        numerics.default_max_error(str(c.acc_type))
+    forms = decision.FORMS if options.form == "auto" else (options.form,)
+    edges = decision.EDGES if options.edge == "auto" else (options.edge,)
+    return decision.decide(pb, profile, levels=options.levels, forms=forms, edges=edges,
+                           budget=budget)
+
+
+def plan_for(c: Contraction, options: LcmaOptions) -> tuple:
+    """The plan for one contraction: ``(Plan or None, reason)``."""
     if c.unsupported:
         return None, c.unsupported
     if PLAN_ATTR in c.op.attributes:
@@ -688,28 +738,18 @@ def plan_for(c: Contraction, options: LcmaOptions) -> tuple:
             _numerics_check(c, plan.schemes, options.max_error)
         return (None, why) if why else (plan, f"plan attached by {PLAN_ATTR}")
     forced = options.forced_schemes()
+    form = "per-product" if options.form == "auto" else options.form
+    edge = options.edge_strategy()
     if forced is None:
-        schemes, why = decision.interim_rule(c.M, c.N, c.K, c.is_float, _width(c.acc_type),
-                                             options.levels)
-        if schemes is None:
-            return None, why
-        budget = options.max_error if options.max_error is not None else \
-            numerics.default_max_error(str(c.acc_type))
-        # Over the budget: Strassen's own form (E = 12 against Winograd's 18),
-        # then fewer levels.
-        first = schemes
-        while schemes and _numerics_check(c, schemes, budget):
-            alt = (decision.FALLBACK_SCHEME,) * len(schemes)
-            if not _numerics_check(c, alt, budget):
-                schemes, why = alt, why + f"; {decision.FALLBACK_SCHEME} to meet the error budget"
-                break
-            schemes = schemes[:-1]
-            why = why + f"; {len(schemes)} level(s) to meet the error budget"
-        if not schemes:
-            return None, _numerics_check(c, first[:1], budget)
+        if min(c.M, c.N, c.K) < 1:
+            return None, "auto: an empty contraction stays classical"
+        d = decision_for(c, options)
+        if d.choice.is_classical:
+            return None, d.reason
+        schemes, why = d.choice.schemes, d.reason
+        form, edge = d.choice.form, d.choice.edge
     else:
         schemes, why = forced, f"scheme forced by option ({', '.join(forced)})"
-    form = options.form
     if form == "grouped" and _grouped_terms(schemes) > MAX_GROUPED_TERMS:
         form = "per-product"
         why += (f"; per-product form: the grouped combines of {'*'.join(schemes)} would read "
@@ -718,7 +758,32 @@ def plan_for(c: Contraction, options: LcmaOptions) -> tuple:
         c, schemes, options.max_error if forced is not None else None)
     if unfit:
         return None, unfit
-    return Plan(tuple(schemes), edge=options.edge_strategy(), form=form), why
+    return Plan(tuple(schemes), edge=edge, form=form), why
+
+
+def _predicted_time(c: Contraction, options: LcmaOptions, plan: Optional[Plan]) -> Optional[dict]:
+    """Predicted seconds of classical, of the plan taken and of the next best alternatives."""
+    if c.unsupported or min(c.M, c.N, c.K) < 1:
+        return None
+    try:
+        if plan is None or options.forced_schemes() is None and PLAN_ATTR not in c.op.attributes:
+            d = decision_for(c, options)
+            if plan is not None and d.choice.schemes != tuple(plan.schemes):
+                d = decision_for(c, options, forced=plan.schemes, form=plan.form, edge=plan.edge)
+        else:
+            d = decision_for(c, options, forced=plan.schemes, form=plan.form, edge=plan.edge)
+    except Exception:  # the model must never break the rewrite
+        return None
+    out = {"profile": d.profile, "classical": d.classical.seconds,
+           "plan": d.choice.seconds if plan is not None else d.classical.seconds,
+           "alternatives": [{"plan": a.label(), "seconds": a.seconds} for a in d.alternatives
+                            if plan is None or a.schemes != tuple(plan.schemes)
+                            or a.form != plan.form or a.edge != plan.edge][:3]}
+    if plan is not None:
+        out["dispatches"] = d.choice.dispatches
+        out["temp_bytes"] = int(d.choice.temp_bytes)
+        out["parts"] = {k: v for k, v in d.choice.parts.items() if v}
+    return out
 
 
 def _grouped_terms(schemes: tuple) -> int:
@@ -778,7 +843,10 @@ def run_lcma_rewrite(module_op, options: LcmaOptions) -> list:
         (``file:line:col``), ``op``, ``kind``, ``M``, ``N``, ``K``, ``batch``,
         ``element_types`` (lhs, rhs, acc), ``plan`` (dict, or ``"classical"``),
         ``reason``, ``predicted_error`` (``{"classical": e, "plan": e}`` for
-        float contractions, see :mod:`falcon_mlir.numerics`), ``remark``
+        float contractions, see :mod:`falcon_mlir.numerics`), ``predicted_time``
+        (seconds from the cost model, :mod:`falcon_mlir.decision`:
+        ``{"profile", "classical", "plan", "alternatives": [{"plan", "seconds"}],
+        "dispatches", "temp_bytes", "parts"}``; ``None`` where unsupported), ``remark``
         (whether the user should be told), and for rewritten ones
         ``products`` and ``combines`` (the number of contractions and combine
         ops emitted).
@@ -799,6 +867,7 @@ def run_lcma_rewrite(module_op, options: LcmaOptions) -> list:
             "plan": plan.to_json() if plan else "classical",
             "reason": reason,
             "predicted_error": _predicted(c, plan),
+            "predicted_time": _predicted_time(c, options, plan),
         }
         # A remark is due when the user asked for something we did not do, or
         # when the op is a contraction we cannot serve at all.

@@ -29,11 +29,18 @@ pass flags (run in command-line order):
                               scheme=auto|NAME|NAME,NAME,...  (catalog names:
                                       `falcon-catalog list`; default auto)
                               levels=auto|L   (L in 1..4; default auto)
-                              edge=auto|peel|pad (default auto = peel)
+                              edge=auto|peel|pad (default auto: the model picks)
+                              form=auto|per-product|grouped (default auto)
+                              max-error=auto|E  (relative error budget)
+                              target=host|h200|a100|...|PROFILE.json (cost
+                                      model's hardware profile; default host)
+                              barriers=false|true
   --NAME[=OPTIONS]          any upstream MLIR or IREE pass, e.g. --canonicalize, --cse
 
-interim auto rule: winograd, one level, when M, N, K >= 1024 and the accumulator
-is f32/f16/bf16; otherwise classical.
+auto: the cost model (falcon_mlir.decision) predicts the time of classical GEMM
+and of every fitting plan on the target profile and rewrites only where a plan
+within the error budget is predicted at least 3% faster; memory-bound and
+decode-sized products stay classical. --lcma-explain says why, per contraction.
 """
 
 
@@ -67,13 +74,17 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--lcma-report", metavar="FILE",
                    help="write a JSON report: one entry per contraction (location, kind, M, N, K, batch, "
                         "element types, plan or classical, and why)")
+    p.add_argument("--lcma-explain", action="store_true",
+                   help="print, for each contraction, the decision and why: predicted times of "
+                        "classical, the plan and the next best alternatives (cost model), and "
+                        "predicted errors (to stderr)")
     p.add_argument("--emit-bytecode", action="store_true", help="write MLIR bytecode instead of text")
     return p
 
 
 _OWN_FLAGS = {"-o", "--pass-pipeline", "--split-input-file", "--verify-each", "--mlir-print-ir-after-all",
               "--mlir-print-ir-before-all", "--mlir-print-debuginfo", "--allow-unregistered-dialect",
-              "--lcma-report", "--emit-bytecode", "-h", "--help"}
+              "--lcma-report", "--lcma-explain", "--emit-bytecode", "-h", "--help"}
 _TAKES_VALUE = {"-o", "--pass-pipeline", "--lcma-report", "--verify-each"}
 
 
@@ -299,6 +310,10 @@ def run(argv: list) -> int:
             outputs.append(out)
     for line in _remarks(report):
         print(line, file=sys.stderr)
+    if args.lcma_explain and report:
+        from falcon_mlir.decision.explain import explain
+
+        print(explain(report), file=sys.stderr)
     if failed:
         return 1
     if args.emit_bytecode:

@@ -1,54 +1,261 @@
 """The decision: which plan, if any, a contraction gets.
 
-Today this is one documented interim rule (the analytical cost model of the
-decision issue replaces it):
+``decide(problem, profile)`` ranks classical GEMM and LCMA plans with the
+analytical cost model of :mod:`falcon_mlir.decision.cost` on a hardware
+profile (:mod:`falcon_mlir.decision.profile`) and returns the fastest
+predicted plan that meets the error budget, or classical:
 
-    ``scheme=auto levels=auto``: Strassen-Winograd (``winograd``), one level,
-    when M, N and K are all >= 1024 and the accumulator is a float type
-    narrower than f64 (f32, f16, bf16); otherwise classical.
+1. integer accumulators and f64 stay classical unless a scheme is forced;
+2. memory-bound contractions stay classical: arithmetic intensity
+   ``2MNK / (bytes of A + B + C)`` at most the machine balance
+   ``FLOP/s / (bytes/s)`` (the FalconGEMM paper's test, arXiv 2605.06057);
+3. candidates: every catalog scheme in every permutation of its format that
+   fits the shape, one level; then levels 2 and 3 formed from the best
+   :data:`BEAM` schemes of level 1 (mixed schemes per level allowed), in the
+   per-product form (each edge strategy) and in the grouped form (levels
+   composed; only where the composed combines read at most
+   ``MAX_GROUPED_TERMS`` blocks);
+4. the predicted error (:func:`falcon_mlir.numerics.predicted_error`, the
+   scheme's stability factor and levels) must be within the budget;
+5. a plan is chosen only when it is predicted at least :data:`MIN_GAIN`
+   faster than classical (the model's own uncertainty; below that the
+   rewrite is not worth its compile time and error).
 
-Under ``auto`` the plan must also meet the error budget (``max-error``, by
-default :func:`falcon_mlir.numerics.default_max_error` of the accumulator
-type): if Winograd's predicted error is over it, Strassen (smaller stability
-factor) is tried, then fewer levels, then classical.
-
-A forced scheme (``scheme=NAME``) is applied wherever it can serve the
-contraction; ``levels=L`` with ``scheme=auto`` uses ``winograd`` for every
-level, the size rule being checked on the whole contraction.
+Deciding takes a few milliseconds per contraction after a one-off load of
+the catalog's statistics (~0.3 s per process); results are memoized per
+(problem, profile, options).
 """
 
 from __future__ import annotations
 
-from typing import Optional, Tuple
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Tuple
 
-AUTO_MIN_SIZE = 1024
-AUTO_SCHEME = "winograd"
-#: Used instead when the AUTO_SCHEME plan's predicted error is over the
-#: budget (Strassen's stability factor E = 12 against Winograd's 18).
+from .cost import (EDGES, FORMS, MAX_GROUPED_TERMS, MAX_PRODUCTS, CostModel, Estimate,
+                   Problem, scheme_stats, single_level_names)
+from .profile import Profile, ProfileError, load_profile, preset_names
+
+__all__ = ["decide", "Decision", "Problem", "Estimate", "Profile", "ProfileError",
+           "load_profile", "preset_names", "CostModel", "MIN_GAIN", "BEAM", "MAX_AUTO_LEVELS",
+           "FALLBACK_SCHEME"]
+
+#: A plan must be predicted this much faster than classical (fraction) to be chosen.
+MIN_GAIN = 0.03
+#: Schemes of level 1 (and plans of level 2) extended to the next level.
+BEAM = 6
+#: Most levels ``auto`` considers.
+MAX_AUTO_LEVELS = 3
+#: Kept for callers of the interim rule: the scheme of least error growth.
 FALLBACK_SCHEME = "strassen"
 
 
-def interim_rule(M: int, N: int, K: int, acc_is_float: bool, acc_width: int,
-                 levels: Optional[int] = None) -> Tuple[Optional[tuple], str]:
-    """Apply the interim ``auto`` rule to one contraction.
+@dataclass
+class Decision:
+    """The outcome of :func:`decide` for one contraction.
+
+    Attributes:
+        choice: the chosen :class:`Estimate` (``choice.is_classical`` for classical).
+        classical: the classical estimate (predicted seconds of plain GEMM).
+        alternatives: the next best candidates (up to 3, fastest first).
+        reason: one line saying why.
+        profile: the profile's name.
+        candidates: how many plans were evaluated.
+    """
+
+    choice: Estimate
+    classical: Estimate
+    alternatives: List[Estimate] = field(default_factory=list)
+    reason: str = ""
+    profile: str = ""
+    candidates: int = 0
+
+    @property
+    def speedup(self) -> float:
+        """Predicted classical seconds / chosen seconds (1.0 for classical)."""
+        return self.classical.seconds / self.choice.seconds if self.choice.seconds else 1.0
+
+
+def _fits(pb: Problem, schemes: Sequence[str]) -> bool:
+    st = scheme_stats(schemes[0])
+    return pb.M >= st.m and pb.N >= st.n and pb.K >= st.k
+
+
+def _grouped_ok(schemes: Sequence[str]) -> bool:
+    R, terms = 1, 1
+    ua = ub = wc = 1
+    for nm in schemes:
+        st = scheme_stats(nm)
+        R *= st.R
+        ua *= st.used_a
+        ub *= st.used_b
+        wc *= max(st.comb_c) if st.comb_c else 1
+    return R <= MAX_PRODUCTS and max(ua, ub, wc) <= MAX_GROUPED_TERMS
+
+
+def _error(schemes: Sequence[str], pb: Problem) -> Optional[float]:
+    from falcon_mlir import numerics
+
+    try:
+        return numerics.predicted_error(list(schemes), pb.K, pb.acc)
+    except ValueError:
+        return None
+
+
+_CACHE: Dict[tuple, Decision] = {}
+
+
+def decide(pb: Problem, profile: Optional[Profile] = None, *, levels: Optional[int] = None,
+           forms: Sequence[str] = FORMS, edges: Sequence[str] = EDGES,
+           budget: Optional[float] = None, forced: Optional[Sequence[str]] = None,
+           min_gain: float = MIN_GAIN) -> Decision:
+    """Rank classical and LCMA plans for one contraction and pick one.
 
     Args:
-        M, N, K: contraction sizes (elements).
-        acc_is_float: whether the accumulator element type is a float type.
-        acc_width: its bit width (64 for f64).
-        levels: levels asked for (``None`` = auto = 1).
+        pb: the contraction (:class:`Problem`: sizes in elements, element types).
+        profile: the target (default: :func:`load_profile` ``("host")``).
+        levels: exact number of levels, or ``None`` for 1..:data:`MAX_AUTO_LEVELS`.
+        forms: forms allowed (``per-product``, ``grouped``).
+        edges: edge strategies allowed (``peel``, ``pad``).
+        budget: max predicted relative error of a float contraction (``None``:
+            no limit); plans over it are skipped.
+        forced: per-level scheme names the user forced: evaluated and
+            returned as the choice (the ranking still fills the alternatives).
+        min_gain: required predicted gain over classical (fraction).
 
     Returns:
-        ``(schemes, reason)``: ``schemes`` is a tuple of scheme names, one per
-        level, or ``None`` for classical; ``reason`` says why in one line.
+        :class:`Decision` (the chosen estimate, classical's, alternatives, reason).
+
+    Raises:
+        falcon_mlir.catalog.UnknownSchemeError: a forced scheme is unknown.
     """
-    if not acc_is_float:
-        return None, "auto: integer contractions stay classical unless a scheme is forced"
-    if acc_width >= 64:
-        return None, "auto: f64 stays classical unless a scheme is forced"
-    if min(M, N, K) < AUTO_MIN_SIZE:
-        return None, (f"auto: min(M, N, K) = {min(M, N, K)} < {AUTO_MIN_SIZE} "
-                      "(interim rule: classical below that)")
-    L = levels or 1
-    return (AUTO_SCHEME,) * L, (f"auto: M, N, K >= {AUTO_MIN_SIZE} and float "
-                                f"accumulator (interim rule: {AUTO_SCHEME}, {L} level(s))")
+    profile = profile or load_profile("host")
+    key = (pb, json.dumps(profile.to_dict(), sort_keys=True), levels, tuple(forms),
+           tuple(edges), budget, tuple(forced) if forced else None, min_gain)
+    hit = _CACHE.get(key)
+    if hit is not None:
+        return hit
+    d = _decide(pb, profile, levels, tuple(forms), tuple(edges), budget, forced, min_gain)
+    if len(_CACHE) > 4096:
+        _CACHE.clear()
+    _CACHE[key] = d
+    return d
+
+
+def _decide(pb, profile, levels, forms, edges, budget, forced, min_gain) -> Decision:
+    cm = CostModel(profile)
+    classical = cm.classical(pb)
+    ms = lambda e: f"{e.seconds * 1e3:.3g} ms"
+    acc = str(pb.acc)
+    is_float = acc.startswith(("f", "bf"))
+    dec = Decision(classical, classical, profile=profile.name)
+
+    if forced:
+        form = forms[0] if len(forms) == 1 else "per-product"
+        est = cm.plan(pb, tuple(forced), edges[0], form)
+        est.error = _error(forced, pb) if is_float else None
+        dec.choice = est
+        dec.reason = (f"scheme forced by option ({', '.join(forced)}); predicted {ms(est)} "
+                      f"vs classical {ms(classical)}")
+        return dec
+    if not is_float:
+        dec.reason = "auto: integer contractions stay classical unless a scheme is forced"
+        return dec
+    if acc == "f64":
+        dec.reason = "auto: f64 stays classical unless a scheme is forced"
+        return dec
+    balance = profile.peak_rate(pb.lhs) / profile.bandwidth
+    intensity = pb.intensity()
+    if intensity <= balance:
+        dec.reason = (f"memory-bound: intensity {intensity:.3g} FLOP/byte <= machine balance "
+                      f"{balance:.3g} FLOP/byte on {profile.name}; classical")
+        return dec
+
+    seen = {}
+
+    def consider(schemes: tuple, form: str) -> None:
+        for edge in edges:
+            k = (schemes, form, edge)
+            if k in seen:
+                continue
+            est = cm.plan(pb, schemes, edge, form)
+            seen[k] = est
+            if not est.parts.get("edges"):
+                break  # divisible at every level: the other edge strategy is the same plan
+
+    allowed_levels = [levels] if levels else list(range(1, MAX_AUTO_LEVELS + 1))
+    max_l = max(allowed_levels)
+    names = [n for n in single_level_names() if _fits(pb, (n,))]
+    for n in names:
+        if "per-product" in forms:
+            consider((n,), "per-product")
+    best_of = lambda nl: min((e for (s, f, _), e in seen.items() if s == nl),
+                             key=lambda e: e.seconds, default=None)
+    if "per-product" in forms:
+        ranked = sorted(names, key=lambda n: best_of((n,)).seconds)
+    else:
+        ranked = sorted(names, key=lambda n: scheme_stats(n).R / (scheme_stats(n).m *
+                                                                  scheme_stats(n).k *
+                                                                  scheme_stats(n).n))
+    top = list(dict.fromkeys(ranked[:BEAM] + [n for n in ("strassen", "winograd") if n in names]))
+    if "grouped" in forms:
+        for n in top:
+            if _grouped_ok((n,)):
+                consider((n,), "grouped")
+    prefixes = [(n,) for n in top]
+    for L in range(2, max_l + 1):
+        for pre in prefixes:
+            for n in top:
+                s = pre + (n,)
+                if math.prod(scheme_stats(x).R for x in s) > MAX_PRODUCTS:
+                    continue
+                if "per-product" in forms:
+                    consider(s, "per-product")
+                if "grouped" in forms and _grouped_ok(s):
+                    consider(s, "grouped")
+        level_l = sorted({s for (s, _, _) in seen if len(s) == L},
+                         key=lambda s: best_of(s).seconds)
+        prefixes = level_l[:BEAM]
+
+    cands = sorted((e for (s, f, _), e in seen.items() if len(s) in allowed_levels
+                    and f in forms), key=lambda e: (e.seconds, len(e.schemes)))
+    dec.candidates = len(seen)
+    ok = []
+    over = 0
+    for e in cands:
+        e.error = _error(e.schemes, pb)
+        if budget is not None and (e.error is None or e.error > budget):
+            over += 1
+            continue
+        ok.append(e)
+        if len(ok) == 4:
+            break
+    if not ok:
+        dec.reason = (f"auto: no plan meets max-error {budget:.1e} ({over} over it); classical"
+                      if budget is not None else "auto: no plan fits the shape; classical")
+        return dec
+    best = ok[0]
+    if best.seconds * (1.0 + min_gain) > classical.seconds:
+        dec.alternatives = ok[:3]
+        dec.reason = (f"auto: best plan {best.label()} predicted {ms(best)} vs classical "
+                      f"{ms(classical)} on {profile.name} (not {min_gain:.0%} faster); classical")
+        return dec
+    dec.choice = best
+    dec.alternatives = ok[1:4]
+    dec.reason = (f"auto: {best.label()} predicted {ms(best)} vs classical {ms(classical)} "
+                  f"({classical.seconds / best.seconds:.2f}x) on {profile.name}")
+    return dec
+
+
+def interim_rule(M: int, N: int, K: int, acc_is_float: bool, acc_width: int,
+                 levels: Optional[int] = None):
+    """Deprecated: the first session's size rule, kept for comparison in benchmarks.
+
+    Winograd for ``levels`` (default 1) levels when M, N, K >= 1024 and the
+    accumulator is a float type narrower than f64, else classical.
+    Returns ``(schemes or None, reason)``.
+    """
+    if not acc_is_float or acc_width >= 64 or min(M, N, K) < 1024:
+        return None, "interim rule: classical"
+    return ("winograd",) * (levels or 1), "interim rule: winograd"

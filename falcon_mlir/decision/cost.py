@@ -1,0 +1,374 @@
+"""Analytical cost model: predicted seconds of classical GEMM and of LCMA plans.
+
+Source: the decision module of the FalconGEMM paper (arXiv 2605.06057): a
+contraction whose arithmetic intensity ``2MNK / (MK + KN + MN)`` (FLOP per
+element moved) is at most the machine balance ``FLOP/s / (bytes/s / element
+bytes)`` is memory-bound and stays classical; otherwise the GEMM's time is
+compared, under a roofline, with the time of the ``R`` smaller products plus
+combine A, combine B and combine C. Extended here to what
+:mod:`falcon_mlir.passes.lcma_rewrite` emits:
+
+* several levels, mixed schemes per level (per-product form: the recursion
+  of the emitter, level by level), or all levels composed into one
+  Kronecker-product scheme (grouped form: one combine op per operand, one
+  batched product, combine C per output block);
+* edges: peeling (divisible core through the scheme; a K strip, a row strip
+  and a column strip classical) or padding (copies of A, B and C to the
+  next multiple, a slice of the result);
+* constant weights: combine B is folded at compile time (``const_rhs``);
+* mixed precision: combines run in the accumulator type, so the products of
+  a rewritten ``bf16 x bf16 -> f32`` contraction multiply f32 operands;
+* dispatch counts (each costs the profile's ``dispatch_overhead``).
+
+Every time is ``dispatches * overhead + sum over dispatches of max(FLOP /
+rate, bytes / bandwidth)`` (roofline per dispatch). The GEMM rate comes from
+the profile's measured table at the product's own size
+(:meth:`Profile.gemm_rate`), which is what lets smaller products run at a
+different rate than the whole contraction.
+
+All times are seconds, sizes are elements, bytes are bytes.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from .profile import ELEMENT_BYTES, Profile
+
+FORMS = ("per-product", "grouped")
+EDGES = ("peel", "pad")
+
+#: Grouped combines reading more blocks than this fall back to per-product
+#: (kept equal to passes.lcma_rewrite.MAX_GROUPED_TERMS).
+MAX_GROUPED_TERMS = 24
+#: Largest number of products of a plan (passes.lcma_rewrite.MAX_PRODUCTS).
+MAX_PRODUCTS = 2401
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One contraction as the cost model sees it.
+
+    Attributes:
+        M, N, K: sizes (elements); C is M x N, A is M x K, B is K x N.
+        batch: product of the batch sizes (1 for a plain matmul).
+        lhs, rhs, acc: MLIR element type names of A, B and the accumulator.
+        const_rhs: B is a compile-time constant (a weight), so combine B is
+            folded by IREE's constant evaluation and costs nothing at run time.
+    """
+
+    M: int
+    N: int
+    K: int
+    batch: int = 1
+    lhs: str = "f32"
+    rhs: str = "f32"
+    acc: str = "f32"
+    const_rhs: bool = False
+
+    @property
+    def flops(self) -> float:
+        """Classical FLOP count ``2 * batch * M * N * K``."""
+        return 2.0 * self.batch * self.M * self.N * self.K
+
+    def intensity(self) -> float:
+        """Arithmetic intensity: FLOP per byte of A, B and C moved once."""
+        eb = _eb(self.lhs), _eb(self.rhs), _eb(self.acc)
+        moved = self.batch * (self.M * self.K * eb[0] + self.K * self.N * eb[1]
+                              + self.M * self.N * eb[2])
+        return self.flops / max(moved, 1)
+
+
+@dataclass
+class Estimate:
+    """The predicted cost of one way to compute a :class:`Problem`.
+
+    Attributes:
+        schemes: per-level scheme names, outer first; ``()`` is classical.
+        edge: ``"peel"`` or ``"pad"``.
+        form: ``"per-product"`` or ``"grouped"``.
+        seconds: predicted run time (s).
+        dispatches: predicted number of dispatches.
+        parts: seconds per part: ``products``, ``combine_a``, ``combine_b``,
+            ``combine_c``, ``edges``, ``overhead``.
+        temp_bytes: predicted peak temporary memory of the plan beyond A, B
+            and C (bytes): combined operands and products alive at once.
+        error: predicted max-norm relative error (floats), set by the decision.
+    """
+
+    schemes: Tuple[str, ...]
+    edge: str = "peel"
+    form: str = "per-product"
+    seconds: float = 0.0
+    dispatches: int = 0
+    parts: Dict[str, float] = field(default_factory=dict)
+    temp_bytes: float = 0.0
+    error: Optional[float] = None
+
+    @property
+    def is_classical(self) -> bool:
+        return not self.schemes
+
+    def label(self) -> str:
+        """Short human name: ``classical`` or ``strassen+winograd (grouped, peel)``."""
+        if not self.schemes:
+            return "classical"
+        return f"{'+'.join(self.schemes)} ({self.form}, {self.edge})"
+
+    def add(self, part: str, seconds: float, dispatches: int = 0) -> None:
+        self.parts[part] = self.parts.get(part, 0.0) + seconds
+        self.seconds += seconds
+        self.dispatches += dispatches
+
+
+def _eb(elem: str) -> int:
+    e = str(elem)
+    if e in ELEMENT_BYTES:
+        return ELEMENT_BYTES[e]
+    digits = "".join(ch for ch in e if ch.isdigit())
+    return max(1, int(digits) // 8) if digits else 4
+
+
+# ------------------------------------------------------------------ scheme statistics
+@dataclass(frozen=True)
+class SchemeStats:
+    """What the cost model needs of a scheme <m,k,n;R> (U: R x m x k, V: R x k x n, W: R x m x n).
+
+    Attributes:
+        name: catalog name (a permutation or a composition is its own name).
+        m, k, n, R: format and rank.
+        comb_a: nnz of U_r for every product r whose operand is a real
+            combine (more than one block, or a coefficient other than 1).
+        comb_b: the same for V.
+        comb_c: nnz of W[:, i, l] for every output block (i, l) with terms.
+        used_a, used_b: blocks of A / B any product reads (grouped combine).
+        max_terms: most blocks one grouped combine reads.
+        integral: integer coefficients only.
+    """
+
+    name: str
+    m: int
+    k: int
+    n: int
+    R: int
+    comb_a: Tuple[int, ...]
+    comb_b: Tuple[int, ...]
+    comb_c: Tuple[int, ...]
+    used_a: int
+    used_b: int
+    max_terms: int
+    integral: bool
+
+
+@lru_cache(maxsize=4096)
+def scheme_stats(name: str) -> SchemeStats:
+    """:class:`SchemeStats` of a catalog scheme name (permutations, ``a*b`` compositions).
+
+    Raises:
+        falcon_mlir.catalog.UnknownSchemeError: unknown name.
+    """
+    import numpy as np
+
+    from falcon_mlir.catalog import get_scheme
+
+    s = get_scheme(name)
+    U = np.array(s.U, dtype=object)
+    V = np.array(s.V, dtype=object)
+    W = np.array(s.W, dtype=object)
+
+    def combs(X):
+        out = []
+        for r in range(s.R):
+            nz = [x for x in X[r].ravel() if x != 0]
+            if len(nz) > 1 or (len(nz) == 1 and nz[0] != 1):
+                out.append(len(nz))
+        return tuple(out)
+
+    nzW = (W != 0).sum(axis=0).ravel()
+    used_a = int((U != 0).any(axis=0).sum())
+    used_b = int((V != 0).any(axis=0).sum())
+    return SchemeStats(name=name, m=s.m, k=s.k, n=s.n, R=s.R, comb_a=combs(U), comb_b=combs(V),
+                       comb_c=tuple(int(x) for x in nzW if x > 0), used_a=used_a, used_b=used_b,
+                       max_terms=max(used_a, used_b, int(nzW.max())),
+                       integral=bool(s.is_integral))
+
+
+@lru_cache(maxsize=1)
+def single_level_names() -> Tuple[str, ...]:
+    """Every catalog scheme in every distinct permutation of its format (names).
+
+    The 2x2x2 schemes appear under their aliases ``strassen`` and ``winograd``.
+    """
+    from falcon_mlir.catalog import load_catalog
+    from falcon_mlir.catalog import _permuted_name  # same naming as Catalog.find
+
+    cat = load_catalog()
+    alias = {v.lower(): k for k, v in cat.aliases().items() if k in ("strassen", "winograd")}
+    names = []
+    for s in cat:
+        for perm in sorted(set(itertools.permutations((s.m, s.k, s.n)))):
+            nm = _permuted_name(s, *perm).lower()
+            names.append(alias.get(nm, nm))
+    return tuple(dict.fromkeys(names))
+
+
+# ------------------------------------------------------------------ the model
+class CostModel:
+    """Predicted times on one :class:`Profile` (see the module docstring).
+
+    Args:
+        profile: the target's figures.
+    """
+
+    def __init__(self, profile: Profile):
+        self.p = profile
+
+    # -- primitives ----------------------------------------------------------
+    def gemm(self, M, N, K, batch, ein: str, eacc: str, est: Estimate, part: str,
+             rhs_bytes: Optional[int] = None) -> None:
+        """Add one classical GEMM dispatch (roofline of the profile's GEMM rate)."""
+        if M <= 0 or N <= 0 or K <= 0:
+            return
+        p = self.p
+        flops = 2.0 * batch * M * N * K
+        bi, bo = _eb(ein), _eb(eacc)
+        br = bi if rhs_bytes is None else rhs_bytes
+        moved = batch * (M * K * bi + K * N * br + 2 * M * N * bo)
+        t = max(flops / p.gemm_rate(ein, M, N, K), moved / p.bandwidth)
+        est.add(part, t + p.dispatch_overhead, 1)
+        est.add("overhead", 0.0)
+
+    def stream(self, nbytes: float, est: Estimate, part: str, eff: float = 1.0,
+               flops: float = 0.0, acc: str = "f32", dispatches: int = 1) -> None:
+        """Add elementwise dispatches moving ``nbytes`` (roofline with the add rate)."""
+        p = self.p
+        t = max(nbytes / (p.bandwidth * eff), flops / p.add_rate(acc) if flops else 0.0)
+        est.add(part, t + dispatches * p.dispatch_overhead, dispatches)
+
+    # -- classical -----------------------------------------------------------
+    def classical(self, pb: Problem) -> Estimate:
+        """The predicted time of classical GEMM (one dispatch)."""
+        est = Estimate(())
+        self.gemm(pb.M, pb.N, pb.K, pb.batch, pb.lhs, pb.acc, est, "products",
+                  rhs_bytes=_eb(pb.rhs))
+        return est
+
+    # -- plans ---------------------------------------------------------------
+    def plan(self, pb: Problem, schemes: Sequence[str], edge: str = "peel",
+             form: str = "per-product") -> Estimate:
+        """The predicted time of an LCMA plan.
+
+        Args:
+            pb: the contraction.
+            schemes: per-level catalog names, outer level first.
+            edge: ``peel`` or ``pad``.
+            form: ``per-product`` or ``grouped`` (all levels composed).
+
+        Raises:
+            falcon_mlir.catalog.UnknownSchemeError: unknown scheme name.
+        """
+        schemes = tuple(schemes)
+        est = Estimate(schemes, edge, form)
+        if form == "grouped":
+            st = scheme_stats("*".join(schemes)) if len(schemes) > 1 else scheme_stats(schemes[0])
+            self._edges(pb.M, pb.N, pb.K, pb, st, edge, est, lambda M, N, K:
+                        self._grouped_level(M, N, K, pb, st, est), pb.lhs, pb.rhs)
+        else:
+            self._level(pb.M, pb.N, pb.K, pb, schemes, edge, est, pb.lhs, pb.rhs)
+        return est
+
+    def _edges(self, M, N, K, pb, st: SchemeStats, edge, est, core, ein, erhs) -> None:
+        """Edge handling around a divisible ``core(M0, N0, K0)`` (peel or pad)."""
+        eacc = pb.acc
+        ba, bb, bc = _eb(ein), _eb(erhs), _eb(eacc)
+        B = pb.batch
+        if M < st.m or N < st.n or K < st.k:
+            self.gemm(M, N, K, B, ein, eacc, est, "products", rhs_bytes=bb)
+            return
+        if edge == "pad":
+            Mp, Np, Kp = -(-M // st.m) * st.m, -(-N // st.n) * st.n, -(-K // st.k) * st.k
+            if (Mp, Np, Kp) != (M, N, K):
+                moved = B * ((M * K + Mp * Kp) * ba + (K * N + Kp * Np) * bb
+                             + (M * N + Mp * Np) * bc + 2 * M * N * bc)
+                self.stream(moved, est, "edges", dispatches=4)
+                est.temp_bytes = max(est.temp_bytes, B * (Mp * Kp * ba + Kp * Np * bb
+                                                          + Mp * Np * bc))
+            core(Mp, Np, Kp)
+            return
+        M0, N0, K0 = M // st.m * st.m, N // st.n * st.n, K // st.k * st.k
+        if K0 < K:
+            self.gemm(M0, N0, K - K0, B, ein, eacc, est, "edges", rhs_bytes=bb)
+        core(M0, N0, K0)
+        if M0 < M or N0 < N:
+            self.stream(2.0 * B * M * N * bc, est, "edges")
+            self.gemm(M - M0, N, K, B, ein, eacc, est, "edges", rhs_bytes=bb)
+            self.gemm(M0, N - N0, K, B, ein, eacc, est, "edges", rhs_bytes=bb)
+
+    def _level(self, M, N, K, pb, schemes, edge, est, ein, erhs) -> None:
+        """Per-product form: level ``schemes[0]`` then the rest recursively."""
+        if not schemes:
+            self.gemm(M, N, K, pb.batch, ein, pb.acc, est, "products", rhs_bytes=_eb(erhs))
+            return
+        st = scheme_stats(schemes[0])
+        self._edges(M, N, K, pb, st, edge, est,
+                    lambda M0, N0, K0: self._level_core(M0, N0, K0, pb, st, schemes[1:], edge,
+                                                        est, ein, erhs), ein, erhs)
+
+    def _level_core(self, M, N, K, pb, st: SchemeStats, inner, edge, est, ein, erhs) -> None:
+        B = pb.batch
+        eacc = pb.acc
+        Mb, Nb, Kb = M // st.m, N // st.n, K // st.k
+        ba, bb, bc = _eb(ein), _eb(erhs), _eb(eacc)
+        eff = self.p.form_efficiency("per-product")
+        # One dispatch per combined operand; summed (the roofline of the sum).
+        na, sa = len(st.comb_a), sum(st.comb_a)
+        if na:
+            self.stream(B * Mb * Kb * (sa * ba + na * bc), est, "combine_a", eff,
+                        flops=2.0 * B * sa * Mb * Kb, acc=eacc, dispatches=na)
+        nb, sb = len(st.comb_b), sum(st.comb_b)
+        if nb and not pb.const_rhs:
+            self.stream(B * Kb * Nb * (sb * bb + nb * bc), est, "combine_b", eff,
+                        flops=2.0 * B * sb * Kb * Nb, acc=eacc, dispatches=nb)
+        # Products: the R sub-problems are alike; time one and scale it.
+        sub = Estimate(())
+        # a combined operand is in the accumulator type; most products read one
+        in_a = eacc if st.comb_a else ein
+        in_b = eacc if st.comb_b and not pb.const_rhs else erhs
+        self._level(Mb, Nb, Kb, pb, inner, edge, sub, in_a, in_b)
+        for part, t in sub.parts.items():
+            est.parts[part] = est.parts.get(part, 0.0) + st.R * t
+        est.seconds += st.R * sub.seconds
+        est.dispatches += st.R * sub.dispatches
+        self._combine_c(B, Mb, Nb, bc, st, est, eff, eacc)
+        temps = B * (st.R * Mb * Nb * bc + len(st.comb_a) * Mb * Kb * bc
+                     + (0 if pb.const_rhs else len(st.comb_b)) * Kb * Nb * bc)
+        est.temp_bytes = max(est.temp_bytes, temps + sub.temp_bytes)
+
+    def _combine_c(self, B, Mb, Nb, bc, st: SchemeStats, est, eff, eacc) -> None:
+        """Combine C: one dispatch per output block, reading its products and C0."""
+        nc, sc = len(st.comb_c), sum(st.comb_c)
+        self.stream(B * Mb * Nb * (sc + 2 * nc) * bc, est, "combine_c", eff,
+                    flops=2.0 * B * sc * Mb * Nb, acc=eacc, dispatches=nc)
+
+    def _grouped_level(self, M, N, K, pb, st: SchemeStats, est) -> None:
+        """Grouped form on a divisible core: group combine A, B; one batched product; combine C."""
+        B = pb.batch
+        eacc = pb.acc
+        Mb, Nb, Kb = M // st.m, N // st.n, K // st.k
+        ba, bb, bc = _eb(pb.lhs), _eb(pb.rhs), _eb(eacc)
+        eff = self.p.form_efficiency("grouped")
+        R = st.R
+        self.stream(B * Mb * Kb * R * (st.used_a * ba + bc), est, "combine_a", eff,
+                    flops=2.0 * B * R * st.used_a * Mb * Kb, acc=eacc)
+        if not pb.const_rhs:
+            self.stream(B * Kb * Nb * R * (st.used_b * bb + bc), est, "combine_b", eff,
+                        flops=2.0 * B * R * st.used_b * Kb * Nb, acc=eacc)
+        self.gemm(Mb, Nb, Kb, B * R, eacc, eacc, est, "products")
+        self._combine_c(B, Mb, Nb, bc, st, est, self.p.form_efficiency("per-product"), eacc)
+        est.temp_bytes = max(est.temp_bytes,
+                             B * R * (Mb * Kb + Kb * Nb + Mb * Nb) * bc)
+
+

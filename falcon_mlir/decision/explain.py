@@ -1,0 +1,79 @@
+"""Human-readable explanation of the lcma-rewrite report (``--lcma-explain``)."""
+
+from __future__ import annotations
+
+from typing import List
+
+
+def _ms(seconds) -> str:
+    if seconds is None:
+        return "?"
+    if seconds >= 1.0:
+        return f"{seconds:.3g} s"
+    if seconds >= 1e-3:
+        return f"{seconds * 1e3:.3g} ms"
+    return f"{seconds * 1e6:.3g} us"
+
+
+def _mib(nbytes) -> str:
+    return f"{nbytes / 2 ** 20:.1f} MiB"
+
+
+def explain_entry(e: dict) -> str:
+    """Explain one report entry (see ``run_lcma_rewrite``) in a few indented lines.
+
+    The first line is ``LOCATION: OP M x N x K [batch] (lhs x rhs -> acc): DECISION``;
+    then the reason, the predicted times (classical, the plan, the next best
+    alternatives, with the profile used) and the predicted errors.
+    """
+    et = e.get("element_types") or {}
+    shape = (f"M={e.get('M')} N={e.get('N')} K={e.get('K')}"
+             + (f" batch={e['batch']}" if e.get("batch") else ""))
+    types = f" ({et.get('lhs')} x {et.get('rhs')} -> {et.get('acc')})" if et else ""
+    plan = e.get("plan")
+    if isinstance(plan, dict):
+        what = (f"rewritten: {'+'.join(plan['schemes'])}, {len(plan['schemes'])} level(s), "
+                f"{plan.get('form', 'per-product')} form, {plan.get('edge', 'peel')} edges")
+        if "products" in e:
+            what += f"; {e['products']} products, {e.get('combines', 0)} combines emitted"
+    else:
+        what = "classical"
+    lines = [f"{e.get('location')}: {e.get('op')} {shape}{types}: {what}",
+             f"  why: {e.get('reason')}"]
+    pt = e.get("predicted_time")
+    if pt:
+        line = f"  predicted on {pt['profile']}: classical {_ms(pt['classical'])}"
+        if isinstance(plan, dict):
+            sp = pt["classical"] / pt["plan"] if pt.get("plan") else 0
+            line += f", this plan {_ms(pt['plan'])} ({sp:.2f}x)"
+            if pt.get("dispatches"):
+                line += f", {pt['dispatches']} dispatches"
+            if pt.get("temp_bytes"):
+                line += f", temporaries {_mib(pt['temp_bytes'])}"
+        lines.append(line)
+        if pt.get("parts"):
+            lines.append("  time by part: " + ", ".join(f"{k} {_ms(v)}" for k, v in
+                                                        sorted(pt["parts"].items())))
+        for a in pt.get("alternatives", []):
+            sp = pt["classical"] / a["seconds"] if a["seconds"] else 0
+            lines.append(f"  alternative: {a['plan']}: {_ms(a['seconds'])} ({sp:.2f}x)")
+    pe = e.get("predicted_error")
+    if pe:
+        line = f"  predicted error: classical {pe['classical']:.1e}"
+        if "plan" in pe:
+            line += f", this plan {pe['plan']:.1e}"
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def explain(report: List[dict]) -> str:
+    """Explain a whole report: one block per contraction, and a one-line summary."""
+    blocks = [explain_entry(e) for e in report if e.get("kind") != "not a contraction"]
+    rewritten = sum(1 for e in report if isinstance(e.get("plan"), dict))
+    total_c = sum((e.get("predicted_time") or {}).get("classical", 0) for e in report)
+    total_p = sum((e.get("predicted_time") or {}).get("plan", 0) for e in report)
+    summary = f"lcma-explain: {rewritten} of {len(blocks)} contractions rewritten"
+    if total_p:
+        summary += (f"; predicted {_ms(total_p)} vs {_ms(total_c)} classical "
+                    f"({total_c / total_p:.2f}x over these contractions)")
+    return "\n".join(blocks + [summary])

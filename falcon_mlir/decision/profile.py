@@ -1,0 +1,322 @@
+"""Hardware profiles: what the cost model knows about a target.
+
+A profile is a JSON document (``format`` 1)::
+
+    {
+      "format": 1,
+      "name": "x86-host",
+      "source": "measured" | "datasheet",
+      "provenance": "falcon-calibrate on AMD EPYC (2 cores), IREE 3.13.0, 2026-11-30",
+      "kind": "cpu" | "gpu",
+      "device": "local-task" | "cuda",
+      "cores": 2,
+      "bandwidth": 1.3e10,            # bytes/s, streaming elementwise (read + write)
+      "dispatch_overhead": 2.0e-5,    # s per dispatch
+      "caches": {"l1d": 49152, "l2": 1048576, "l3": 33554432},   # bytes
+      "dtypes": {
+        "f32": {"gemm": [[128, 5.0e10], [256, 1.5e11], ...],     # [n, FLOP/s]
+                "add": 2.0e10},                                    # FLOP/s
+        "f16": {...}, "bf16": {...}, "f64": {...}, "i8": {...}
+      },
+      "forms": {"grouped_combine": 1.0, "per_product_combine": 1.0}
+    }
+
+Field meanings and units:
+
+* ``dtypes[T].gemm``: the matrix-product throughput of a classical GEMM with
+  inputs of element type ``T`` as falcon's target compiles it (same flags,
+  same tile choices), as a table of ``[n, FLOP/s]`` for square ``n^3``
+  products (``FLOP/s = 2 n^3 / seconds``). Between points the rate is
+  interpolated linearly in log(n)/log(rate); outside, the end value is held.
+  Keys are the input element type: ``f32``, ``f16``, ``bf16`` (bf16 inputs,
+  f32 accumulator), ``f64``, ``i8`` (i8 inputs, i32 accumulator).
+* ``dtypes[T].add``: throughput of the combines' multiply-adds (FLOP/s, one
+  multiply-add = 2 FLOP) when they are compute-bound.
+* ``bandwidth``: bytes/s that an elementwise dispatch streams (bytes read +
+  bytes written per second), not the datasheet DRAM figure unless marked so.
+* ``dispatch_overhead``: seconds added per dispatch (launch and sync).
+* ``forms``: measured efficiency factors (fractions of ``bandwidth``) of the
+  combine dispatches of each form; 1.0 = streams like a plain elementwise op.
+
+Presets (:data:`PRESETS`, shipped as ``profiles/*.json``): the x86
+development host (measured with ``falcon-calibrate``; cores and caches of the
+running host are filled in when ``host`` is asked for), AArch64 Neoverse-N1
+and V1, NVIDIA H200, H100, A100 and H20. Presets whose ``source`` is
+``datasheet`` carry vendor peak figures (and a ramp for small sizes), marked
+in ``provenance``; they are starting points, to be replaced by a
+``falcon-calibrate`` run on the machine.
+
+``target=NAME`` (a preset) or ``target=path/to/profile.json`` selects one
+(:func:`load_profile`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+FORMAT = 1
+
+#: Preset names -> file names in falcon_mlir/decision/profiles.
+PRESETS = {
+    "host": "x86-dev.json",
+    "x86-dev": "x86-dev.json",
+    "neoverse-n1": "neoverse-n1.json",
+    "neoverse-v1": "neoverse-v1.json",
+    "h200": "h200.json",
+    "h100": "h100.json",
+    "a100": "a100.json",
+    "h20": "h20.json",
+}
+
+#: Input element type -> key in ``dtypes`` (bf16 x bf16 -> f32 is "bf16").
+DTYPE_KEYS = ("f64", "f32", "f16", "bf16", "i8")
+
+#: Bytes per element of the MLIR element types the model meets.
+ELEMENT_BYTES = {"f64": 8, "f32": 4, "f16": 2, "bf16": 2, "i8": 1, "i16": 2, "i32": 4,
+                 "i64": 8, "f8E4M3FN": 1, "f8E5M2": 1}
+
+
+class ProfileError(ValueError):
+    """A profile cannot be found or is malformed; the message names the file and field."""
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A target's figures for the cost model (see the module docstring for units).
+
+    Attributes:
+        name: the profile's name.
+        source: ``"measured"`` or ``"datasheet"``.
+        provenance: where the figures come from (one line).
+        kind: ``"cpu"`` or ``"gpu"``.
+        device: IREE HAL driver the figures were measured on.
+        cores: CPU cores (CPU) or streaming multiprocessors (GPU).
+        bandwidth: streaming bandwidth, bytes/s.
+        dispatch_overhead: seconds per dispatch.
+        caches: cache sizes in bytes (``l1d``, ``l2``, ``l3``).
+        gemm: per input element type, ``((n, FLOP/s), ...)`` sorted by n.
+        add: per input element type, combine multiply-add throughput, FLOP/s.
+        forms: combine efficiency factors per form (fractions of bandwidth).
+    """
+
+    name: str
+    source: str
+    provenance: str
+    kind: str
+    device: str
+    cores: int
+    bandwidth: float
+    dispatch_overhead: float
+    caches: Dict[str, int] = field(default_factory=dict)
+    gemm: Dict[str, Tuple[Tuple[float, float], ...]] = field(default_factory=dict)
+    add: Dict[str, float] = field(default_factory=dict)
+    forms: Dict[str, float] = field(default_factory=dict)
+
+    # ------------------------------------------------------------------ rates
+    def _key(self, elem: str) -> str:
+        """The ``dtypes`` key used for element type ``elem`` (falls back to f32's figures)."""
+        e = str(elem)
+        if e in self.gemm:
+            return e
+        if e.startswith("i") and "i8" in self.gemm:
+            return "i8"
+        if e.startswith("f8") and "f16" in self.gemm:
+            return "f16"
+        return "f32" if "f32" in self.gemm else next(iter(self.gemm))
+
+    def gemm_rate(self, elem: str, M: int, N: int, K: int) -> float:
+        """Classical GEMM throughput (FLOP/s) for an M x K by K x N product of ``elem`` inputs.
+
+        Looked up at the geometric-mean size n = (M N K)^(1/3) in the
+        ``gemm`` table (log-log interpolation, ends held). Memory limits of
+        skinny shapes are not in here: the cost model adds the roofline.
+        """
+        table = self.gemm[self._key(elem)]
+        n = max(1.0, (float(M) * N * K) ** (1.0 / 3.0))
+        if n <= table[0][0]:
+            return table[0][1]
+        if n >= table[-1][0]:
+            return table[-1][1]
+        for (n0, r0), (n1, r1) in zip(table, table[1:]):
+            if n0 <= n <= n1:
+                t = (math.log(n) - math.log(n0)) / (math.log(n1) - math.log(n0))
+                return math.exp(math.log(r0) + t * (math.log(r1) - math.log(r0)))
+        return table[-1][1]  # pragma: no cover - table is sorted
+
+    def peak_rate(self, elem: str) -> float:
+        """The highest GEMM throughput in the table for ``elem`` inputs (FLOP/s)."""
+        return max(r for _, r in self.gemm[self._key(elem)])
+
+    def add_rate(self, elem: str) -> float:
+        """Combine multiply-add throughput for accumulator type ``elem`` (FLOP/s)."""
+        k = self._key(elem)
+        return self.add.get(k) or self.add.get("f32") or self.bandwidth / 4.0
+
+    def form_efficiency(self, form: str) -> float:
+        """Fraction of ``bandwidth`` the combines of ``form`` achieve (1.0 if unknown)."""
+        return float(self.forms.get(form.replace("-", "_") + "_combine", 1.0))
+
+    # ------------------------------------------------------------------ I/O
+    def to_dict(self) -> dict:
+        """The profile as a JSON-ready dict (the file format above)."""
+        return {
+            "format": FORMAT, "name": self.name, "source": self.source,
+            "provenance": self.provenance, "kind": self.kind, "device": self.device,
+            "cores": self.cores, "bandwidth": self.bandwidth,
+            "dispatch_overhead": self.dispatch_overhead, "caches": dict(self.caches),
+            "dtypes": {k: {"gemm": [list(p) for p in self.gemm[k]],
+                           **({"add": self.add[k]} if k in self.add else {})}
+                       for k in self.gemm},
+            "forms": dict(self.forms),
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict, where: str = "<profile>") -> "Profile":
+        """Build a profile from its JSON dict.
+
+        Raises:
+            ProfileError: a field is missing or has the wrong type/sign; the
+                message starts with ``where`` and names the field.
+        """
+        def need(key, kind, parent=d, path=""):
+            if not isinstance(parent, dict) or key not in parent:
+                raise ProfileError(f"{where}: missing field '{path}{key}'")
+            v = parent[key]
+            if kind is float:
+                if isinstance(v, bool) or not isinstance(v, (int, float)) or \
+                        not math.isfinite(v) or v <= 0:
+                    raise ProfileError(f"{where}: field '{path}{key}' must be a positive number")
+                return float(v)
+            if not isinstance(v, kind):
+                raise ProfileError(f"{where}: field '{path}{key}' must be a {kind.__name__}")
+            return v
+
+        if not isinstance(d, dict):
+            raise ProfileError(f"{where}: a profile is a JSON object")
+        if d.get("format", FORMAT) != FORMAT:
+            raise ProfileError(f"{where}: unsupported profile format {d.get('format')!r} "
+                               f"(this falcon-mlir reads format {FORMAT})")
+        dtypes = need("dtypes", dict)
+        if not dtypes:
+            raise ProfileError(f"{where}: field 'dtypes' is empty")
+        gemm, add = {}, {}
+        for key, entry in dtypes.items():
+            table = need("gemm", list, entry, f"dtypes.{key}.")
+            pts = []
+            for i, p in enumerate(table):
+                if not (isinstance(p, (list, tuple)) and len(p) == 2 and
+                        all(isinstance(x, (int, float)) and not isinstance(x, bool)
+                            and math.isfinite(x) and x > 0 for x in p)):
+                    raise ProfileError(f"{where}: dtypes.{key}.gemm[{i}] must be "
+                                       "[n, FLOP/s] with positive numbers")
+                pts.append((float(p[0]), float(p[1])))
+            if not pts:
+                raise ProfileError(f"{where}: dtypes.{key}.gemm is empty")
+            gemm[key] = tuple(sorted(pts))
+            if "add" in entry:
+                add[key] = need("add", float, entry, f"dtypes.{key}.")
+        forms = d.get("forms", {})
+        if not isinstance(forms, dict) or not all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
+                for v in forms.values()):
+            raise ProfileError(f"{where}: field 'forms' must map names to positive numbers")
+        caches = d.get("caches", {})
+        if not isinstance(caches, dict):
+            raise ProfileError(f"{where}: field 'caches' must be an object")
+        kind = d.get("kind", "cpu")
+        if kind not in ("cpu", "gpu"):
+            raise ProfileError(f"{where}: field 'kind' must be 'cpu' or 'gpu'")
+        return cls(
+            name=str(d.get("name", Path(where).stem)), source=str(d.get("source", "measured")),
+            provenance=str(d.get("provenance", "")), kind=kind,
+            device=str(d.get("device", "local-task" if kind == "cpu" else "cuda")),
+            cores=int(d.get("cores", 0)), bandwidth=need("bandwidth", float),
+            dispatch_overhead=need("dispatch_overhead", float),
+            caches={str(k): int(v) for k, v in caches.items()},
+            gemm=gemm, add=add, forms={k: float(v) for k, v in forms.items()})
+
+    def save(self, path) -> None:
+        """Write the profile as JSON to ``path`` atomically (temp file + rename)."""
+        path = Path(path)
+        tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+        tmp.write_text(json.dumps(self.to_dict(), indent=1) + "\n")
+        os.replace(tmp, path)
+
+
+def _host_caches() -> Dict[str, int]:
+    """Cache sizes of CPU 0 from /sys (bytes); empty where unknown."""
+    out = {}
+    base = Path("/sys/devices/system/cpu/cpu0/cache")
+    try:
+        for idx in sorted(base.glob("index*")):
+            level = (idx / "level").read_text().strip()
+            typ = (idx / "type").read_text().strip()
+            size = (idx / "size").read_text().strip()
+            mult = {"K": 1024, "M": 1024 ** 2, "G": 1024 ** 3}.get(size[-1:], 1)
+            val = int(size.rstrip("KMG")) * mult
+            if typ == "Instruction":
+                continue
+            out["l1d" if level == "1" else f"l{level}"] = val
+    except (OSError, ValueError):
+        pass
+    return out
+
+
+@lru_cache(maxsize=32)
+def _load_cached(spec: str) -> Profile:
+    if spec in PRESETS:
+        text = resources.files("falcon_mlir.decision").joinpath(
+            "profiles", PRESETS[spec]).read_text()
+        prof = Profile.from_dict(json.loads(text), where=f"preset {spec}")
+        if spec == "host":
+            caches = _host_caches() or prof.caches
+            prof = Profile(**{**prof.__dict__, "name": "host",
+                              "cores": os.cpu_count() or prof.cores, "caches": caches,
+                              "provenance": prof.provenance + "; cores and caches of this host"})
+        return prof
+    path = Path(spec)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise ProfileError(f"cannot read profile {spec!r}: {e.strerror or e} (presets: "
+                           f"{', '.join(sorted(PRESETS))})") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ProfileError(f"{spec}:{e.lineno}:{e.colno}: invalid JSON: {e.msg}") from None
+    return Profile.from_dict(data, where=spec)
+
+
+def load_profile(spec: Optional[str] = None) -> Profile:
+    """The profile named by ``spec``: a preset name, or a path to a profile JSON file.
+
+    ``None`` or ``"host"``: ``$FALCON_PROFILE`` if set (a path or a preset),
+    else the x86 host preset (the development machine's measured figures,
+    with this host's core count and cache sizes).
+
+    Raises:
+        ProfileError: unknown name, unreadable file, invalid JSON (with
+            ``file:line:col``) or a malformed field.
+    """
+    if spec is None or spec == "host":
+        env = os.environ.get("FALCON_PROFILE")
+        if env:
+            return _load_cached(env)
+        spec = "host"
+    if spec not in PRESETS and not (spec.endswith(".json") or os.sep in spec
+                                    or Path(spec).exists()):
+        raise ProfileError(f"unknown target profile {spec!r} (presets: "
+                           f"{', '.join(sorted(PRESETS))}; or a path to a profile .json)")
+    return _load_cached(spec)
+
+
+def preset_names() -> List[str]:
+    """Names of the shipped presets (sorted)."""
+    return sorted(PRESETS)

@@ -18,6 +18,16 @@ For every shape (M, N, K) it builds ``C = A @ B`` (A: M x K, B: K x N, C: M x N,
 * ``scheme=S levels=L ...``: any ``lcma-rewrite`` option string, as is;
 * ``numpy``: ``numpy.matmul`` (OpenBLAS) on the host arrays, as a peer (also
   ``--numpy``).  For f16/bf16 the numpy peer multiplies the float32 upcast.
+* ``top``: per shape, the cost model's best plans (``--top N``, default 2,
+  the choice's runners-up on the host profile, or the best ones when the
+  choice is classical) as forced option strings, so falcon's choice is
+  compared with the other top candidates in the same run.
+
+``--quality`` adds the decision-quality table: per shape, the best measured
+candidate (IREE candidates only), falcon's choice (``auto``) against it and
+against classical, whether it is within 3% of the best; and the summary: the
+share of shapes within 3%, the worst slowdown of ``auto`` against classical
+and the geometric mean of classical / auto.
 
 Candidates are separated by commas (option strings hold spaces, not commas).
 
@@ -271,6 +281,8 @@ def parse_candidates(text: str, numpy_peer: bool) -> list[Candidate]:
             cands.append(Candidate("classical", "iree", None))
         elif name == "numpy":
             cands.append(Candidate("numpy", "numpy"))
+        elif name == "top":
+            cands.append(Candidate("top", "top"))
         else:
             try:
                 make_lcma_rewrite(name)
@@ -368,6 +380,8 @@ def plan_text(report: list) -> str:
         extra = []
         if e.get("products"):
             extra.append(f"{e['products']} products")
+        if p.get("form") == "grouped":
+            extra.append("grouped")
         if p.get("edge") and p.get("edge") != "peel":
             extra.append(p["edge"])
         parts.append(s + (f" ({', '.join(extra)})" if extra else ""))
@@ -423,6 +437,87 @@ class Result:
     status: str = "ok"
 
 
+def expand_top(shape: Shape, cands: list[Candidate], args) -> list[Candidate]:
+    """Replace the ``top`` candidate by the cost model's best plans for ``shape``."""
+    if not any(c.kind == "top" for c in cands):
+        return cands
+    from falcon_mlir import decision
+    from falcon_mlir import numerics
+
+    acc = args.dtype if args.acc == "same" else args.acc
+    pb = decision.Problem(shape.M, shape.N, shape.K, lhs=args.dtype, rhs=args.dtype, acc=acc,
+                          const_rhs=bool(args.const_weights))
+    d = decision.decide(pb, decision.load_profile(None), budget=numerics.default_max_error(acc))
+    plans = ([] if d.choice.is_classical else [d.choice]) + list(d.alternatives)
+    extra, seen = [], {c.lcma for c in cands}
+    for e in plans[1:] if not d.choice.is_classical else plans:
+        opt = (f"scheme={','.join(e.schemes)} levels={len(e.schemes)} form={e.form} "
+               f"edge={e.edge}")
+        if opt not in seen and len(extra) < args.top:
+            seen.add(opt)
+            extra.append(Candidate(opt, "iree", opt))
+    out = []
+    for c in cands:
+        out.extend(extra if c.kind == "top" else [c])
+    return out
+
+
+def decision_quality(rows: list[dict], tolerance: float = 0.03) -> tuple[str, dict]:
+    """Decision quality from measured rows: a markdown table and a summary dict.
+
+    Per shape: the best measured IREE candidate (lowest median), ``auto``'s
+    median, ``best / auto`` and ``classical / auto``. Summary: ``shapes``,
+    ``within`` (share of shapes where auto is within ``tolerance`` of the best,
+    i.e. best/auto >= 1 - tolerance), ``worst_vs_classical`` (lowest
+    classical/auto), ``geomean_vs_classical``.
+    """
+    import math
+
+    def num(v):
+        try:
+            return float(v)
+        except (TypeError, ValueError):
+            return float("nan")
+
+    by_shape: dict[tuple, list[dict]] = {}
+    for r in rows:
+        r = dict(r, median_s=num(r["median_s"]))
+        by_shape.setdefault((r["label"], int(r["M"]), int(r["N"]), int(r["K"])), []).append(r)
+    lines = ["| shape MxNxK | weights | auto's plan | best measured | best / auto | "
+             "classical / auto | within 3% |", "|---|---|---|---|---|---|---|"]
+    ok = total = 0
+    worst, logs = float("inf"), []
+    for (label, M, N, K), group in by_shape.items():
+        timed = [r for r in group if r["candidate"] != "numpy"
+                 and isinstance(r["median_s"], float) and r["median_s"] == r["median_s"]]
+        auto = next((r for r in timed if r["candidate"] == "auto"), None)
+        cls = next((r for r in timed if r["candidate"] == "classical"), None)
+        if not auto or not cls:
+            continue
+        best = min(timed, key=lambda r: r["median_s"])
+        q = best["median_s"] / auto["median_s"]
+        vs = cls["median_s"] / auto["median_s"]
+        good = q >= 1.0 - tolerance
+        total += 1
+        ok += good
+        worst = min(worst, vs)
+        logs.append(math.log(vs))
+        best_name = best["candidate"] if best["candidate"] in ("classical", "auto") else best["plan"]
+        lines.append(f"| {M}x{N}x{K} | {label} | {auto['plan']} | {best_name} | {q:.3f} | "
+                     f"{vs:.3f} | {'yes' if good else 'NO'} |")
+    summary = {"shapes": total, "within": ok / total if total else float("nan"),
+               "worst_vs_classical": worst if total else float("nan"),
+               "geomean_vs_classical": math.exp(sum(logs) / len(logs)) if logs else float("nan")}
+    if total:
+        lines.append("")
+        lines.append(f"Decision quality: auto within {tolerance:.0%} of the best measured candidate "
+                     f"on {ok} of {total} shapes ({summary['within']:.0%}); worst classical/auto "
+                     f"{summary['worst_vs_classical']:.3f} (a slowdown of "
+                     f"{max(0.0, 1 - summary['worst_vs_classical']):.1%}); geometric mean "
+                     f"classical/auto {summary['geomean_vs_classical']:.3f}.")
+    return "\n".join(lines), summary
+
+
 def _log(msg: str) -> None:
     print(f"[{PROG}] {msg}", file=sys.stderr, flush=True)
 
@@ -443,6 +538,7 @@ def bench_shape(shape: Shape, cands: list[Candidate], args) -> list[Result]:
     source = attach_weight(text, b, args.dtype) if args.const_weights else text
     flags = FLAG_SETS[args.flags] + list(args.iree_flag or [])
 
+    cands = expand_top(shape, cands, args)
     results = [Result(shape, c) for c in cands]
     runners = {}  # index -> zero-arg callable returning a host array
     for i, (c, r) in enumerate(zip(cands, results)):
@@ -705,6 +801,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--repeat", type=int, default=5, help="timed calls per candidate (median reported)")
     p.add_argument("--warmup", type=int, default=1, help="untimed calls per candidate first (>= 1)")
     p.add_argument("--numpy", action="store_true", help="add numpy.matmul (OpenBLAS) as a peer")
+    p.add_argument("--top", type=int, default=2, help="with candidate 'top': how many model plans")
+    p.add_argument("--quality", action="store_true",
+                   help="add the decision-quality table (auto vs the best measured candidate)")
     p.add_argument("--seed", type=int, default=0, help="random seed of the inputs")
     p.add_argument("--csv", help="write rows as CSV")
     p.add_argument("--md", help="write a markdown report")
@@ -755,6 +854,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     if args.csv:
         write_csv(args.csv, rows, args.append)
+    if args.quality:
+        qtable, _ = decision_quality(read_csv(args.csv) if (args.append and args.csv) else rows)
+        table += "\n\n" + qtable
     if args.md:
         title = args.title or f"{args.dtype}, flags {args.flags}" + (", const weights" if args.const_weights else "")
         section = (f"## {title}\n\n```sh\n{cmd}\n```\n\n{env_text} Wall time of the run: {elapsed:.0f} s.\n\n"

@@ -57,22 +57,21 @@ def compile_classical(mlir_text: str, flags: Sequence[str]) -> bytes:
 
 def analyze_only(module_op) -> List[dict]:
     """A stand-in rewrite for ``--lcma analyze``: reports every contraction
-    and what the interim ``auto`` rule would do, and changes nothing."""
-    from falcon_mlir import decision
+    and what the ``auto`` decision (cost model, host profile) would do, and
+    changes nothing."""
     from falcon_mlir.passes.contraction import find_contractions, format_location
+    from falcon_mlir.passes.lcma_rewrite import LcmaOptions, plan_for
 
     root = module_op.operation if hasattr(module_op, "operation") else module_op
+    options = LcmaOptions.parse("")
     report = []
     for c in find_contractions(root):
-        width = getattr(c.acc_type, "width", 32)
-        schemes, why = (None, c.unsupported) if c.unsupported else decision.interim_rule(
-            c.M, c.N, c.K, c.is_float, width)
+        plan, why = plan_for(c, options)
         report.append({
             "location": format_location(c.op.location, "llama_block.mlir"),
             "op": c.op.name, "kind": c.describe_kind(), "M": c.M, "N": c.N, "K": c.K,
             "batch": list(c.batch), "plan": "classical",
-            "reason": ("not applied (analyze): auto would use " + "+".join(schemes))
-            if schemes else why,
+            "reason": ("not applied (analyze): " + why) if plan else why,
         })
     return report
 

@@ -214,7 +214,9 @@ def _decide(pb, profile, levels, forms, edges, budget, forced, min_gain) -> Deci
                     consider(s, "per-product")
                 if "grouped" in forms and _grouped_ok(s):
                     consider(s, "grouped")
-        level_l = sorted({s for (s, _, _) in seen if len(s) == L},
+        min_r = min(scheme_stats(n).R for n in top)
+        level_l = sorted({s for (s, _, _) in seen if len(s) == L
+                          and math.prod(scheme_stats(x).R for x in s) * min_r <= MAX_PRODUCTS},
                          key=lambda s: best_of(s).seconds)
         prefixes = level_l[:BEAM]
 

@@ -15,6 +15,11 @@ if ml_dtypes is not None:
     NP_TYPES["bf16"] = ml_dtypes.bfloat16
 
 #: Machine epsilon of the accumulation type; bounds below scale with it.
+#: A test profile on which every compute-bound plan is predicted to win, so
+#: ``auto`` choices are decided by the error budget and the shape alone.
+FLAT_PROFILE = str(__import__("pathlib").Path(__file__).resolve().parents[1]
+                   / "lit" / "Inputs" / "flat_profile.json")
+
 EPS = {"f32": 2.0 ** -23, "f64": 2.0 ** -52, "f16": 2.0 ** -10, "bf16": 2.0 ** -7}
 
 

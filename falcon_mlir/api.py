@@ -9,7 +9,9 @@ Both compile in this process (see :mod:`falcon_mlir.pipeline.session`): IREE
 runs to the rewrite phase, the LCMA rewrite (``lcma-rewrite``, from
 :mod:`falcon_mlir.passes.lcma_rewrite`) rewrites the matrix multiplications it
 chooses, and IREE compiles the result to the end.  ``lcma=None`` is a plain
-IREE compile.
+IREE compile.  When the IREE target device is ``cuda``, the ``falcon-tiles``
+pass (:mod:`falcon_mlir.passes.tiles`) then attaches tile choices to every
+contraction, rewritten or not (``tiles="none"`` turns it off).
 """
 
 from __future__ import annotations
@@ -38,6 +40,10 @@ _LOCAL_BACKENDS = {"llvm-cpu", "vmvx"}
 # None/False: off; "auto"/True: defaults; "scheme=S levels=L"; an
 # LcmaOptions; or a callable ``rewrite(module_op) -> list[dict]`` used as is.
 LcmaSpec = Union[None, bool, str, Any]
+
+# "auto": falcon-tiles for cuda-sm80 when the flags select the cuda device;
+# None/False/"none": off; a falcon-tiles target name or "target=NAME".
+TilesSpec = Union[None, bool, str]
 
 
 def target_flags(target_backends: Sequence[str]) -> list[str]:
@@ -120,6 +126,46 @@ def make_lcma_rewrite(lcma: LcmaSpec = "auto"):
     return rewrite
 
 
+def _tiles_target(tiles: TilesSpec, flags: Sequence[str]) -> Optional[str]:
+    """The falcon-tiles target for ``tiles`` given the iree-compile ``flags``
+    (None: the pass does not run).
+
+    Raises:
+        OptionError (a ValueError): an unknown target.
+    """
+    from .passes.tiles import TilesOptions
+
+    if tiles is None or tiles is False:
+        return None
+    text = "auto" if tiles is True else str(tiles).strip()
+    if text in ("auto", "target=auto", ""):
+        cuda = False
+        for f in flags:
+            name, _, value = str(f).lstrip("-").partition("=")
+            if name in ("iree-hal-target-device", "iree-hal-target-backends"):
+                cuda |= any(v.strip().startswith("cuda") for v in value.split(","))
+        return "cuda-sm80" if cuda else None
+    target = TilesOptions.parse(text).target
+    return None if target == "none" else target
+
+
+def _with_tiles(rewrite, target: str, tiles_report: Optional[list]):
+    """``rewrite`` (or nothing) followed by falcon-tiles for ``target``; the
+    callback returns the rewrite's report, the tile entries go to ``tiles_report``."""
+    from .passes.tiles import TilesOptions, run_falcon_tiles
+
+    options = TilesOptions(target=target)
+
+    def rewrite_and_tile(module_op):
+        report = rewrite(module_op) if rewrite is not None else []
+        entries = run_falcon_tiles(module_op, options)
+        if tiles_report is not None:
+            tiles_report.extend(entries)
+        return report
+
+    return rewrite_and_tile
+
+
 def _build_flags(target_backends, input_type, extra_args) -> list[str]:
     flags = target_flags(target_backends or ())
     if input_type is not None:
@@ -142,11 +188,17 @@ def _compile(
     report,
     return_report,
     input_name,
+    tiles="auto",
+    tiles_report=None,
 ):
     rewrite = make_lcma_rewrite(lcma)
+    flags = _build_flags(target_backends, input_type, extra_args)
+    tiles_target = _tiles_target(tiles, flags)
+    if tiles_target is not None:
+        rewrite = _with_tiles(rewrite, tiles_target, tiles_report)
     res: CompileResult = compile_module(
         source,
-        flags=_build_flags(target_backends, input_type, extra_args),
+        flags=flags,
         rewrite=rewrite,
         phase=lcma_phase,
         input_name=input_name,
@@ -197,6 +249,8 @@ def compile_str(
     report: Optional[list] = None,
     return_report: bool = False,
     input_name: Optional[str] = None,
+    tiles: TilesSpec = "auto",
+    tiles_report: Optional[list] = None,
 ):
     """Compiles MLIR given in memory.
 
@@ -223,6 +277,13 @@ def compile_str(
             (one dict per contraction found) appended.
         return_report: return ``(output, report)`` instead of ``output``.
         input_name: name used for the source in diagnostic locations.
+        tiles: ``"auto"`` (default: the ``falcon-tiles`` pass for
+            ``cuda-sm80`` runs after the rewrite when the target device is
+            ``cuda``, on products and on contractions left classical),
+            ``"none"``/None to keep IREE's default tile choices, or a
+            falcon-tiles target name to force one.
+        tiles_report: when given, a list that gets falcon-tiles' entries
+            (one dict per contraction: tile choice or why none).
 
     Returns:
         The vmfb bytes (or MLIR text bytes with ``--compile-to``), None when
@@ -248,6 +309,8 @@ def compile_str(
         report=report,
         return_report=return_report,
         input_name=input_name,
+        tiles=tiles,
+        tiles_report=tiles_report,
     )
 
 
@@ -262,6 +325,8 @@ def compile_file(
     output_file: Optional[Union[str, "os.PathLike[str]"]] = None,
     report: Optional[list] = None,
     return_report: bool = False,
+    tiles: TilesSpec = "auto",
+    tiles_report: Optional[list] = None,
 ):
     """Compiles the MLIR file at ``path`` (text or bytecode); diagnostics name
     the file.  Arguments, return value and errors as :func:`compile_str`.
@@ -279,4 +344,6 @@ def compile_file(
         report=report,
         return_report=return_report,
         input_name=None,
+        tiles=tiles,
+        tiles_report=tiles_report,
     )

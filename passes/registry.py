@@ -9,6 +9,7 @@ pipeline parser (upstream and IREE passes by name, nested pipelines such as
 Pipelines are written as in mlir-opt::
 
     builtin.module(lcma-rewrite{scheme=strassen levels=2},canonicalize,cse)
+    builtin.module(lcma-rewrite{scheme=strassen},falcon-tiles{target=cuda-sm80})
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Callable, Optional
 from iree.compiler import ir, passmanager
 
 from falcon_mlir.passes.lcma_rewrite import LcmaOptions, OptionError, run_lcma_rewrite
+from falcon_mlir.passes.tiles import TilesOptions, run_falcon_tiles
 
 
 class PipelineError(ValueError):
@@ -94,9 +96,16 @@ def _parse_upstream(elem: str) -> None:
     raise PipelineError(msg or f"cannot parse pass pipeline element '{elem}'")
 
 
+def _tiles_factory(options_text: str, filename: Optional[str]):
+    opts = TilesOptions.parse(options_text)
+    opts.filename = filename
+    return opts
+
+
 #: falcon's own passes: name -> (options parser, runner(module_op, options) -> report list)
 FALCON_PASSES = {
     "lcma-rewrite": (_lcma_factory, run_lcma_rewrite),
+    "falcon-tiles": (_tiles_factory, run_falcon_tiles),
 }
 
 

@@ -2,7 +2,7 @@
 
     falcon-compile INPUT -o OUT.vmfb [iree-compile flags]
                    [--lcma-rewrite[=OPTIONS]] [--lcma-report=FILE] [--no-lcma]
-                   [--lcma-phase=PHASE]
+                   [--lcma-phase=PHASE] [--falcon-tiles=auto|none|cuda-sm80]
 
 INPUT is an MLIR file (text or bytecode, StableHLO included) or ``-`` for
 stdin.  Every flag that is not one of ours goes to IREE unchanged, in
@@ -19,6 +19,11 @@ Ours:
                             entries, one per contraction)
   --lcma-phase=PHASE        IREE phase after which the rewrite runs
                             (default: input)
+  --falcon-tiles=VALUE      tile choices for contractions (falcon-tiles pass,
+                            after the rewrite, on products and on contractions
+                            left classical): auto (default: cuda-sm80 when
+                            --iree-hal-target-device=cuda), none (IREE's own
+                            choices), cuda-sm80 (or target=cuda-sm80)
 
 Outputs are written atomically.  On error: one line
 ``falcon-compile: error: ...`` on stderr, exit status 1, no output file.
@@ -59,6 +64,7 @@ def parse_args(argv: Sequence[str]) -> dict:
     lcma: Optional[str] = "auto"
     report_file: Optional[str] = None
     phase: Optional[str] = None
+    tiles = "auto"
     help_ = False
     i = 0
     only_positional = False
@@ -88,6 +94,8 @@ def parse_args(argv: Sequence[str]) -> dict:
             report_file, i = _take_value(argv, i, arg, name)
         elif name in ("--lcma-phase", "-lcma-phase"):
             phase, i = _take_value(argv, i, arg, name)
+        elif name in ("--falcon-tiles", "-falcon-tiles"):
+            tiles, i = _take_value(argv, i, arg, name)
         else:
             iree_flags.append(arg)
             i += 1
@@ -109,6 +117,7 @@ def parse_args(argv: Sequence[str]) -> dict:
         "lcma": lcma,
         "report_file": report_file,
         "phase": phase,
+        "tiles": tiles,
     }
 
 
@@ -207,7 +216,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 return error(why)
 
     try:
-        from falcon_mlir.api import make_lcma_rewrite
+        from falcon_mlir.api import _tiles_target, _with_tiles, make_lcma_rewrite
         from falcon_mlir.pipeline.session import DEFAULT_REWRITE_PHASE, CompileError, compile_module
 
         try:
@@ -218,6 +227,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             rewrite = make_lcma_rewrite(args["lcma"])
         except ValueError as e:  # OptionError
             return error(f"--lcma-rewrite: {e}")
+        try:
+            tiles_target = _tiles_target(args["tiles"], args["iree_flags"])
+        except ValueError as e:  # OptionError
+            return error(f"--falcon-tiles: {e}")
+        if tiles_target is not None:
+            rewrite = _with_tiles(rewrite, tiles_target, None)
 
         src = args["input"]
         if src == "-":

@@ -1,0 +1,285 @@
+"""falcon-tiles: per-contraction tile choices for IREE's CUDA code generation.
+
+IREE 3.13's default CUDA tile choices are poor on large matmuls (H200,
+8192^3 f32: 271 ms default vs 31.3 ms with a hand-picked choice; f16:
+7.39 ms vs 4.62 ms; ``../shared/iree-notes.md``). IREE honours a
+``compilation_info`` attribute on a linalg op (a ``lowering_config`` plus a
+``translation_info``) in place of its own choice, so this pass attaches one
+to every contraction it can serve:
+
+* ``linalg.matmul`` (default or transposed maps), ``linalg.batch_matmul``
+  (the grouped form's one batched product over R), and ``linalg.generic``
+  contractions with one M, one N and one K loop (any batch loops), static
+  shapes; found with :func:`falcon_mlir.passes.contraction.find_contractions`.
+* The choice comes from a small table per target and element types
+  (:data:`TABLES`): the first entry whose workgroup tile divides M and N and
+  whose K step divides K. When none fits, the op keeps IREE's default.
+* Ops that already carry ``compilation_info`` or ``lowering_config`` are left
+  alone.
+
+Pipeline: ``TileAndFuse`` (IREE's own for these ops on sm_80). Two kinds of
+choice:
+
+* SIMT (f32): ``workgroup = [TM, TN]`` output elements per workgroup,
+  ``thread = [tm, tn]`` elements per thread (``TM/tm * TN/tn`` threads),
+  ``reduction = [KT]`` elements of K per step, operands promoted to shared
+  memory.
+* MMA (f16/bf16 operands, ``mma.sync`` 16x8x16 intrinsics): ``workgroup``
+  in elements, ``subgroup = [sm, sn]`` intrinsic tiles per warp (so
+  ``TM/(16 sm) * TN/(8 sn)`` warps of 32 threads), ``reduction = [kr]``
+  intrinsics of K per step (``16 kr`` elements), ``prefetch_num_stages = 2``
+  and ``convert_acc_gemm`` as IREE's own MMA choice has them.
+
+Batch loops get workgroup tile 1 (thread 1 for SIMT, subgroup 0 for MMA, as
+IREE's own choices for ``batch_matmul``).
+
+Usage::
+
+    falcon-opt in.mlir --falcon-tiles=target=cuda-sm80
+    falcon-opt in.mlir --pass-pipeline='builtin.module(lcma-rewrite{scheme=strassen},falcon-tiles{target=cuda-sm80})'
+
+and inside ``falcon-compile`` / :mod:`falcon_mlir.api` it runs after the
+rewrite whenever the IREE target device is ``cuda`` (``--falcon-tiles=none``
+turns it off).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from iree.compiler import ir
+
+from falcon_mlir.passes.contraction import find_contractions, format_location
+from falcon_mlir.passes.lcma_rewrite import OptionError
+
+#: Targets with a table; ``none`` turns the pass into a no-op.
+TARGETS = ("cuda-sm80", "none")
+SUBGROUP_SIZE = 32
+
+
+@dataclass(frozen=True)
+class TileChoice:
+    """One tile choice (see the module docstring for the units).
+
+    Attributes:
+        name: short label used in reports.
+        workgroup: (TM, TN) output elements per workgroup.
+        reduction: K step: elements (SIMT) or intrinsics (MMA).
+        thread: (tm, tn) elements per thread (SIMT), else None.
+        subgroup: (sm, sn) intrinsic tiles per warp (MMA), else None.
+        mma: intrinsic name (``NV_MMA_SYNC_...``), None for SIMT.
+        note: where the choice comes from.
+    """
+
+    name: str
+    workgroup: tuple
+    reduction: int
+    thread: Optional[tuple] = None
+    subgroup: Optional[tuple] = None
+    mma: Optional[str] = None
+    note: str = ""
+
+    #: intrinsic shape (M, N, K) of the mma.sync kinds used here
+    MMA_SHAPE = (16, 8, 16)
+
+    @property
+    def k_step(self) -> int:
+        """Elements of K per reduction step (K must be a multiple)."""
+        return self.reduction * (self.MMA_SHAPE[2] if self.mma else 1)
+
+    @property
+    def threads(self) -> int:
+        """Threads per workgroup."""
+        tm, tn = self.workgroup
+        if self.mma:
+            im, inn, _ = self.MMA_SHAPE
+            return (tm // (im * self.subgroup[0])) * (tn // (inn * self.subgroup[1])) * SUBGROUP_SIZE
+        return (tm // self.thread[0]) * (tn // self.thread[1])
+
+    def fits(self, M: int, N: int, K: int) -> bool:
+        """The shape is a whole number of workgroup tiles and K steps."""
+        return M % self.workgroup[0] == 0 and N % self.workgroup[1] == 0 and K % self.k_step == 0
+
+    def as_dict(self) -> dict:
+        d = {"name": self.name, "workgroup": list(self.workgroup), "reduction": self.reduction,
+             "k_step": self.k_step, "threads": self.threads}
+        if self.mma:
+            d.update(subgroup=list(self.subgroup), mma=self.mma)
+        else:
+            d.update(thread=list(self.thread))
+        return d
+
+
+def _simt(tm, tn, th, red, note=""):
+    return TileChoice(f"simt{tm}x{tn}", (tm, tn), red, thread=th, note=note)
+
+
+def _mma(kind, tm, tn, sg, red, note=""):
+    return TileChoice(f"mma{tm}x{tn}", (tm, tn), red, subgroup=sg, mma=kind, note=note)
+
+
+_MEASURED = "best of eight hand-picked choices at 8192^3 on the H200 (iree-notes.md)"
+
+
+def _mma_table(kind):
+    return (
+        _mma(kind, 128, 256, (4, 8), 4, _MEASURED),   # 8 warps of 64x64
+        _mma(kind, 128, 128, (4, 4), 4),               # 8 warps of 64x32
+        _mma(kind, 64, 64, (2, 4), 4),                 # 4 warps of 32x32
+        _mma(kind, 32, 32, (1, 2), 2),                 # 4 warps of 16x16
+    )
+
+
+#: target -> (lhs, rhs, acc element types) -> tile choices, best first.
+TABLES = {
+    "cuda-sm80": {
+        ("f32", "f32", "f32"): (
+            _simt(128, 128, (8, 8), 16, _MEASURED),   # 256 threads
+            _simt(64, 64, (4, 4), 16),                 # 256 threads
+            _simt(32, 32, (2, 2), 16),                 # 256 threads
+        ),
+        ("f16", "f16", "f16"): _mma_table("NV_MMA_SYNC_F16_16x8x16_F16"),
+        ("f16", "f16", "f32"): _mma_table("NV_MMA_SYNC_F32_16x8x16_F16"),
+        ("bf16", "bf16", "f32"): _mma_table("NV_MMA_SYNC_F32_16x8x16_BF16"),
+    },
+}
+
+
+@dataclass
+class TilesOptions:
+    """Options of the falcon-tiles pass.
+
+    Attributes:
+        target: a key of :data:`TABLES` or ``none``.
+        filename: name used for the ``"-"`` buffer in report locations.
+    """
+
+    target: str = "cuda-sm80"
+    filename: Optional[str] = None
+
+    KEYS = ("target",)
+
+    @classmethod
+    def parse(cls, text: Optional[str]) -> "TilesOptions":
+        """``"target=cuda-sm80"`` (a bare target name is accepted too).
+
+        Raises:
+            OptionError: unknown key or target.
+        """
+        opts = cls()
+        text = (text or "").strip()
+        if text.startswith("{") and text.endswith("}"):
+            text = text[1:-1]
+        for tok in text.split():
+            key, eq, val = tok.partition("=")
+            if not eq:
+                key, val = "target", tok
+            val = val.strip("'\"")
+            if key != "target":
+                raise OptionError(f"unknown falcon-tiles option '{key}' (keys: {', '.join(cls.KEYS)})")
+            if val not in TARGETS:
+                raise OptionError(f"falcon-tiles option target='{val}' is invalid "
+                                  f"(expected one of: {', '.join(TARGETS)})")
+            opts.target = val
+        return opts
+
+
+def choose(target: str, types: tuple, M: int, N: int, K: int):
+    """``(TileChoice or None, reason)`` for a contraction of element types
+    ``types`` = (lhs, rhs, acc) names and sizes M, N, K on ``target``."""
+    table = TABLES.get(target, {}).get(tuple(types))
+    if not table:
+        return None, (f"no tile table for {types[0]} x {types[1]} -> {types[2]} on {target} "
+                      "(IREE's default)")
+    for choice in table:
+        if choice.fits(M, N, K):
+            return choice, (f"{choice.name}: first choice of the {target} table that divides "
+                            f"M={M}, N={N}, K={K}")
+    smallest = table[-1]
+    return None, (f"M={M}, N={N}, K={K} not divisible by any {target} tile choice (smallest: "
+                  f"workgroup {smallest.workgroup[0]}x{smallest.workgroup[1]}, K step "
+                  f"{smallest.k_step}); IREE's default")
+
+
+def compilation_info_text(choice: TileChoice, n_loops: int, m_dim: int, n_dim: int, k_dim: int,
+                          batch_dims) -> str:
+    """The ``#iree_codegen.compilation_info<...>`` text for ``choice`` on an op
+    with ``n_loops`` loops (dims of M, N, K and batch given by index)."""
+    def vec(values):
+        out = [0] * n_loops
+        for d, v in values.items():
+            out[d] = v
+        return "[" + ", ".join(str(v) for v in out) + "]"
+
+    batch = {d: 1 for d in batch_dims}
+    wg = vec({**batch, m_dim: choice.workgroup[0], n_dim: choice.workgroup[1]})
+    red = vec({k_dim: choice.reduction})
+    if choice.mma:
+        sg = vec({m_dim: choice.subgroup[0], n_dim: choice.subgroup[1]})
+        lc = (f"#iree_gpu.lowering_config<{{convert_acc_gemm, "
+              f"mma_kind = #iree_gpu.mma_layout<{choice.mma}>, promote_operands = [0, 1], "
+              f"reduction = {red}, subgroup = {sg}, workgroup = {wg}}}>")
+        opts = (", {gpu_pipeline_options = #iree_gpu.pipeline_options<prefetch_num_stages = 2, "
+                "no_reduce_shared_memory_bank_conflicts = false, use_igemm_convolution = false>}")
+    else:
+        th = vec({**batch, m_dim: choice.thread[0], n_dim: choice.thread[1]})
+        lc = (f"#iree_gpu.lowering_config<{{promote_operands = [0, 1], reduction = {red}, "
+              f"thread = {th}, workgroup = {wg}}}>")
+        opts = ""
+    ti = (f"#iree_codegen.translation_info<pipeline = #iree_gpu.pipeline<TileAndFuse> "
+          f"workgroup_size = [{choice.threads}, 1, 1] subgroup_size = {SUBGROUP_SIZE}{opts}>")
+    return f"#iree_codegen.compilation_info<lowering_config = {lc}, translation_info = {ti}>"
+
+
+def _n_loops(op) -> int:
+    maps = list(op.attributes["indexing_maps"])
+    return ir.AffineMapAttr(maps[0]).value.n_dims
+
+
+def run_falcon_tiles(module_op, options=None) -> list:
+    """Attaches ``compilation_info`` to every contraction under ``module_op``.
+
+    Args:
+        module_op: the ``builtin.module`` operation (call inside its context).
+        options: :class:`TilesOptions`, an option string, or a target name.
+
+    Returns:
+        One report dict per contraction: ``pass`` (``falcon-tiles``),
+        ``location``, ``op``, ``M``, ``N``, ``K``, ``batch``,
+        ``element_types``, ``target``, ``tiles`` (the choice as a dict, or
+        None), ``reason``, ``remark`` (False).
+    """
+    if options is None or isinstance(options, str):
+        options = TilesOptions.parse(options)
+    target = options.target
+    report = []
+    if target == "none":
+        return report
+    for c in find_contractions(module_op):
+        op = c.op
+        entry = {"pass": "falcon-tiles", "location": format_location(op.location, options.filename),
+                 "op": op.name, "M": c.M, "N": c.N, "K": c.K, "batch": list(c.batch),
+                 "element_types": {"lhs": str(c.lhs_type), "rhs": str(c.rhs_type),
+                                   "acc": str(c.acc_type)},
+                 "target": target, "tiles": None, "remark": False}
+        report.append(entry)
+        if "compilation_info" in op.attributes or "lowering_config" in op.attributes:
+            entry["reason"] = "already carries compilation_info/lowering_config (left alone)"
+            continue
+        if c.m_dim < 0 or c.lhs_type is None:
+            entry["reason"] = f"not served: {c.unsupported}"
+            continue
+        sizes = [c.M, c.N, c.K] + list(c.batch)
+        if any(s is None or s <= 0 for s in sizes):
+            entry["reason"] = "dynamic or empty shape (IREE's default)"
+            continue
+        types = (str(c.lhs_type), str(c.rhs_type), str(c.acc_type))
+        choice, reason = choose(target, types, c.M, c.N, c.K)
+        entry["reason"] = reason
+        if choice is None:
+            continue
+        text = compilation_info_text(choice, _n_loops(op), c.m_dim, c.n_dim, c.k_dim, c.batch_dims)
+        op.attributes["compilation_info"] = ir.Attribute.parse(text, context=module_op.context)
+        entry["tiles"] = choice.as_dict()
+    return report

@@ -41,7 +41,9 @@ Field meanings and units:
 Presets (:data:`PRESETS`, shipped as ``profiles/*.json``): the x86
 development host (measured with ``falcon-calibrate``; cores and caches of the
 running host are filled in when ``host`` is asked for), AArch64 Neoverse-N1
-and V1, NVIDIA H200, H100, A100 and H20. Presets whose ``source`` is
+and V1, NVIDIA H200, H100, A100 and H20, and ``h200-iree`` (the H200 as
+IREE's CUDA code runs on it: sm_80 PTX with falcon's tile choices, measured
+with ``falcon-calibrate --device cuda``). Presets whose ``source`` is
 ``datasheet`` carry vendor peak figures (and a ramp for small sizes), marked
 in ``provenance``; they are starting points, to be replaced by a
 ``falcon-calibrate`` run on the machine.
@@ -70,6 +72,7 @@ PRESETS = {
     "neoverse-n1": "neoverse-n1.json",
     "neoverse-v1": "neoverse-v1.json",
     "h200": "h200.json",
+    "h200-iree": "h200-iree.json",
     "h100": "h100.json",
     "a100": "a100.json",
     "h20": "h20.json",

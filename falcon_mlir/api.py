@@ -42,7 +42,7 @@ _LOCAL_BACKENDS = {"llvm-cpu", "vmvx"}
 LcmaSpec = Union[None, bool, str, Any]
 
 # "auto": falcon-tiles for cuda-sm80 when the flags select the cuda device;
-# None/False/"none": off; a falcon-tiles target name or "target=NAME".
+# None/False/"none": off; falcon-tiles options ("cuda-sm80", "target=NAME prefer=CHOICE").
 TilesSpec = Union[None, bool, str]
 
 
@@ -126,35 +126,34 @@ def make_lcma_rewrite(lcma: LcmaSpec = "auto"):
     return rewrite
 
 
-def _tiles_target(tiles: TilesSpec, flags: Sequence[str]) -> Optional[str]:
-    """The falcon-tiles target for ``tiles`` given the iree-compile ``flags``
-    (None: the pass does not run).
+def _tiles_options(tiles: TilesSpec, flags: Sequence[str]):
+    """falcon-tiles' ``TilesOptions`` for ``tiles`` given the iree-compile
+    ``flags``, or None when the pass does not run.  ``auto`` (the default
+    target) becomes ``cuda-sm80`` when the flags select the cuda device, else
+    the pass does not run.
 
     Raises:
-        OptionError (a ValueError): an unknown target.
+        OptionError (a ValueError): an unknown target or option.
     """
     from .passes.tiles import TilesOptions
 
     if tiles is None or tiles is False:
         return None
-    text = "auto" if tiles is True else str(tiles).strip()
-    if text in ("auto", "target=auto", ""):
+    options = TilesOptions.parse("auto" if tiles is True else str(tiles).replace("target=", ""))
+    if options.target == "auto":
         cuda = False
         for f in flags:
             name, _, value = str(f).lstrip("-").partition("=")
             if name in ("iree-hal-target-device", "iree-hal-target-backends"):
                 cuda |= any(v.strip().startswith("cuda") for v in value.split(","))
-        return "cuda-sm80" if cuda else None
-    target = TilesOptions.parse(text).target
-    return None if target == "none" else target
+        options.target = "cuda-sm80" if cuda else "none"
+    return None if options.target == "none" else options
 
 
-def _with_tiles(rewrite, target: str, tiles_report: Optional[list]):
-    """``rewrite`` (or nothing) followed by falcon-tiles for ``target``; the
+def _with_tiles(rewrite, options, tiles_report: Optional[list]):
+    """``rewrite`` (or nothing) followed by falcon-tiles with ``options``; the
     callback returns the rewrite's report, the tile entries go to ``tiles_report``."""
-    from .passes.tiles import TilesOptions, run_falcon_tiles
-
-    options = TilesOptions(target=target)
+    from .passes.tiles import run_falcon_tiles
 
     def rewrite_and_tile(module_op):
         report = rewrite(module_op) if rewrite is not None else []
@@ -193,9 +192,9 @@ def _compile(
 ):
     rewrite = make_lcma_rewrite(lcma)
     flags = _build_flags(target_backends, input_type, extra_args)
-    tiles_target = _tiles_target(tiles, flags)
-    if tiles_target is not None:
-        rewrite = _with_tiles(rewrite, tiles_target, tiles_report)
+    tiles_options = _tiles_options(tiles, flags)
+    if tiles_options is not None:
+        rewrite = _with_tiles(rewrite, tiles_options, tiles_report)
     res: CompileResult = compile_module(
         source,
         flags=flags,
@@ -280,8 +279,9 @@ def compile_str(
         tiles: ``"auto"`` (default: the ``falcon-tiles`` pass for
             ``cuda-sm80`` runs after the rewrite when the target device is
             ``cuda``, on products and on contractions left classical),
-            ``"none"``/None to keep IREE's default tile choices, or a
-            falcon-tiles target name to force one.
+            ``"none"``/None to keep IREE's default tile choices, or
+            falcon-tiles options (``"cuda-sm80"``, ``"target=cuda-sm80
+            prefer=simt64x64"``).
         tiles_report: when given, a list that gets falcon-tiles' entries
             (one dict per contraction: tile choice or why none).
 

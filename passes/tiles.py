@@ -53,8 +53,11 @@ from iree.compiler import ir
 from falcon_mlir.passes.contraction import find_contractions, format_location
 from falcon_mlir.passes.lcma_rewrite import OptionError
 
-#: Targets with a table; ``none`` turns the pass into a no-op.
-TARGETS = ("cuda-sm80", "none")
+#: Targets with a table; ``none`` turns the pass into a no-op; ``auto`` is
+#: resolved from the compile flags by falcon-compile and the API (cuda device:
+#: ``cuda-sm80``, else none) and means ``cuda-sm80`` where no flags exist
+#: (falcon-opt).
+TARGETS = ("cuda-sm80", "none", "auto")
 SUBGROUP_SIZE = 32
 
 
@@ -151,21 +154,27 @@ class TilesOptions:
     """Options of the falcon-tiles pass.
 
     Attributes:
-        target: a key of :data:`TABLES` or ``none``.
+        target: a key of :data:`TABLES`, ``none`` or ``auto`` (see :data:`TARGETS`).
+        prefer: names of table entries (e.g. ``("simt64x64", "mma128x128")``)
+            tried first, in order, for every contraction, before the table's
+            own order (for tuning experiments; an entry is skipped where it
+            does not fit or belongs to other element types).
         filename: name used for the ``"-"`` buffer in report locations.
     """
 
     target: str = "cuda-sm80"
+    prefer: tuple = ()
     filename: Optional[str] = None
 
-    KEYS = ("target",)
+    KEYS = ("target", "prefer")
 
     @classmethod
     def parse(cls, text: Optional[str]) -> "TilesOptions":
-        """``"target=cuda-sm80"`` (a bare target name is accepted too).
+        """``"target=cuda-sm80 prefer=simt64x64,mma128x128"`` (a bare target
+        name is accepted for ``target=``).
 
         Raises:
-            OptionError: unknown key or target.
+            OptionError: unknown key, target or choice name.
         """
         opts = cls()
         text = (text or "").strip()
@@ -176,6 +185,15 @@ class TilesOptions:
             if not eq:
                 key, val = "target", tok
             val = val.strip("'\"")
+            if key == "prefer":
+                names = sorted({c.name for t in TABLES.values() for cs in t.values() for c in cs})
+                wanted = tuple(v for v in val.split(",") if v)
+                bad = [v for v in wanted if v not in names] or ([] if wanted else [val])
+                if bad:
+                    raise OptionError(f"falcon-tiles option prefer='{bad[0]}' is not a tile choice "
+                                      f"(known: {', '.join(names)})")
+                opts.prefer = wanted
+                continue
             if key != "target":
                 raise OptionError(f"unknown falcon-tiles option '{key}' (keys: {', '.join(cls.KEYS)})")
             if val not in TARGETS:
@@ -185,13 +203,21 @@ class TilesOptions:
         return opts
 
 
-def choose(target: str, types: tuple, M: int, N: int, K: int):
+def choose(target: str, types: tuple, M: int, N: int, K: int, prefer=()):
     """``(TileChoice or None, reason)`` for a contraction of element types
-    ``types`` = (lhs, rhs, acc) names and sizes M, N, K on ``target``."""
+    ``types`` = (lhs, rhs, acc) names and sizes M, N, K on ``target``
+    (``prefer``: choice names tried first, in order)."""
     table = TABLES.get(target, {}).get(tuple(types))
     if not table:
         return None, (f"no tile table for {types[0]} x {types[1]} -> {types[2]} on {target} "
                       "(IREE's default)")
+    if isinstance(prefer, str):
+        prefer = (prefer,)
+    by_name = {c.name: c for c in table}
+    for name in prefer or ():
+        choice = by_name.get(name)
+        if choice is not None and choice.fits(M, N, K):
+            return choice, f"{choice.name}: preferred by option, divides M={M}, N={N}, K={K}"
     for choice in table:
         if choice.fits(M, N, K):
             return choice, (f"{choice.name}: first choice of the {target} table that divides "
@@ -252,7 +278,7 @@ def run_falcon_tiles(module_op, options=None) -> list:
     """
     if options is None or isinstance(options, str):
         options = TilesOptions.parse(options)
-    target = options.target
+    target = "cuda-sm80" if options.target == "auto" else options.target
     report = []
     if target == "none":
         return report
@@ -275,7 +301,7 @@ def run_falcon_tiles(module_op, options=None) -> list:
             entry["reason"] = "dynamic or empty shape (IREE's default)"
             continue
         types = (str(c.lhs_type), str(c.rhs_type), str(c.acc_type))
-        choice, reason = choose(target, types, c.M, c.N, c.K)
+        choice, reason = choose(target, types, c.M, c.N, c.K, options.prefer)
         entry["reason"] = reason
         if choice is None:
             continue

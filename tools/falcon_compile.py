@@ -23,7 +23,9 @@ Ours:
                             after the rewrite, on products and on contractions
                             left classical): auto (default: cuda-sm80 when
                             --iree-hal-target-device=cuda), none (IREE's own
-                            choices), cuda-sm80 (or target=cuda-sm80)
+                            choices), cuda-sm80 (or target=cuda-sm80); add
+                            prefer=CHOICE (e.g. "cuda-sm80 prefer=simt64x64")
+                            to try one table entry first
 
 Outputs are written atomically.  On error: one line
 ``falcon-compile: error: ...`` on stderr, exit status 1, no output file.
@@ -216,7 +218,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 return error(why)
 
     try:
-        from falcon_mlir.api import _tiles_target, _with_tiles, make_lcma_rewrite
+        from falcon_mlir.api import _tiles_options, _with_tiles, make_lcma_rewrite
         from falcon_mlir.pipeline.session import DEFAULT_REWRITE_PHASE, CompileError, compile_module
 
         try:
@@ -228,11 +230,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         except ValueError as e:  # OptionError
             return error(f"--lcma-rewrite: {e}")
         try:
-            tiles_target = _tiles_target(args["tiles"], args["iree_flags"])
+            tiles_options = _tiles_options(args["tiles"], args["iree_flags"])
         except ValueError as e:  # OptionError
             return error(f"--falcon-tiles: {e}")
-        if tiles_target is not None:
-            rewrite = _with_tiles(rewrite, tiles_target, None)
+        if tiles_options is not None:
+            rewrite = _with_tiles(rewrite, tiles_options, None)
 
         src = args["input"]
         if src == "-":

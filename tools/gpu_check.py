@@ -30,6 +30,24 @@ Two halves:
   It prints a markdown table and writes ``gpu_check.md`` and
   ``gpu_check.json`` to ``$OUT`` if set, else ``--out``, else the bundle.
 
+Variants (``prepare --variant NAME=OPTIONS``, repeatable; ``classical``, plain
+IREE with its own tile choices, is always compiled as the baseline).
+OPTIONS are space-separated tokens:
+
+* ``lcma-rewrite`` options (``scheme=strassen levels=2 form=grouped``), or
+  ``classical`` (or nothing but tile tokens) for no rewrite;
+* ``tiles`` or ``tiles=TARGET`` (``cuda-sm80``, ``auto``, ``none``): run the
+  ``falcon-tiles`` pass (tile choices on every contraction, products and
+  classical ones, :mod:`falcon_mlir.passes.tiles`); ``prefer=CHOICE`` (e.g.
+  ``simt64x64``) tries one table entry first. Without a tile token a variant
+  keeps IREE's default tile choices (``tiles=none``), so bundles made before
+  falcon-tiles mean the same.
+
+e.g. ``--variant "classical_t=classical tiles" --variant "grouped2_t=scheme=strassen
+levels=2 form=grouped tiles=cuda-sm80" --variant "grouped1_t64=scheme=strassen
+form=grouped tiles prefer=simt64x64"``. The manifest records each module's
+tile options and the choices made (``tiles``, ``tile_choices``).
+
 Usage::
 
     # here: build the bundle (cuda-sm80, n = 2048 4096 8192)
@@ -96,6 +114,27 @@ def make_inputs(n: int, dtype: str, seed: int):
     return a, b
 
 
+def split_variant(options):
+    """``(lcma, tiles)`` of a variant's OPTIONS (see the module docstring):
+    the lcma option string or None (classical), and the falcon-tiles options
+    string (``"none"``: IREE's default tile choices)."""
+    if options is None:
+        return None, "target=none"
+    lcma, tiles = [], []
+    target = None
+    for tok in str(options).split():
+        key, eq, val = tok.partition("=")
+        if key == "tiles":
+            target = val if eq else "auto"
+        elif key == "prefer":
+            tiles.append(tok)
+        elif tok != "classical":
+            lcma.append(tok)
+    if target is None:
+        target = "auto" if tiles else "none"
+    return (" ".join(lcma) or None), " ".join([f"target={target}"] + tiles)
+
+
 def prepare_gpu_bundle(outdir, *, sizes=(2048, 4096, 8192), dtypes=("f32", "f16"),
                        variants=None, target="cuda-sm80", seed=0, ship_inputs_max=1024,
                        max_bytes=30 * 2**20, log=print) -> dict:
@@ -105,7 +144,8 @@ def prepare_gpu_bundle(outdir, *, sizes=(2048, 4096, 8192), dtypes=("f32", "f16"
         outdir: folder (created; files of the same names are replaced).
         sizes: square sizes n.
         dtypes: element types (``f32``, ``f16``); accumulation in the same type.
-        variants: name -> lcma option (default :data:`VARIANTS`).
+        variants: name -> OPTIONS (lcma options and tile tokens, see
+            :func:`split_variant`; None: classical; default :data:`VARIANTS`).
         target: a :mod:`falcon_mlir.targets` name (``cuda-sm80``; ``host``
             for a CPU dry run).
         seed: base seed; each (dtype, n) uses ``seed + n`` (+1 for f16).
@@ -138,9 +178,12 @@ def prepare_gpu_bundle(outdir, *, sizes=(2048, 4096, 8192), dtypes=("f32", "f16"
                     np.save(out / fn, x)
                     inputs.append(fn)
             text = matmul_mlir(n, dtype)
-            for vname, lcma in variants.items():
+            for vname, voptions in variants.items():
+                lcma, tiles = split_variant(voptions)
+                tiles_report = []
                 t0 = time.perf_counter()
-                vmfb, report = targets.compile_for(tgt, text, lcma=lcma, return_report=True)
+                vmfb, report = targets.compile_for(tgt, text, lcma=lcma, return_report=True,
+                                                   tiles=tiles, tiles_report=tiles_report)
                 dt = time.perf_counter() - t0
                 plans = [r.get("plan") for r in report]
                 rewritten = any(p not in (None, "classical") for p in plans)
@@ -155,9 +198,13 @@ def prepare_gpu_bundle(outdir, *, sizes=(2048, 4096, 8192), dtypes=("f32", "f16"
                     "rewritten": rewritten,
                     "plan": next((p for p in plans if p not in (None, "classical")), None),
                     "products": sum(int(r.get("products") or 0) for r in report),
+                    "tiles": None if tiles == "target=none" else tiles,
+                    "tile_choices": sorted({(r["tiles"] or {}).get("name", "iree-default")
+                                            for r in tiles_report}),
                 })
                 log(f"compiled {fn}: {len(vmfb)} bytes in {dt:.1f} s"
-                    + (f", products={entries[-1]['products']}" if rewritten else ""))
+                    + (f", products={entries[-1]['products']}" if rewritten else "")
+                    + (f", tiles {entries[-1]['tile_choices']}" if tiles_report else ""))
     manifest = {"format": FORMAT, "target": tgt.name, "flags": list(tgt.flags),
                 "driver": tgt.driver, "tolerance": TOLERANCE, "entries": entries}
     (out / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
@@ -245,6 +292,7 @@ def run_bundle(bundle, *, driver="cuda", repeat=10, warmup=2, check_rows=256,
         classical_ms = None
         for e in entries:
             row = {k: e[k] for k in ("dtype", "n", "variant", "lcma", "file", "products")}
+            row.update({k: e[k] for k in ("tiles", "tile_choices") if k in e})
             row.update(driver=driver, ref_rows=int(len(idx)))
             try:
                 vmfb = (bundle / e["file"]).read_bytes()
@@ -370,9 +418,10 @@ def main(argv=None) -> int:
     pp.add_argument("--target", default="cuda-sm80")
     pp.add_argument("--seed", type=int, default=0)
     pp.add_argument("--variant", action="append", default=[], metavar="NAME=OPTIONS",
-                    help="falcon variant to compile besides classical, e.g. "
-                         "'grouped1=scheme=strassen form=grouped' (repeatable; replaces the "
-                         "default strassen1/strassen2 set)")
+                    help="variant to compile besides classical, e.g. "
+                         "'grouped1=scheme=strassen form=grouped' or "
+                         "'classical_t=classical tiles=cuda-sm80' (repeatable; replaces the "
+                         "default strassen1/strassen2 set; see the module docstring)")
     for name in ("run", "dry-run"):
         rp = sub.add_parser(name, help="run a bundle" if name == "run" else
                             "prepare a host bundle at small sizes and run it on local-task")

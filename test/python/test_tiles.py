@@ -8,7 +8,7 @@ import pytest
 
 from cases import contraction_mlir
 from falcon_mlir import targets
-from falcon_mlir.api import _tiles_target, compile_str
+from falcon_mlir.api import _tiles_options, compile_str
 from falcon_mlir.passes.tiles import TABLES, TilesOptions, choose
 from falcon_mlir.passes.lcma_rewrite import OptionError
 
@@ -61,12 +61,15 @@ def test_choice_reaches_codegen():
 def test_tiles_target_resolution():
     cuda = ["--iree-hal-target-device=cuda", "--iree-cuda-target=sm_80"]
     cpu = ["--iree-hal-target-device=local", "--iree-hal-local-target-device-backends=llvm-cpu"]
-    assert _tiles_target("auto", cuda) == "cuda-sm80"
-    assert _tiles_target("auto", cpu) is None
-    assert _tiles_target("none", cuda) is None and _tiles_target(None, cuda) is None
-    assert _tiles_target("target=cuda-sm80", cpu) == "cuda-sm80"
+    assert _tiles_options("auto", cuda).target == "cuda-sm80"
+    assert _tiles_options("auto", cpu) is None
+    assert _tiles_options("none", cuda) is None and _tiles_options(None, cuda) is None
+    assert _tiles_options("target=cuda-sm80", cpu).target == "cuda-sm80"
+    assert _tiles_options("auto prefer=simt64x64,mma64x64", cuda).prefer == ("simt64x64", "mma64x64")
     with pytest.raises(OptionError):
-        _tiles_target("sm_90", cuda)
+        _tiles_options("sm_90", cuda)
+    with pytest.raises(OptionError):
+        _tiles_options("prefer=huge", cuda)
 
 
 def test_cpu_compile_untouched():
@@ -81,6 +84,8 @@ def test_table_choices():
     assert choose("cuda-sm80", ("f32", "f32", "f32"), 192, 64, 64)[0].name == "simt64x64"
     assert choose("cuda-sm80", ("f16", "f16", "f16"), 4096, 4096, 4096)[0].name == "mma128x256"
     assert choose("cuda-sm80", ("f16", "f16", "f16"), 128, 128, 128)[0].name == "mma128x128"
+    assert choose("cuda-sm80", ("f32", "f32", "f32"), 4096, 4096, 4096,
+                  prefer="simt64x64")[0].name == "simt64x64"
     none, why = choose("cuda-sm80", ("f32", "f32", "f32"), 100, 64, 64)
     assert none is None and "not divisible" in why
     none, why = choose("cuda-sm80", ("f64", "f64", "f64"), 64, 64, 64)
@@ -112,3 +117,18 @@ def test_falcon_compile_flag(tmp_path):
     assert "workgroup = [128, 128, 0]" in outs["auto"]
     assert "workgroup = [128, 128, 0]" not in outs["none"]
     assert main([str(src), "-o", str(tmp_path / "x.vmfb"), "--falcon-tiles=bogus"]) == 1
+
+
+def test_gpu_check_variant_syntax():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "tools" / "gpu_check.py"
+    spec = importlib.util.spec_from_file_location("gpu_check_t", path)
+    gc = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gc)
+    assert gc.split_variant(None) == (None, "target=none")
+    assert gc.split_variant("scheme=strassen levels=1") == ("scheme=strassen levels=1", "target=none")
+    assert gc.split_variant("classical tiles") == (None, "target=auto")
+    assert gc.split_variant("scheme=strassen form=grouped tiles=cuda-sm80 prefer=simt64x64") == \
+        ("scheme=strassen form=grouped", "target=cuda-sm80 prefer=simt64x64")

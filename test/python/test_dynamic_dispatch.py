@@ -71,12 +71,36 @@ def test_dynamic_m_every_size(options, schemes):
             continue
         ref = reference(a, b, c)
         assert rel_err(got, ref) <= tolerance(K, schemes), (M, rel_err(got, ref))
-        full = M // CHUNK * CHUNK
-        base = classical("f", a, b, c)
         if M < CHUNK:   # the original op
-            np.testing.assert_array_equal(got, base)
-        else:           # the chunks went through the plan
-            assert not np.array_equal(got[:full], base[:full]), M
+            np.testing.assert_array_equal(got, classical("f", a, b, c))
+
+
+def test_lcma_path_is_taken_from_the_threshold():
+    """Inputs on which Strassen and classical differ by design, per row block.
+
+    In every chunk of 64 rows, A's block A11 (rows 0..31, K 0..47) is huge
+    (multiples of 2**30), everything else small integers. Classical computes
+    C22 (rows 32..63, columns 47..93 of the chunk) exactly, since C22 =
+    A21 B12 + A22 B22 never reads A11; Strassen's C22 = M1 - M2 + M3 + M6
+    cancels A11 between products, and M1 = (A11 + A22)(B11 + B22) has
+    already rounded A22 away. So C22 is exact iff the row went classical.
+    """
+    new, _ = rewrite(mm_text(), f"scheme=strassen chunk={CHUNK}")
+    mod = Module(compile_mlir(new))
+    rng = np.random.default_rng(0)
+    for M in [CHUNK - 1, CHUNK, 2 * CHUNK + 40]:
+        a = rng.integers(-4, 5, size=(M, K)).astype(np.float64)
+        b = rng.integers(-4, 5, size=(K, N)).astype(np.float64)
+        c = rng.integers(-4, 5, size=(M, N)).astype(np.float64)
+        rows = np.arange(M) % CHUNK < CHUNK // 2
+        a[rows, :48] = rng.integers(1, 5, size=(rows.sum(), 48)) * 2.0 ** 30
+        got = mod("f", a.astype(np.float32), b.astype(np.float32), c.astype(np.float32))
+        ref = c + a @ b
+        full = M // CHUNK * CHUNK
+        for r0 in range(0, M - CHUNK // 2, CHUNK):   # C22 of each 64-row block
+            blk = slice(r0 + CHUNK // 2, min(r0 + CHUNK, M))
+            exact = np.array_equal(got[blk, 47:94].astype(np.float64), ref[blk, 47:94])
+            assert exact == (r0 + CHUNK > full), (M, r0)   # inexact iff through Strassen
 
 
 def test_dynamic_m_fill_transposed_and_integer():

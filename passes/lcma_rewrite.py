@@ -865,6 +865,11 @@ def dynamic_choice(c: Contraction, options: LcmaOptions) -> tuple:
         return None, (f"dynamic {dyn[0]}: run-time dispatch serves a dynamic M or batch "
                       "dimension only; stays classical")
     marker = ir.ShapedType.get_dynamic_size()
+    d = c.m_dim if dyn[0] == "M" else next(bd for bd, x in zip(c.batch_dims, c.batch) if x == marker)
+    for v, dims in zip(c.op.operands, (c.lhs_dims, c.rhs_dims, c.out_dims)):
+        if d in dims and not _tt(v).is_dynamic_dim(dims.index(d)):
+            return None, (f"{dyn[0]} is dynamic in some operands and static in others; "
+                          "stays classical")
     if dyn[0] == "batch":
         view = dataclasses.replace(c, batch=[1 if x == marker else x for x in c.batch],
                                    unsupported=None, dynamic=[])

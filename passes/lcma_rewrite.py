@@ -1024,7 +1024,11 @@ def run_lcma_rewrite(module_op, options: LcmaOptions) -> list:
         float contractions, see :mod:`falcon_mlir.numerics`), ``remark``
         (whether the user should be told), and for rewritten ones
         ``products`` and ``combines`` (the number of contractions and combine
-        ops emitted).
+        ops emitted). Dynamic sizes are ``None``; a contraction with a
+        run-time dispatch (:func:`dynamic_choice`) also has ``dispatch``
+        (``{"threshold_M": T, "chunk_M": Mc}``, or ``_batch``), its plan is
+        the chunk's and ``products`` counts the chunk's plan plus the
+        classical remainder op.
     """
     root = module_op.operation if hasattr(module_op, "operation") else module_op
     report = []

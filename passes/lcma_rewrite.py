@@ -855,22 +855,11 @@ def dynamic_choice(c: Contraction, options: LcmaOptions) -> tuple:
     """
     import dataclasses
 
-    if not c.dynamic or c.unsupported != DYNAMIC_REASON:
-        return None, c.unsupported
-    dyn = list(c.dynamic)
-    if len(dyn) > 1:
-        return None, (f"dynamic {', '.join(dyn)}: run-time dispatch serves one dynamic size "
-                      "(M or a batch dimension); stays classical")
-    if dyn[0] in ("N", "K"):
-        return None, (f"dynamic {dyn[0]}: run-time dispatch serves a dynamic M or batch "
-                      "dimension only; stays classical")
+    why_not = _not_dispatchable(c)
+    if why_not:
+        return None, why_not
     marker = ir.ShapedType.get_dynamic_size()
-    d = c.m_dim if dyn[0] == "M" else next(bd for bd, x in zip(c.batch_dims, c.batch) if x == marker)
-    for v, dims in zip(c.op.operands, (c.lhs_dims, c.rhs_dims, c.out_dims)):
-        if d in dims and not _tt(v).is_dynamic_dim(dims.index(d)):
-            return None, (f"{dyn[0]} is dynamic in some operands and static in others; "
-                          "stays classical")
-    if dyn[0] == "batch":
+    if c.dynamic == ["batch"]:
         view = dataclasses.replace(c, batch=[1 if x == marker else x for x in c.batch],
                                    unsupported=None, dynamic=[])
         plan, why = plan_for(view, options)
@@ -890,6 +879,32 @@ def dynamic_choice(c: Contraction, options: LcmaOptions) -> tuple:
     return Dispatch(chunk, plan, chunk, "M", view), (
         f"dynamic M: run-time dispatch, M >= {chunk} in chunks of {chunk} rows through the plan "
         f"({why}), the remaining rows and smaller M classical")
+
+
+def _not_dispatchable(c: Contraction) -> Optional[str]:
+    """Why run-time dispatch cannot serve ``c`` at all (``None`` if it can)."""
+    if not c.dynamic or c.unsupported != DYNAMIC_REASON:
+        return c.unsupported or "static sizes"
+    dyn = list(c.dynamic)
+    if len(dyn) > 1:
+        return (f"dynamic {', '.join(dyn)}: run-time dispatch serves one dynamic size "
+                "(M or a batch dimension); stays classical")
+    if dyn[0] in ("N", "K"):
+        return (f"dynamic {dyn[0]}: run-time dispatch serves a dynamic M or batch "
+                "dimension only; stays classical")
+    d = _dispatch_dim(c)
+    for v, dims in zip(c.op.operands, (c.lhs_dims, c.rhs_dims, c.out_dims)):
+        if d in dims and not _tt(v).is_dynamic_dim(dims.index(d)):
+            return f"{dyn[0]} is dynamic in some operands and static in others; stays classical"
+    return None
+
+
+def _dispatch_dim(c: Contraction) -> int:
+    """The loop dimension of ``c``'s one dynamic size (M or a batch dimension)."""
+    if c.dynamic == ["M"]:
+        return c.m_dim
+    marker = ir.ShapedType.get_dynamic_size()
+    return next(bd for bd, x in zip(c.batch_dims, c.batch) if x == marker)
 
 
 def _index(n: int) -> ir.Value:
@@ -953,8 +968,7 @@ def _emit_dispatch(c: Contraction, disp: Dispatch, em: "_Emitter") -> ir.Value:
     moves the op into the else block (:func:`_finish_dispatch`).
     """
     a, b, init = c.op.operands
-    d = c.m_dim if disp.dim == "M" else next(
-        bd for bd, x in zip(c.batch_dims, c.batch) if x == ir.ShapedType.get_dynamic_size())
+    d = _dispatch_dim(c)
     size = tensor.DimOp(a, _index(c.lhs_dims.index(d))).result
     use = arith.cmpi(arith.CmpIPredicate.sge, size, _index(disp.threshold))
     if_op = scf.IfOp(use, [init.type], has_else=True)
@@ -1003,7 +1017,7 @@ def _dynamic_entry(entry: dict, c: Contraction, disp: Optional[Dispatch],
         entry["dispatch"] = disp.to_json()
         entry["predicted_error"] = _predicted(disp.view, disp.plan)
         entry["remark"] = False
-    elif c.unsupported == DYNAMIC_REASON and len(c.dynamic) == 1 and c.dynamic[0] in ("M", "batch"):
+    elif not _not_dispatchable(c):  # servable, but the chunk's plan is classical
         entry["remark"] = options.forced_schemes() is not None or PLAN_ATTR in c.op.attributes
 
 

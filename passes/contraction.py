@@ -7,6 +7,12 @@ transposed indexing maps, ``linalg.batch_matmul``, ``linalg.generic`` and
 tensors. For the rewrite it must have exactly one M, one N and one K loop
 dimension (any number of batch dimensions, which stay as they are), static
 shapes, and a body that is a multiply-accumulate with at most casts around it.
+
+A contraction with dynamic sizes is analyzed like a static one (dims, types,
+body); its dynamic sizes are listed in ``dynamic`` and, when nothing else is
+wrong with it, ``unsupported`` is :data:`DYNAMIC_REASON`: the static rewrite
+cannot serve it, but the run-time dispatch of the lcma-rewrite pass
+(:func:`passes.lcma_rewrite.dynamic_choice`) may.
 """
 
 from __future__ import annotations
@@ -28,6 +34,8 @@ _BODY_OK = {
 #: be any narrower float type: they are combined in the accumulator type).
 _FLOAT_OK = {"f16", "bf16", "f32", "f64"}
 _NAMED = {"linalg.matmul": "matmul", "linalg.batch_matmul": "batch_matmul"}
+#: ``unsupported`` of a contraction whose only problem is a dynamic size.
+DYNAMIC_REASON = "dynamic shape (the static rewrite needs static sizes)"
 
 
 def format_location(loc: ir.Location, filename: Optional[str] = None) -> str:
@@ -72,6 +80,9 @@ class Contraction:
         transposed: names of operands whose layout is not the default
             (``"lhs"``: A stored K x M, ``"rhs"``: B stored N x K).
         unsupported: why the rewrite cannot serve it (``None`` when it can).
+        dynamic: names of the dynamic sizes (``"M"``, ``"N"``, ``"K"``,
+            ``"batch"`` once per dynamic batch dimension; empty when static).
+            Their entries in M, N, K, batch hold MLIR's dynamic-size marker.
     """
 
     op: ir.Operation
@@ -92,6 +103,7 @@ class Contraction:
     acc_type: Optional[ir.Type] = None
     transposed: list = field(default_factory=list)
     unsupported: Optional[str] = None
+    dynamic: list = field(default_factory=list)
 
     @property
     def is_float(self) -> bool:
@@ -188,16 +200,17 @@ def analyze(op: ir.Operation) -> Optional[Contraction]:
     if "cast" in op.attributes and "unsigned" in str(op.attributes["cast"]):
         c.unsupported = "unsigned operand casts are not supported"
         return c
-    if any(ir.ShapedType(t).has_rank and not ir.ShapedType(t).has_static_shape for t in types):
-        c.unsupported = "dynamic shape (stays classical; run-time dispatch is not implemented yet)"
+    # A loop dimension is dynamic when any operand has it dynamic.
+    dyn_size = ir.ShapedType.get_dynamic_size()
     sizes = {}
     for t, dl in zip(ttypes, (c.lhs_dims, c.rhs_dims, c.out_dims)):
         for pos, d in enumerate(dl):
-            sizes[d] = t.shape[pos]
+            if sizes.get(d) != dyn_size:
+                sizes[d] = dyn_size if t.is_dynamic_dim(pos) else t.shape[pos]
     c.M, c.N, c.K = sizes[c.m_dim], sizes[c.n_dim], sizes[c.k_dim]
     c.batch = [sizes[d] for d in c.batch_dims]
-    if c.unsupported:
-        return c
+    c.dynamic = [name for name, d in [("batch", d) for d in c.batch_dims] +
+                 [("M", c.m_dim), ("N", c.n_dim), ("K", c.k_dim)] if sizes[d] == dyn_size]
     if 0 in c.batch:
         c.unsupported = "empty contraction (a batch dimension of size 0)"
         return c
@@ -220,6 +233,8 @@ def analyze(op: ir.Operation) -> Optional[Contraction]:
         elif not (float_types or int_types):
             c.unsupported = (f"mixed integer/float element types ({c.lhs_type}, {c.rhs_type} -> "
                              f"{c.acc_type}) are not supported")
+    if c.unsupported is None and c.dynamic:
+        c.unsupported = DYNAMIC_REASON
     return c
 
 

@@ -36,6 +36,13 @@ Options (mlir-opt style, ``--lcma-rewrite="scheme=NAME levels=L edge=E"``):
 * ``target``: the hardware profile of the cost model: a preset name
   (``host``, ``h200``, ...; see :mod:`falcon_mlir.decision.profile`) or a path
   to a profile JSON file (``falcon-calibrate``); default ``host``.
+* ``chunk``: ``auto`` (default) or the rows per chunk of the run-time
+  dispatch of contractions with a dynamic M (see :func:`dynamic_choice`).
+
+Contractions with a dynamic M (or one dynamic batch dimension) and static
+N, K get a run-time dispatch: ``scf.if`` on the size, chunks of static size
+through the plan of a static view of the contraction, classical otherwise
+(see :func:`dynamic_choice` and :func:`_emit_dispatch`).
 
 Integer contractions are rewritten only with integer-coefficient schemes and
 only where :func:`falcon_mlir.numerics.integer_bound_ok` proves that no
@@ -46,14 +53,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Optional
+from typing import NamedTuple, Optional
 
 from iree.compiler import ir
-from iree.compiler.dialects import arith, linalg, tensor
+from iree.compiler.dialects import arith, linalg, scf, tensor
 
 from falcon_mlir.dialects.plan import PLAN_ATTR, Plan, PlanError
 from falcon_mlir import decision
-from falcon_mlir.passes.contraction import Contraction, find_contractions, format_location
+from falcon_mlir.passes.contraction import (DYNAMIC_REASON, Contraction, find_contractions,
+                                            format_location)
 
 MAX_LEVELS = 4
 #: Most products (R_1 * ... * R_L) one contraction may be rewritten into:
@@ -98,6 +106,10 @@ class LcmaOptions:
             chosen. With auto, the per-type default
             (:func:`falcon_mlir.numerics.default_max_error`) applies to auto
             plans; a forced scheme is applied unless ``max-error`` is given.
+        chunk: rows per chunk of the run-time dispatch on a dynamic M, or
+            ``None`` (auto: chosen by the cost model for ``scheme=auto``,
+            :data:`DYNAMIC_CHUNK_M` for a forced scheme); rounded up to a
+            multiple of the plan's blocks along M (see :func:`dynamic_choice`).
         filename: name used for the ``"-"`` buffer in report locations.
     """
 
@@ -108,9 +120,10 @@ class LcmaOptions:
     barriers: bool = False
     max_error: Optional[float] = None
     target: Optional[str] = None
+    chunk: Optional[int] = None
     filename: Optional[str] = None
 
-    KEYS = ("scheme", "levels", "edge", "form", "barriers", "max-error", "target")
+    KEYS = ("scheme", "levels", "edge", "form", "barriers", "max-error", "target", "chunk")
 
     @classmethod
     def parse(cls, text: Optional[str]) -> "LcmaOptions":
@@ -175,6 +188,8 @@ class LcmaOptions:
                                           "(expected auto or a relative error such as 1e-4)") from None
                     if not opts.max_error > 0 or opts.max_error != opts.max_error:
                         raise OptionError(f"lcma-rewrite option max-error={val} must be > 0")
+            elif key == "chunk":
+                opts.chunk = _parse_chunk(val)
             elif key == "barriers":
                 if val not in ("true", "false", "1", "0"):
                     raise OptionError(f"lcma-rewrite option barriers='{val}' is invalid "
@@ -218,6 +233,21 @@ class LcmaOptions:
     def edge_strategy(self) -> str:
         """``"peel"`` or ``"pad"`` (``auto`` peels)."""
         return "peel" if self.edge == "auto" else self.edge
+
+
+def _parse_chunk(val: str) -> Optional[int]:
+    """The ``chunk`` option: ``None`` for auto, else an integer in [1, 2**40]."""
+    if val == "auto":
+        return None
+    try:
+        n = int(val)
+    except ValueError:
+        raise OptionError(f"lcma-rewrite option chunk='{val}' is not an integer "
+                          "(expected auto or a number of rows >= 1)") from None
+    if not 1 <= n <= 2 ** 40:
+        raise OptionError(f"lcma-rewrite option chunk={val} is out of range "
+                          "(expected auto or 1..2**40 rows)")
+    return n
 
 
 def _choice(key: str, val: str, allowed: tuple) -> str:
@@ -829,6 +859,266 @@ def _strip_stray_plans(root, report: list, options: LcmaOptions) -> None:
                        "remark": True})
 
 
+# ----------------------------------------------------------------------------
+# Run-time dispatch for dynamic sizes
+# ----------------------------------------------------------------------------
+
+#: Rows per chunk of the run-time dispatch on a dynamic M for a forced scheme
+#: (and the M from which the chunked path is taken); under ``scheme=auto``
+#: the cost model picks the chunk from :data:`DYNAMIC_CHUNK_CANDIDATES`.
+DYNAMIC_CHUNK_M = 2048
+#: Chunk sizes the cost model considers for a dynamic M.
+DYNAMIC_CHUNK_CANDIDATES = (256, 512, 1024, 2048, 4096, 8192)
+
+
+def _auto_chunk(c: Contraction, options: LcmaOptions) -> Optional[int]:
+    """The chunk rows for a dynamic M under ``scheme=auto`` (``None``: no chunk wins).
+
+    For each candidate chunk Mc the decision is taken on a static view with
+    M = Mc; of those where a plan wins, the smallest whose predicted speedup
+    is within 90% of the best one's gain is taken (a smaller chunk is also
+    the run-time threshold, so more sizes get the faster path).
+    """
+    import dataclasses
+
+    wins = []
+    for mc in DYNAMIC_CHUNK_CANDIDATES:
+        view = dataclasses.replace(c, M=mc, unsupported=None, dynamic=[])
+        d = decision_for(view, options)
+        if not d.choice.is_classical:
+            wins.append((mc, d.speedup))
+    if not wins:
+        return None
+    best = max(sp for _, sp in wins)
+    return next(mc for mc, sp in wins if sp - 1.0 >= 0.9 * (best - 1.0))
+
+
+class Dispatch(NamedTuple):
+    """A run-time dispatch for a contraction with one dynamic size.
+
+    ``chunk``: static size of the chunks along the dynamic dimension (rows
+    for M); ``plan``: the plan for one chunk (a static view of the
+    contraction, ``view``); ``threshold``: the smallest run-time size that
+    takes the chunked LCMA path (below it the original op runs); ``dim``:
+    ``"M"`` or ``"batch"``.
+    """
+
+    chunk: int
+    plan: Plan
+    threshold: int
+    dim: str = "M"
+    view: Optional[Contraction] = None
+
+    def to_json(self) -> dict:
+        """The report's ``dispatch`` entry, e.g. ``{"threshold_M": 2048, "chunk_M": 2048}``."""
+        return {f"threshold_{self.dim}": self.threshold, f"chunk_{self.dim}": self.chunk}
+
+
+def _m_blocks(plan: Plan) -> int:
+    """How many blocks the plan cuts M into (product over the levels)."""
+    from falcon_mlir.catalog import get_scheme
+
+    n = 1
+    for name in plan.schemes:
+        n *= get_scheme(name).m
+    return n
+
+
+def dynamic_choice(c: Contraction, options: LcmaOptions) -> tuple:
+    """The run-time dispatch for a contraction with a dynamic size: ``(Dispatch or None, reason)``.
+
+    Served: a dynamic M with static N, K (batch static), and a single dynamic
+    batch dimension with static M, N, K. A dynamic N or K, or several dynamic
+    sizes, stay classical (the reason says so).
+
+    Dynamic M: the plan is :func:`plan_for` on a static view of ``c`` with
+    M = chunk, where chunk is the ``chunk`` option or :data:`DYNAMIC_CHUNK_M`,
+    rounded up to a multiple of the plan's blocks along M; the threshold is
+    the chunk (at run time M >= threshold runs floor(M / chunk) chunks
+    through the plan and the rest classical; smaller M runs the original op).
+    The same holds for a forced scheme and for an attached ``falcon.plan``.
+    Dynamic batch: each batch element is a static (M, N, K) contraction, so
+    chunk = threshold = 1 and the plan is :func:`plan_for` on the view with
+    that batch size 1.
+
+    Under ``scheme=auto`` without ``chunk=`` the chunk (and so the
+    threshold) comes from the cost model (:func:`_auto_chunk`).
+    """
+    import dataclasses
+
+    why_not = _not_dispatchable(c)
+    if why_not:
+        return None, why_not
+    marker = ir.ShapedType.get_dynamic_size()
+    if c.dynamic == ["batch"]:
+        view = dataclasses.replace(c, batch=[1 if x == marker else x for x in c.batch],
+                                   unsupported=None, dynamic=[])
+        plan, why = plan_for(view, options)
+        if plan is None:
+            return None, f"dynamic batch, each batch element classical: {why}"
+        return Dispatch(1, plan, 1, "batch", view), (
+            f"dynamic batch: run-time loop over the batch, each element through the plan ({why})")
+    chunk = options.chunk
+    if chunk is None and options.forced_schemes() is None and PLAN_ATTR not in c.op.attributes:
+        chunk = _auto_chunk(c, options)
+        if chunk is None:
+            return None, (f"dynamic M: auto keeps it classical at every M (no chunk size in "
+                          f"{', '.join(map(str, DYNAMIC_CHUNK_CANDIDATES))} is predicted faster "
+                          "through a plan)")
+    chunk = chunk or DYNAMIC_CHUNK_M
+    view = dataclasses.replace(c, M=chunk, unsupported=None, dynamic=[])
+    plan, why = plan_for(view, options)
+    if plan is not None and chunk % _m_blocks(plan):
+        chunk += _m_blocks(plan) - chunk % _m_blocks(plan)
+        view = dataclasses.replace(view, M=chunk)
+        plan, why = plan_for(view, options)
+    if plan is None:
+        return None, f"dynamic M, classical at every M (plan for chunks of {chunk} rows: {why})"
+    return Dispatch(chunk, plan, chunk, "M", view), (
+        f"dynamic M: run-time dispatch, M >= {chunk} in chunks of {chunk} rows through the plan "
+        f"({why}), the remaining rows and smaller M classical")
+
+
+def _not_dispatchable(c: Contraction) -> Optional[str]:
+    """Why run-time dispatch cannot serve ``c`` at all (``None`` if it can)."""
+    if not c.dynamic or c.unsupported != DYNAMIC_REASON:
+        return c.unsupported or "static sizes"
+    dyn = list(c.dynamic)
+    if len(dyn) > 1:
+        return (f"dynamic {', '.join(dyn)}: run-time dispatch serves one dynamic size "
+                "(M or a batch dimension); stays classical")
+    if dyn[0] in ("N", "K"):
+        return (f"dynamic {dyn[0]}: run-time dispatch serves a dynamic M or batch "
+                "dimension only; stays classical")
+    d = _dispatch_dim(c)
+    for v, dims in zip(c.op.operands, (c.lhs_dims, c.rhs_dims, c.out_dims)):
+        if d in dims and not _tt(v).is_dynamic_dim(dims.index(d)):
+            return f"{dyn[0]} is dynamic in some operands and static in others; stays classical"
+    return None
+
+
+def _dispatch_dim(c: Contraction) -> int:
+    """The loop dimension of ``c``'s one dynamic size (M or a batch dimension)."""
+    if c.dynamic == ["M"]:
+        return c.m_dim
+    marker = ir.ShapedType.get_dynamic_size()
+    return next(bd for bd, x in zip(c.batch_dims, c.batch) if x == marker)
+
+
+def _index(n: int) -> ir.Value:
+    return arith.constant(ir.IndexType.get(), n)
+
+
+def _dyn_slice(v: ir.Value, dims: list, d: int, offset: ir.Value, size) -> ir.Value:
+    """Slice ``v`` along loop dim ``d`` (if ``v`` has it) at ``offset`` with ``size`` (int or Value)."""
+    if d not in dims:
+        return v
+    t, pos = _tt(v), dims.index(d)
+    marker = ir.ShapedType.get_dynamic_size()
+    shape = list(t.shape)
+    offs = [marker if p == pos else 0 for p in range(t.rank)]
+    sizes = shape[:pos] + [size if isinstance(size, int) else marker] + shape[pos + 1:]
+    rt = ir.RankedTensorType.get(sizes, t.element_type)
+    return tensor.ExtractSliceOp(rt, v, [offset], [] if isinstance(size, int) else [size], [],
+                                 offs, sizes, [1] * t.rank).result
+
+
+def _dyn_insert(src: ir.Value, dest: ir.Value, dims: list, d: int, offset: ir.Value,
+                size) -> ir.Value:
+    """Insert ``src`` into ``dest`` at ``offset`` along loop dim ``d``."""
+    t, pos = _tt(src), dims.index(d)
+    marker = ir.ShapedType.get_dynamic_size()
+    offs = [marker if p == pos else 0 for p in range(t.rank)]
+    sizes = list(t.shape)
+    return tensor.InsertSliceOp(src, dest, [offset], [] if isinstance(size, int) else [size], [],
+                                offs, sizes, [1] * t.rank).result
+
+
+def _dyn_init(init: ir.Value, acc: ir.Value, dims: list, d: int, offset: ir.Value,
+              size) -> ir.Value:
+    """The accumulator of one chunk: a fresh fill when ``init`` is a ``linalg.fill``
+    (so the chunk does not read the loop-carried tensor), else a slice of ``acc``."""
+    owner = init.owner
+    if not isinstance(owner, ir.Block) and getattr(owner, "name", "") == "linalg.fill":
+        t = _tt(_dyn_slice(acc, dims, d, offset, size))
+        sizes = [size if (p == dims.index(d) and not isinstance(size, int)) else x
+                 for p, x in enumerate(t.shape)]
+        return linalg.fill(owner.operands[0], outs=[tensor.empty(sizes, t.element_type)])
+    return _dyn_slice(acc, dims, d, offset, size)
+
+
+def _emit_dispatch(c: Contraction, disp: Dispatch, em: "_Emitter") -> ir.Value:
+    """Emit the run-time dispatch of ``c`` in front of it; the original op moves into the else branch.
+
+    ::
+
+        %n = tensor.dim %A, <pos of the dynamic dim>
+        %use = arith.cmpi sge, %n, %threshold
+        %r = scf.if %use -> (type of C) {
+          %full = (%n / chunk) * chunk
+          %p = scf.for %o = 0 to %full step chunk iter_args(%acc = %C) {
+            chunk of A, B (batch), C at %o, static -> the plan (static emitter) -> insert
+          }
+          the %n - %full remaining rows (may be 0): classical on dynamic slices, insert
+        } else { the original op }
+
+    Returns the ``scf.if`` result; the caller replaces the op's uses and
+    moves the op into the else block (:func:`_finish_dispatch`).
+    """
+    a, b, init = c.op.operands
+    d = _dispatch_dim(c)
+    size = tensor.DimOp(a, _index(c.lhs_dims.index(d))).result
+    use = arith.cmpi(arith.CmpIPredicate.sge, size, _index(disp.threshold))
+    if_op = scf.IfOp(use, [init.type], has_else=True)
+    with ir.InsertionPoint(if_op.then_block):
+        step = _index(disp.chunk)
+        full = arith.muli(arith.divui(size, step), step)
+        loop = scf.ForOp(_index(0), full, step, [init])
+        with ir.InsertionPoint(loop.body):
+            off, acc = loop.induction_variable, loop.inner_iter_args[0]
+            part = em.emit(_dyn_slice(a, c.lhs_dims, d, off, disp.chunk),
+                           _dyn_slice(b, c.rhs_dims, d, off, disp.chunk),
+                           _dyn_init(init, acc, c.out_dims, d, off, disp.chunk), disp.plan)
+            scf.YieldOp([_dyn_insert(part, acc, c.out_dims, d, off, disp.chunk)])
+        done = loop.results[0]
+        rest = arith.subi(size, full)
+        tail = em.classical(_dyn_slice(a, c.lhs_dims, d, full, rest),
+                            _dyn_slice(b, c.rhs_dims, d, full, rest),
+                            _dyn_init(init, done, c.out_dims, d, full, rest))
+        scf.YieldOp([_dyn_insert(tail, done, c.out_dims, d, full, rest)])
+    return if_op
+
+
+def _finish_dispatch(c: Contraction, if_op) -> None:
+    """Route ``c``'s uses to the dispatch and move ``c`` into its else branch."""
+    c.op.results[0].replace_all_uses_with(if_op.results[0])
+    with ir.InsertionPoint(if_op.else_block):
+        y = scf.YieldOp([c.op.results[0]])
+    c.op.move_before(y)
+
+
+def _dynamic_entry(entry: dict, c: Contraction, disp: Optional[Dispatch],
+                   options: LcmaOptions) -> None:
+    """Report fields of a contraction with dynamic sizes (in place).
+
+    Dynamic sizes are ``null``; a dispatched one gets its chunk's plan, the
+    ``dispatch`` entry and the chunk's predicted errors. No remark when the
+    decision (auto) keeps a servable one classical, as for static shapes.
+    """
+    marker = ir.ShapedType.get_dynamic_size()
+    for key in ("M", "N", "K"):
+        if entry[key] == marker:
+            entry[key] = None
+    entry["batch"] = [None if x == marker else x for x in entry["batch"]]
+    if disp is not None:
+        entry["plan"] = disp.plan.to_json()
+        entry["dispatch"] = disp.to_json()
+        entry["predicted_error"] = _predicted(disp.view, disp.plan)
+        entry["remark"] = False
+    elif not _not_dispatchable(c):  # servable, but the chunk's plan is classical
+        entry["remark"] = options.forced_schemes() is not None or PLAN_ATTR in c.op.attributes
+
+
 def run_lcma_rewrite(module_op, options: LcmaOptions) -> list:
     """Run the lcma-rewrite pass on ``module_op`` in place.
 
@@ -849,7 +1139,11 @@ def run_lcma_rewrite(module_op, options: LcmaOptions) -> list:
         "dispatches", "temp_bytes", "parts"}``; ``None`` where unsupported), ``remark``
         (whether the user should be told), and for rewritten ones
         ``products`` and ``combines`` (the number of contractions and combine
-        ops emitted).
+        ops emitted). Dynamic sizes are ``None``; a contraction with a
+        run-time dispatch (:func:`dynamic_choice`) also has ``dispatch``
+        (``{"threshold_M": T, "chunk_M": Mc}``, or ``_batch``), its plan is
+        the chunk's and ``products`` counts the chunk's plan plus the
+        classical remainder op.
     """
     root = module_op.operation if hasattr(module_op, "operation") else module_op
     report = []
@@ -857,6 +1151,9 @@ def run_lcma_rewrite(module_op, options: LcmaOptions) -> list:
     _strip_stray_plans(root, report, options)
     for c in contractions:
         plan, reason = plan_for(c, options)
+        disp = None
+        if plan is None and c.dynamic:
+            disp, reason = dynamic_choice(c, options)
         entry = {
             "location": format_location(c.op.location, options.filename),
             "op": c.op.name,
@@ -874,8 +1171,17 @@ def run_lcma_rewrite(module_op, options: LcmaOptions) -> list:
         entry["remark"] = plan is None and (c.unsupported is not None
                                             or options.forced_schemes() is not None
                                             or PLAN_ATTR in c.op.attributes)
+        if c.dynamic:
+            _dynamic_entry(entry, c, disp, options)
         if PLAN_ATTR in c.op.attributes:
             del c.op.attributes[PLAN_ATTR]
+        if disp is not None:
+            em = _Emitter(c, barriers=options.barriers)
+            with c.op.location, ir.InsertionPoint(c.op):
+                if_op = _emit_dispatch(c, disp, em)
+                _finish_dispatch(c, if_op)
+            entry["products"] = em.products
+            entry["combines"] = em.combines
         if plan is not None:
             em = _Emitter(c, barriers=options.barriers)
             a, b, init = c.op.operands

@@ -27,7 +27,8 @@ def explain_entry(e: dict) -> str:
     alternatives, with the profile used) and the predicted errors.
     """
     et = e.get("element_types") or {}
-    shape = (f"M={e.get('M')} N={e.get('N')} K={e.get('K')}"
+    dim = lambda k: "?" if e.get(k) is None else e.get(k)
+    shape = (f"M={dim('M')} N={dim('N')} K={dim('K')}"
              + (f" batch={e['batch']}" if e.get("batch") else ""))
     types = f" ({et.get('lhs')} x {et.get('rhs')} -> {et.get('acc')})" if et else ""
     plan = e.get("plan")

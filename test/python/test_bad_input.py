@@ -618,11 +618,21 @@ def test_rational_scheme_at_second_level_on_integers(capfd, src, tmp_path):
     assert rep[0]["plan"] == "classical"
 
 
-def test_dynamic_shapes_stay_classical(capfd, src, tmp_path):
+def test_dynamic_k_stays_classical(capfd, src, tmp_path):
+    text = MM.replace("tensor<8x6xf32>", "tensor<8x?xf32>").replace("tensor<6x4xf32>", "tensor<?x4xf32>")
+    p, _ = src(text)
+    rep, out, err = report_of(capfd, tmp_path, p, "--lcma-rewrite=scheme=strassen")
+    assert rep[0]["plan"] == "classical" and "dynamic K" in rep[0]["reason"]
+    assert rep[0]["K"] is None and "remark:" in err
+
+
+def test_dynamic_m_gets_a_dispatch(capfd, src, tmp_path):
     text = MM.replace("tensor<8x6xf32>", "tensor<?x6xf32>").replace("tensor<8x4xf32>", "tensor<?x4xf32>")
     p, _ = src(text)
     rep, out, err = report_of(capfd, tmp_path, p, "--lcma-rewrite=scheme=strassen")
-    assert rep[0]["plan"] == "classical" and "dynamic" in rep[0]["reason"]
+    assert rep[0]["plan"]["schemes"] == ["strassen"] and rep[0]["M"] is None
+    assert rep[0]["dispatch"] == {"threshold_M": 2048, "chunk_M": 2048}
+    assert "remark:" not in err
 
 
 @pytest.mark.parametrize("elem,acc,rewritten", [

@@ -13,7 +13,11 @@ to every contraction it can serve:
   shapes; found with :func:`falcon_mlir.passes.contraction.find_contractions`.
 * The choice comes from a small table per target and element types
   (:data:`TABLES`): the first entry whose workgroup tile divides M and N and
-  whose K step divides K. When none fits, the op keeps IREE's default.
+  whose K step divides K (entries marked ``batched_only`` serve only
+  contractions with batch loops). When none fits, the op keeps IREE's default.
+  The table's first entries were measured on an H200 (8192^3 and 16384^3,
+  ``docs/gpu_tiles_h200.json``); the smaller ones only make smaller shapes
+  valid and are not tuned.
 * Ops that already carry ``compilation_info`` or ``lowering_config`` are left
   alone.
 
@@ -72,6 +76,8 @@ class TileChoice:
         thread: (tm, tn) elements per thread (SIMT), else None.
         subgroup: (sm, sn) intrinsic tiles per warp (MMA), else None.
         mma: intrinsic name (``NV_MMA_SYNC_...``), None for SIMT.
+        batched_only: chosen from the table only for contractions with batch
+            loops (``prefer=`` can still force it elsewhere).
         note: where the choice comes from.
     """
 
@@ -81,6 +87,7 @@ class TileChoice:
     thread: Optional[tuple] = None
     subgroup: Optional[tuple] = None
     mma: Optional[str] = None
+    batched_only: bool = False
     note: str = ""
 
     #: intrinsic shape (M, N, K) of the mma.sync kinds used here
@@ -114,8 +121,9 @@ class TileChoice:
         return d
 
 
-def _simt(tm, tn, th, red, note=""):
-    return TileChoice(f"simt{tm}x{tn}", (tm, tn), red, thread=th, note=note)
+def _simt(tm, tn, th, red, note="", name=None, batched_only=False):
+    return TileChoice(name or f"simt{tm}x{tn}", (tm, tn), red, thread=th, note=note,
+                      batched_only=batched_only)
 
 
 def _mma(kind, tm, tn, sg, red, note=""):
@@ -138,6 +146,11 @@ def _mma_table(kind):
 TABLES = {
     "cuda-sm80": {
         ("f32", "f32", "f32"): (
+            # Batched products (the grouped form): K step 32 measured faster on
+            # the H200 (7 x 4096^3: 26.5 vs 28.5 ms; grouped Strassen at 16384^3:
+            # 223 vs 241 ms), but slower for plain matmuls (8192^3: 35.0 vs
+            # 30.8 ms); docs/gpu_tiles_h200.json.
+            _simt(128, 128, (8, 8), 32, name="simt128x128k32", batched_only=True),
             _simt(128, 128, (8, 8), 16, _MEASURED),   # 256 threads
             _simt(64, 64, (4, 4), 16),                 # 256 threads
             _simt(32, 32, (2, 2), 16),                 # 256 threads
@@ -203,10 +216,11 @@ class TilesOptions:
         return opts
 
 
-def choose(target: str, types: tuple, M: int, N: int, K: int, prefer=()):
+def choose(target: str, types: tuple, M: int, N: int, K: int, prefer=(), batched: bool = False):
     """``(TileChoice or None, reason)`` for a contraction of element types
     ``types`` = (lhs, rhs, acc) names and sizes M, N, K on ``target``
-    (``prefer``: choice names tried first, in order)."""
+    (``prefer``: choice names tried first, in order; ``batched``: the
+    contraction has batch loops)."""
     table = TABLES.get(target, {}).get(tuple(types))
     if not table:
         return None, (f"no tile table for {types[0]} x {types[1]} -> {types[2]} on {target} "
@@ -219,7 +233,7 @@ def choose(target: str, types: tuple, M: int, N: int, K: int, prefer=()):
         if choice is not None and choice.fits(M, N, K):
             return choice, f"{choice.name}: preferred by option, divides M={M}, N={N}, K={K}"
     for choice in table:
-        if choice.fits(M, N, K):
+        if choice.fits(M, N, K) and (batched or not choice.batched_only):
             return choice, (f"{choice.name}: first choice of the {target} table that divides "
                             f"M={M}, N={N}, K={K}")
     smallest = table[-1]
@@ -301,7 +315,8 @@ def run_falcon_tiles(module_op, options=None) -> list:
             entry["reason"] = "dynamic or empty shape (IREE's default)"
             continue
         types = (str(c.lhs_type), str(c.rhs_type), str(c.acc_type))
-        choice, reason = choose(target, types, c.M, c.N, c.K, options.prefer)
+        choice, reason = choose(target, types, c.M, c.N, c.K, options.prefer,
+                                batched=bool(c.batch_dims))
         entry["reason"] = reason
         if choice is None:
             continue

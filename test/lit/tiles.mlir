@@ -16,8 +16,9 @@
 // CHECK: #[[CI:[a-z0-9_]+]] = #iree_codegen.compilation_info<lowering_config = #iree_gpu.lowering_config<{promote_operands = [0, 1], reduction = [0, 0, 16], thread = [8, 8, 0], workgroup = [128, 128, 0]}>, translation_info = #[[TR]]>
 // CHECK: func.func @f32
 // CHECK: linalg.matmul {compilation_info = #[[CI]]} ins
-// The grouped form's one batched product (7 x 128x128x128) gets the batch tile 1.
-// GROUPED: #[[CI:[a-z0-9_]+]] = #iree_codegen.compilation_info<lowering_config = #iree_gpu.lowering_config<{promote_operands = [0, 1], reduction = [0, 0, 0, 16], thread = [1, 8, 8, 0], workgroup = [1, 128, 128, 0]}>
+// The grouped form's one batched product (7 x 128x128x128) gets the batch tile 1
+// and, being batched, the K step 32.
+// GROUPED: #[[CI:[a-z0-9_]+]] = #iree_codegen.compilation_info<lowering_config = #iree_gpu.lowering_config<{promote_operands = [0, 1], reduction = [0, 0, 0, 32], thread = [1, 8, 8, 0], workgroup = [1, 128, 128, 0]}>
 // GROUPED: func.func @f32
 // GROUPED: linalg.batch_matmul {compilation_info = #[[CI]]} ins({{.+}} : tensor<7x128x128xf32>, tensor<7x128x128xf32>)
 // GROUPED-NOT: linalg.matmul

@@ -55,7 +55,8 @@ def test_choice_reaches_codegen():
     default = _configs(text, lcma=None, tiles="none")
     assert default and not any("workgroup = [128, 128, 0]" in c for c in default), default
     grouped = _configs(text, lcma="scheme=strassen levels=1 form=grouped")
-    assert any("workgroup = [1, 128, 128, 0]" in c for c in grouped), grouped
+    assert any("reduction = [0, 0, 0, 32], thread = [1, 8, 8, 0], workgroup = [1, 128, 128, 0]" in c
+               for c in grouped), grouped
 
 
 def test_tiles_target_resolution():
@@ -81,6 +82,8 @@ def test_cpu_compile_untouched():
 
 def test_table_choices():
     assert choose("cuda-sm80", ("f32", "f32", "f32"), 8192, 8192, 8192)[0].name == "simt128x128"
+    assert choose("cuda-sm80", ("f32", "f32", "f32"), 4096, 4096, 4096,
+                  batched=True)[0].name == "simt128x128k32"
     assert choose("cuda-sm80", ("f32", "f32", "f32"), 192, 64, 64)[0].name == "simt64x64"
     assert choose("cuda-sm80", ("f16", "f16", "f16"), 4096, 4096, 4096)[0].name == "mma128x256"
     assert choose("cuda-sm80", ("f16", "f16", "f16"), 128, 128, 128)[0].name == "mma128x128"

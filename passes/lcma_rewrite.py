@@ -590,10 +590,16 @@ class _Emitter:
         used = [(idx, x) for idx, x in blocks.items() if any(coef(r, idx) != 0 for r in range(R))]
         shape = list(_tt(used[0][1]).shape)
         rank = len(shape)
-        dims = [ir.AffineDimExpr.get(d) for d in range(1, rank + 1)]
-        blk_map = ir.AffineMap.get(rank + 1, 0, dims)
-        tab_map = ir.AffineMap.get(rank + 1, 0, [ir.AffineDimExpr.get(0)])
-        out_map = ir.AffineMap.get_identity(rank + 1)
+        # Loop order (block dims except the last, r, last block dim): for each
+        # row of the blocks, all R outputs are formed while the row is in
+        # cache, so each block element is read from memory once and the
+        # innermost loop is contiguous in every operand. (With r outermost,
+        # every block would be streamed from memory R times.)
+        d = lambda i: ir.AffineDimExpr.get(i)
+        blk_dims = [d(i) for i in range(rank - 1)] + [d(rank)]
+        blk_map = ir.AffineMap.get(rank + 1, 0, blk_dims)
+        tab_map = ir.AffineMap.get(rank + 1, 0, [d(rank - 1)])
+        out_map = ir.AffineMap.get(rank + 1, 0, [d(rank - 1)] + blk_dims)
         inputs, maps = [], []
         for idx, x in used:
             inputs += [x, self._table([coef(r, idx) for r in range(R)])]

@@ -7,11 +7,14 @@
 // of the grouped result. Two levels compose the schemes (strassen x strassen,
 // 49 products) into one grouped level.
 
-// CHECK-DAG: #[[BLK:.+]] = affine_map<(d0, d1, d2) -> (d1, d2)>
-// CHECK-DAG: #[[TAB:.+]] = affine_map<(d0, d1, d2) -> (d0)>
+// The combine's loops run (block row, r, block column): each row of a block
+// is read once and serves all R outputs.
+// CHECK-DAG: #[[BLK:.+]] = affine_map<(d0, d1, d2) -> (d0, d2)>
+// CHECK-DAG: #[[TAB:.+]] = affine_map<(d0, d1, d2) -> (d1)>
+// CHECK-DAG: #[[OUT:.+]] = affine_map<(d0, d1, d2) -> (d1, d0, d2)>
 // CHECK-LABEL: func.func @g
 // CHECK: arith.constant dense<[1.000000e+00, 0.000000e+00, 1.000000e+00, 0.000000e+00, 1.000000e+00, -1.000000e+00, 0.000000e+00]> : tensor<7xf32>
-// CHECK: linalg.generic {indexing_maps = [#[[BLK]], #[[TAB]], #[[BLK]], #[[TAB]], #[[BLK]], #[[TAB]], #[[BLK]], #[[TAB]], #{{.+}}]
+// CHECK: linalg.generic {indexing_maps = [#[[BLK]], #[[TAB]], #[[BLK]], #[[TAB]], #[[BLK]], #[[TAB]], #[[BLK]], #[[TAB]], #[[OUT]]]
 // CHECK-SAME: outs(%{{.+}} : tensor<7x4x3xf32>)
 // CHECK: outs(%{{.+}} : tensor<7x3x2xf32>)
 // CHECK: linalg.batch_matmul ins(%{{.+}}, %{{.+}} : tensor<7x4x3xf32>, tensor<7x3x2xf32>) outs(%{{.+}} : tensor<7x4x2xf32>)

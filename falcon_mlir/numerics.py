@@ -162,6 +162,15 @@ def _schemes(schemes) -> list:
     return [_as_scheme(s) for s in schemes]
 
 
+def _keys(schemes) -> list:
+    """Like :func:`_schemes` but names stay names (their factors are cached by name)."""
+    if schemes is None:
+        return []
+    if isinstance(schemes, str):
+        return [schemes]
+    return list(schemes)
+
+
 def _rows(arr, R: int) -> list:
     return [list(arr[r].reshape(-1)) for r in range(R)]
 
@@ -182,6 +191,11 @@ def _factors_cached(key, U, V, W, R) -> dict:
     return {"E": Fraction(E), "E2": math.sqrt(Fraction(E2sq)), "Q": int(q)}
 
 
+@lru_cache(maxsize=None)
+def _factors_by_name(name: str) -> dict:
+    return _scheme_factors(name)
+
+
 def scheme_factors(scheme) -> dict:
     """Stability numbers of one scheme (a name or a :class:`Scheme`).
 
@@ -192,6 +206,12 @@ def scheme_factors(scheme) -> dict:
         ``Q`` (int): roundings on the longest path through the level's combines;
         ``k`` (int): the scheme's reduction blocking.
     """
+    if isinstance(scheme, str):
+        return dict(_factors_by_name(scheme))
+    return _scheme_factors(scheme)
+
+
+def _scheme_factors(scheme) -> dict:
     s = _as_scheme(scheme)
     R = s.R
     key = (s.canonical_name, s.name)
@@ -205,13 +225,13 @@ def scheme_factors(scheme) -> dict:
 def growth_factor(schemes) -> float:
     """``G_1 * ... * G_L`` of a plan (1.0 for classical), see the module doc."""
     g = 1.0
-    for s in _schemes(schemes):
+    for s in _keys(schemes):
         g *= scheme_factors(s)["G"]
     return g
 
 
 def _shape_terms(schemes, K: int):
-    ss = _schemes(schemes)
+    ss = _keys(schemes)
     P = 1
     Q = 0
     for s in ss:

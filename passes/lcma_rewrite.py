@@ -470,9 +470,10 @@ class _Emitter:
         M0, K0, N0 = M // s.m * s.m, K // s.k * s.k, N // s.n * s.n
         core_init = _slice_init(init, c.out_dims, {md: (0, M0), nd: (0, N0)})
         if K0 < K:
-            core_init = self.classical(_slice(a, c.lhs_dims, {md: (0, M0), kd: (K0, K - K0)}),
-                                       _slice(b, c.rhs_dims, {kd: (K0, K - K0), nd: (0, N0)}),
-                                       core_init)
+            core_init = self.classical(
+                self._fence(_slice(a, c.lhs_dims, {md: (0, M0), kd: (K0, K - K0)})),
+                self._fence(_slice(b, c.rhs_dims, {kd: (K0, K - K0), nd: (0, N0)})),
+                core_init)
         core = level(_slice(a, c.lhs_dims, {md: (0, M0), kd: (0, K0)}),
                      _slice(b, c.rhs_dims, {kd: (0, K0), nd: (0, N0)}),
                      core_init, s, inner)
@@ -480,15 +481,30 @@ class _Emitter:
             return core
         result = _insert(core, init, c.out_dims, {})
         if M0 < M:
-            rows = self.classical(_slice(a, c.lhs_dims, {md: (M0, M - M0)}), b,
+            rows = self.classical(self._fence(_slice(a, c.lhs_dims, {md: (M0, M - M0)})), b,
                                   _slice_init(init, c.out_dims, {md: (M0, M - M0)}))
             result = _insert(rows, result, c.out_dims, {md: M0})
         if N0 < N:
-            cols = self.classical(_slice(a, c.lhs_dims, {md: (0, M0)}),
-                                  _slice(b, c.rhs_dims, {nd: (N0, N - N0)}),
+            cols = self.classical(self._fence(_slice(a, c.lhs_dims, {md: (0, M0)})),
+                                  self._fence(_slice(b, c.rhs_dims, {nd: (N0, N - N0)})),
                                   _slice_init(init, c.out_dims, {md: (0, M0), nd: (N0, N - N0)}))
             result = _insert(cols, result, c.out_dims, {nd: N0})
         return result
+
+    def _fence(self, x: ir.Value) -> ir.Value:
+        """``x`` behind ``util.optimization_barrier`` if it is a bare slice and barriers are on.
+
+        IREE's data tiling otherwise pulls the packing of the slice into the
+        consuming contraction's dispatch; for a narrow strip with a long K
+        (the peeled column strip of a 4096 x 14336 weight: K = 4096, 2
+        columns) that packs the whole strip on the stack and llvm-cpu fails
+        ("exceeded stack allocation limit", IREE 3.13; iree-notes.md).
+        """
+        if self.barriers and not isinstance(x.owner, ir.Block) and \
+                getattr(x.owner, "name", "") == "tensor.extract_slice":
+            return ir.Operation.create("util.optimization_barrier", results=[x.type],
+                                       operands=[x]).result
+        return x
 
     def _combine(self, terms: list) -> ir.Value:
         """``sum c * X`` over ``terms = [(c, block)]`` as a tensor in the accumulator type.
@@ -501,12 +517,7 @@ class _Emitter:
         not do: canonicalization erases it.
         """
         if len(terms) == 1 and terms[0][0] == 1:
-            x = terms[0][1]
-            if self.barriers and not isinstance(x.owner, ir.Block) and \
-                    getattr(x.owner, "name", "") == "tensor.extract_slice":
-                return ir.Operation.create("util.optimization_barrier", results=[x.type],
-                                           operands=[x]).result
-            return x
+            return self._fence(terms[0][1])
         self.combines += 1
         first = terms[0][1]
         init = tensor.empty(list(_tt(first).shape), self.acc)

@@ -925,6 +925,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--name", help="profile name (default: the output file's stem)")
     p.add_argument("--raw", help="also write the raw measurements (JSON)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar or step lines")
+    p.add_argument("--no-fit", action="store_true",
+                   help="CPU: skip fitting the form factors to measured Strassen plans "
+                        "(falcon_mlir.decision.fit)")
     return p
 
 
@@ -993,6 +996,18 @@ def main(argv=None) -> int:
             prof = Profile.from_dict(profile, where="measured profile")
         except ProfileError as e:
             raise CalibrationError(str(e)) from None
+        if dev == "local-task" and not args.no_fit:
+            from falcon_mlir.decision import fit
+
+            bar = progress(4 * len(fit.FIT_SIZES), "fit") if progress else None
+            measured = fit.measure_plans(fit.QUICK_FIT_SIZES if args.quick else fit.FIT_SIZES,
+                                         seconds=seconds * 2,
+                                         step=bar.step if bar else None)
+            if bar:
+                bar.close()
+            prof, forms = fit.fit_forms(prof, measured)
+            profile["forms"] = dict(prof.forms)
+            raw["fit"] = measured
         raw["wall_s"] = time.perf_counter() - t0
         if args.raw:
             write_json_atomic(args.raw, raw)

@@ -44,7 +44,7 @@ __all__ = ["decide", "Decision", "Problem", "Estimate", "Profile", "ProfileError
 #: A plan must be predicted this much faster than classical (fraction) to be chosen.
 MIN_GAIN = 0.03
 #: Schemes of level 1 (and plans of level 2) extended to the next level.
-BEAM = 6
+BEAM = 5
 #: Most levels ``auto`` considers.
 MAX_AUTO_LEVELS = 3
 #: Kept for callers of the interim rule: the scheme of least error growth.
@@ -174,50 +174,59 @@ def _decide(pb, profile, levels, forms, edges, budget, forced, min_gain) -> Deci
 
     seen = {}
 
-    def consider(schemes: tuple, form: str) -> None:
-        for edge in edges:
+    best: Dict[tuple, Estimate] = {}   # fastest estimate per scheme tuple
+    rprod: Dict[tuple, int] = {}       # products of a scheme tuple
+
+    def consider(schemes: tuple, form: str, edge_list=None) -> None:
+        for edge in edge_list or edges:
             k = (schemes, form, edge)
             if k in seen:
                 continue
             est = cm.plan(pb, schemes, edge, form)
             seen[k] = est
+            if schemes not in best or est.seconds < best[schemes].seconds:
+                best[schemes] = est
             if not est.parts.get("edges"):
                 break  # divisible at every level: the other edge strategy is the same plan
+
+    def r_of(s: tuple) -> int:
+        if s not in rprod:
+            rprod[s] = math.prod(scheme_stats(x).R for x in s)
+        return rprod[s]
 
     allowed_levels = [levels] if levels else list(range(1, MAX_AUTO_LEVELS + 1))
     max_l = max(allowed_levels)
     names = [n for n in single_level_names() if _fits(pb, (n,))]
-    for n in names:
-        if "per-product" in forms:
-            consider((n,), "per-product")
-    best_of = lambda nl: min((e for (s, f, _), e in seen.items() if s == nl),
-                             key=lambda e: e.seconds, default=None)
+    # Level 1: every scheme and order with the first edge strategy; the
+    # other edge strategy and the grouped form for the best ones.
     if "per-product" in forms:
-        ranked = sorted(names, key=lambda n: best_of((n,)).seconds)
+        for n in names:
+            consider((n,), "per-product", edges[:1])
+        ranked = sorted(names, key=lambda n: best[(n,)].seconds)
     else:
         ranked = sorted(names, key=lambda n: scheme_stats(n).R / (scheme_stats(n).m *
                                                                   scheme_stats(n).k *
                                                                   scheme_stats(n).n))
     top = list(dict.fromkeys(ranked[:BEAM] + [n for n in ("strassen", "winograd") if n in names]))
-    if "grouped" in forms:
-        for n in top:
-            if _grouped_ok((n,)):
-                consider((n,), "grouped")
+    for n in top:
+        if "per-product" in forms:
+            consider((n,), "per-product")
+        if "grouped" in forms and _grouped_ok((n,)):
+            consider((n,), "grouped")
     prefixes = [(n,) for n in top]
     for L in range(2, max_l + 1):
         for pre in prefixes:
             for n in top:
                 s = pre + (n,)
-                if math.prod(scheme_stats(x).R for x in s) > MAX_PRODUCTS:
+                if r_of(s) > MAX_PRODUCTS:
                     continue
                 if "per-product" in forms:
                     consider(s, "per-product")
                 if "grouped" in forms and _grouped_ok(s):
                     consider(s, "grouped")
         min_r = min(scheme_stats(n).R for n in top)
-        level_l = sorted({s for (s, _, _) in seen if len(s) == L
-                          and math.prod(scheme_stats(x).R for x in s) * min_r <= MAX_PRODUCTS},
-                         key=lambda s: best_of(s).seconds)
+        level_l = sorted((s for s in best if len(s) == L and r_of(s) * min_r <= MAX_PRODUCTS),
+                         key=lambda s: best[s].seconds)
         prefixes = level_l[:BEAM]
 
     cands = sorted((e for (s, f, _), e in seen.items() if len(s) in allowed_levels

@@ -125,6 +125,9 @@ class Estimate:
 
 
 def _eb(elem: str) -> int:
+    b = ELEMENT_BYTES.get(elem)
+    if b is not None:
+        return b
     e = str(elem)
     if e in ELEMENT_BYTES:
         return ELEMENT_BYTES[e]
@@ -174,6 +177,18 @@ def scheme_stats(name: str) -> SchemeStats:
 
     from falcon_mlir.catalog import get_scheme
 
+    if "*" in name:  # a Kronecker composition: combine the parts' statistics exactly
+        parts = [scheme_stats(p) for p in name.split("*")]
+        st = parts[0]
+        for q in parts[1:]:
+            st = SchemeStats(
+                name=name, m=st.m * q.m, k=st.k * q.k, n=st.n * q.n, R=st.R * q.R,
+                comb_a=(), comb_b=(),  # the grouped form combines all operands in one op
+                comb_c=tuple(x * y for x in st.comb_c for y in q.comb_c),
+                used_a=st.used_a * q.used_a, used_b=st.used_b * q.used_b,
+                max_terms=0, integral=st.integral and q.integral)
+        return SchemeStats(**{**st.__dict__, "name": name,
+                              "max_terms": max(st.used_a, st.used_b, max(st.comb_c))})
     s = get_scheme(name)
     U = np.array(s.U, dtype=object)
     V = np.array(s.V, dtype=object)
@@ -228,8 +243,14 @@ class CostModel:
 
     # -- primitives ----------------------------------------------------------
     def gemm(self, M, N, K, batch, ein: str, eacc: str, est: Estimate, part: str,
-             rhs_bytes: Optional[int] = None) -> None:
-        """Add one classical GEMM dispatch (roofline of the profile's GEMM rate)."""
+             rhs_bytes: Optional[int] = None, scale: float = 1.0) -> None:
+        """Add one classical GEMM dispatch (roofline of the profile's GEMM rate).
+
+        ``scale`` multiplies the time: a plan's products run at the profile's
+        fitted ``<form>_products`` factor of the isolated-GEMM rate (operands
+        fresh from the combines, not hot in cache; see
+        :mod:`falcon_mlir.decision.fit`).
+        """
         if M <= 0 or N <= 0 or K <= 0:
             return
         p = self.p
@@ -237,7 +258,7 @@ class CostModel:
         bi, bo = _eb(ein), _eb(eacc)
         br = bi if rhs_bytes is None else rhs_bytes
         moved = batch * (M * K * bi + K * N * br + 2 * M * N * bo)
-        t = max(flops / p.gemm_rate(ein, M, N, K), moved / p.bandwidth)
+        t = max(flops / p.gemm_rate(ein, M, N, K), moved / p.bandwidth) * scale
         est.add(part, t + p.dispatch_overhead, 1)
         est.add("overhead", 0.0)
 
@@ -310,7 +331,8 @@ class CostModel:
     def _level(self, M, N, K, pb, schemes, edge, est, ein, erhs) -> None:
         """Per-product form: level ``schemes[0]`` then the rest recursively."""
         if not schemes:
-            self.gemm(M, N, K, pb.batch, ein, pb.acc, est, "products", rhs_bytes=_eb(erhs))
+            self.gemm(M, N, K, pb.batch, ein, pb.acc, est, "products", rhs_bytes=_eb(erhs),
+                      scale=self.p.product_factor("per-product") if est.schemes else 1.0)
             return
         st = scheme_stats(schemes[0])
         self._edges(M, N, K, pb, st, edge, est,
@@ -366,7 +388,8 @@ class CostModel:
         if not pb.const_rhs:
             self.stream(B * Kb * Nb * R * (st.used_b * bb + bc), est, "combine_b", eff,
                         flops=2.0 * B * R * st.used_b * Kb * Nb, acc=eacc)
-        self.gemm(Mb, Nb, Kb, B * R, eacc, eacc, est, "products")
+        self.gemm(Mb, Nb, Kb, B * R, eacc, eacc, est, "products",
+                  scale=self.p.product_factor("grouped"))
         self._combine_c(B, Mb, Nb, bc, st, est, self.p.form_efficiency("per-product"), eacc)
         est.temp_bytes = max(est.temp_bytes,
                              B * R * (Mb * Kb + Kb * Nb + Mb * Nb) * bc)

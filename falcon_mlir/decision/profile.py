@@ -35,8 +35,12 @@ Field meanings and units:
 * ``bandwidth``: bytes/s that an elementwise dispatch streams (bytes read +
   bytes written per second), not the datasheet DRAM figure unless marked so.
 * ``dispatch_overhead``: seconds added per dispatch (launch and sync).
-* ``forms``: measured efficiency factors (fractions of ``bandwidth``) of the
-  combine dispatches of each form; 1.0 = streams like a plain elementwise op.
+* ``forms``: ``<form>_combine``: measured efficiency (fraction of
+  ``bandwidth``) of the combine dispatches of each form (1.0 = streams like a
+  plain elementwise op); ``<form>_products``: time factor of a plan's
+  products against the isolated GEMM of the same size (1.0 = as fast).
+  ``falcon-calibrate`` fits both per form to measured plans
+  (:mod:`falcon_mlir.decision.fit`).
 
 Presets (:data:`PRESETS`, shipped as ``profiles/*.json``): the x86
 development host (measured with ``falcon-calibrate``; cores and caches of the
@@ -137,21 +141,17 @@ class Profile:
     def gemm_rate(self, elem: str, M: int, N: int, K: int) -> float:
         """Classical GEMM throughput (FLOP/s) for an M x K by K x N product of ``elem`` inputs.
 
-        Looked up at the geometric-mean size n = (M N K)^(1/3) in the
-        ``gemm`` table (log-log interpolation, ends held). Memory limits of
-        skinny shapes are not in here: the cost model adds the roofline.
+        Looked up in the ``gemm`` table (log-log interpolation, ends held)
+        at the square size n that is equivalent both in work and in operand
+        footprint: ``n = max((M N K)^(1/3), sqrt(max(MK, KN, MN)))``. The
+        second term matters on CPUs: IREE's kernel slows down once an operand
+        outgrows the last-level cache (measured: 4096^3 f32 runs at 0.6x the
+        rate of 2048^3 on the development host), and a 512 x 7168 x 2048
+        product with a 59 MB B behaves like 3831^3, not like its 1944^3 work.
+        Memory limits of skinny shapes are not in here: the cost model adds
+        the roofline.
         """
-        table = self.gemm[self._key(elem)]
-        n = max(1.0, (float(M) * N * K) ** (1.0 / 3.0))
-        if n <= table[0][0]:
-            return table[0][1]
-        if n >= table[-1][0]:
-            return table[-1][1]
-        for (n0, r0), (n1, r1) in zip(table, table[1:]):
-            if n0 <= n <= n1:
-                t = (math.log(n) - math.log(n0)) / (math.log(n1) - math.log(n0))
-                return math.exp(math.log(r0) + t * (math.log(r1) - math.log(r0)))
-        return table[-1][1]  # pragma: no cover - table is sorted
+        return _rate(self.gemm[self._key(elem)], float(M), float(N), float(K))
 
     def peak_rate(self, elem: str) -> float:
         """The highest GEMM throughput in the table for ``elem`` inputs (FLOP/s)."""
@@ -165,6 +165,10 @@ class Profile:
     def form_efficiency(self, form: str) -> float:
         """Fraction of ``bandwidth`` the combines of ``form`` achieve (1.0 if unknown)."""
         return float(self.forms.get(form.replace("-", "_") + "_combine", 1.0))
+
+    def product_factor(self, form: str) -> float:
+        """Time factor of a plan's products in ``form`` against an isolated GEMM (1.0 if unknown)."""
+        return float(self.forms.get(form.replace("-", "_") + "_products", 1.0))
 
     # ------------------------------------------------------------------ I/O
     def to_dict(self) -> dict:
@@ -251,6 +255,21 @@ class Profile:
         tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
         tmp.write_text(json.dumps(self.to_dict(), indent=1) + "\n")
         os.replace(tmp, path)
+
+
+@lru_cache(maxsize=65536)
+def _rate(table, M: float, N: float, K: float) -> float:
+    """:meth:`Profile.gemm_rate` on one ``((n, FLOP/s), ...)`` table (memoized)."""
+    n = max(1.0, (M * N * K) ** (1.0 / 3.0), max(M * K, K * N, M * N) ** 0.5)
+    if n <= table[0][0]:
+        return table[0][1]
+    if n >= table[-1][0]:
+        return table[-1][1]
+    for (n0, r0), (n1, r1) in zip(table, table[1:]):
+        if n0 <= n <= n1:
+            t = (math.log(n) - math.log(n0)) / (math.log(n1) - math.log(n0))
+            return math.exp(math.log(r0) + t * (math.log(r1) - math.log(r0)))
+    return table[-1][1]  # pragma: no cover - table is sorted
 
 
 def _host_caches() -> Dict[str, int]:

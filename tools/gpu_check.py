@@ -187,7 +187,7 @@ def prepare_gpu_bundle(outdir, *, sizes=(2048, 4096, 8192), dtypes=("f32", "f16"
                 dt = time.perf_counter() - t0
                 plans = [r.get("plan") for r in report]
                 rewritten = any(p not in (None, "classical") for p in plans)
-                if lcma is not None:
+                if lcma is not None and "scheme=" in lcma:  # auto may keep it classical
                     assert rewritten, f"{dtype} {n} {vname}: not rewritten: {report}"
                 fn = f"{dtype}_{n}_{vname}.vmfb"
                 (out / fn).write_bytes(vmfb)

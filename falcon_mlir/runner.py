@@ -36,12 +36,14 @@ class Module:
     Args:
         vmfb: the compiled module (bytes).
         driver: IREE HAL driver name (``"local-task"``, ``"cuda"``).
+        config: an ``iree.runtime.Config`` to share (one device and allocator
+            for many modules; a new one per module otherwise).
     """
 
-    def __init__(self, vmfb: bytes, driver: str = "local-task"):
+    def __init__(self, vmfb: bytes, driver: str = "local-task", config=None):
         import iree.runtime as rt
 
-        self._config = rt.Config(driver)
+        self._config = config if config is not None else rt.Config(driver)
         self._ctx = rt.SystemContext(config=self._config)
         self._vm = rt.VmModule.copy_buffer(self._ctx.instance, vmfb)
         self._ctx.add_vm_module(self._vm)

@@ -17,9 +17,12 @@ predicted plan that meets the error budget, or classical:
    ``MAX_GROUPED_TERMS`` blocks);
 4. the predicted error (:func:`falcon_mlir.numerics.predicted_error`, the
    scheme's stability factor and levels) must be within the budget;
-5. a plan is chosen only when it is predicted at least :data:`MIN_GAIN`
-   faster than classical (the model's own uncertainty; below that the
-   rewrite is not worth its compile time and error).
+5. plans whose blocks are not exact multiples of the profile's ``align`` at
+   every level are not considered (on the x86 host IREE's microkernels lose
+   on odd blocks and peeled strips: measured, docs/benchmarks.md);
+6. a plan is chosen only when it is predicted at least the profile's
+   ``min_gain`` (default :data:`MIN_GAIN`) faster than classical: the
+   model's measured uncertainty on that target (x86 host: 20%).
 
 Deciding takes a few milliseconds per contraction after a one-off load of
 the catalog's statistics (~0.3 s per process); results are memoized per
@@ -80,6 +83,21 @@ class Decision:
 def _fits(pb: Problem, schemes: Sequence[str]) -> bool:
     st = scheme_stats(schemes[0])
     return pb.M >= st.m and pb.N >= st.n and pb.K >= st.k
+
+
+def _aligned(pb: Problem, schemes: Sequence[str], align: int) -> bool:
+    """Whether every level divides the sizes exactly into blocks that are multiples of ``align``."""
+    if align <= 1:
+        return True
+    M, N, K = pb.M, pb.N, pb.K
+    for nm in schemes:
+        st = scheme_stats(nm)
+        if M % st.m or N % st.n or K % st.k:
+            return False
+        M, N, K = M // st.m, N // st.n, K // st.k
+        if M % align or N % align or K % align:
+            return False
+    return True
 
 
 def _grouped_ok(schemes: Sequence[str]) -> bool:
@@ -177,7 +195,11 @@ def _decide(pb, profile, levels, forms, edges, budget, forced, min_gain) -> Deci
     best: Dict[tuple, Estimate] = {}   # fastest estimate per scheme tuple
     rprod: Dict[tuple, int] = {}       # products of a scheme tuple
 
+    align = profile.align
+
     def consider(schemes: tuple, form: str, edge_list=None) -> None:
+        if not _aligned(pb, schemes, align):
+            return
         for edge in edge_list or edges:
             k = (schemes, form, edge)
             if k in seen:
@@ -199,6 +221,7 @@ def _decide(pb, profile, levels, forms, edges, budget, forced, min_gain) -> Deci
     names = [n for n in single_level_names() if _fits(pb, (n,))]
     # Level 1: every scheme and order with the first edge strategy; the
     # other edge strategy and the grouped form for the best ones.
+    names = [n for n in names if _aligned(pb, (n,), align)]
     if "per-product" in forms:
         for n in names:
             consider((n,), "per-product", edges[:1])
@@ -215,6 +238,8 @@ def _decide(pb, profile, levels, forms, edges, budget, forced, min_gain) -> Deci
             consider((n,), "grouped")
     prefixes = [(n,) for n in top]
     for L in range(2, max_l + 1):
+        if not top:
+            break
         for pre in prefixes:
             for n in top:
                 s = pre + (n,)
@@ -244,9 +269,14 @@ def _decide(pb, profile, levels, forms, edges, budget, forced, min_gain) -> Deci
             break
     if not ok:
         dec.reason = (f"auto: no plan meets max-error {budget:.1e} ({over} over it); classical"
-                      if budget is not None else "auto: no plan fits the shape; classical")
+                      if over else
+                      (f"auto: no plan divides M, N, K into blocks that are multiples of {align} "
+                       f"(the {profile.name} profile's alignment); classical" if align > 1
+                       else "auto: no plan fits the shape; classical"))
         return dec
     best = ok[0]
+    if profile.min_gain is not None and min_gain == MIN_GAIN:
+        min_gain = profile.min_gain
     if best.seconds * (1.0 + min_gain) > classical.seconds:
         dec.alternatives = ok[:3]
         dec.reason = (f"auto: best plan {best.label()} predicted {ms(best)} vs classical "

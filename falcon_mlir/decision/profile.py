@@ -18,7 +18,9 @@ A profile is a JSON document (``format`` 1)::
                 "add": 2.0e10},                                    # FLOP/s
         "f16": {...}, "bf16": {...}, "f64": {...}, "i8": {...}
       },
-      "forms": {"grouped_combine": 1.0, "per_product_combine": 1.0}
+      "forms": {"grouped_combine": 1.0, "per_product_combine": 1.0},
+      "align": 64,        # auto: product blocks must be multiples of this
+      "min_gain": 0.2     # auto: predicted gain needed over classical
     }
 
 Field meanings and units:
@@ -111,6 +113,13 @@ class Profile:
         gemm: per input element type, ``((n, FLOP/s), ...)`` sorted by n.
         add: per input element type, combine multiply-add throughput, FLOP/s.
         forms: combine efficiency factors per form (fractions of bandwidth).
+        align: under ``auto``, every product's block sizes must be multiples
+            of this (elements); plans with peeled or padded edges or odd
+            blocks are not chosen (IREE's CPU microkernels lose on them:
+            measured, docs/benchmarks.md). 1 = no constraint.
+        min_gain: the predicted gain a plan needs over classical on this
+            target (fraction), from the model's measured error here; ``None``
+            = :data:`falcon_mlir.decision.MIN_GAIN`.
     """
 
     name: str
@@ -125,6 +134,8 @@ class Profile:
     gemm: Dict[str, Tuple[Tuple[float, float], ...]] = field(default_factory=dict)
     add: Dict[str, float] = field(default_factory=dict)
     forms: Dict[str, float] = field(default_factory=dict)
+    align: int = 1
+    min_gain: Optional[float] = None
 
     # ------------------------------------------------------------------ rates
     def _key(self, elem: str) -> str:
@@ -181,7 +192,8 @@ class Profile:
             "dtypes": {k: {"gemm": [list(p) for p in self.gemm[k]],
                            **({"add": self.add[k]} if k in self.add else {})}
                        for k in self.gemm},
-            "forms": dict(self.forms),
+            "forms": dict(self.forms), "align": self.align,
+            **({"min_gain": self.min_gain} if self.min_gain is not None else {}),
         }
 
     @classmethod
@@ -247,7 +259,10 @@ class Profile:
             cores=int(d.get("cores", 0)), bandwidth=need("bandwidth", float),
             dispatch_overhead=need("dispatch_overhead", float),
             caches={str(k): int(v) for k, v in caches.items()},
-            gemm=gemm, add=add, forms={k: float(v) for k, v in forms.items()})
+            gemm=gemm, add=add, forms={k: float(v) for k, v in forms.items()},
+            align=_pos_int(d.get("align", 1), "align", where),
+            min_gain=(None if d.get("min_gain") is None else
+                      _fraction(d["min_gain"], "min_gain", where)))
 
     def save(self, path) -> None:
         """Write the profile as JSON to ``path`` atomically (temp file + rename)."""
@@ -270,6 +285,18 @@ def _rate(table, M: float, N: float, K: float) -> float:
             t = (math.log(n) - math.log(n0)) / (math.log(n1) - math.log(n0))
             return math.exp(math.log(r0) + t * (math.log(r1) - math.log(r0)))
     return table[-1][1]  # pragma: no cover - table is sorted
+
+
+def _pos_int(v, name: str, where: str) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise ProfileError(f"{where}: field '{name}' must be a positive integer")
+    return v
+
+
+def _fraction(v, name: str, where: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 10:
+        raise ProfileError(f"{where}: field '{name}' must be a number in [0, 10)")
+    return float(v)
 
 
 def _host_caches() -> Dict[str, int]:

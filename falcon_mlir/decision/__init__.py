@@ -203,6 +203,8 @@ def _decide(pb, profile, levels, forms, edges, budget, forced, min_gain) -> Deci
         for edge in edge_list or edges:
             k = (schemes, form, edge)
             if k in seen:
+                if not seen[k].parts.get("edges"):
+                    break  # divisible: the other edge strategy would be the same code
                 continue
             est = cm.plan(pb, schemes, edge, form)
             seen[k] = est
@@ -216,7 +218,8 @@ def _decide(pb, profile, levels, forms, edges, budget, forced, min_gain) -> Deci
             rprod[s] = math.prod(scheme_stats(x).R for x in s)
         return rprod[s]
 
-    allowed_levels = [levels] if levels else list(range(1, MAX_AUTO_LEVELS + 1))
+    max_auto = min(MAX_AUTO_LEVELS, profile.max_levels or MAX_AUTO_LEVELS)
+    allowed_levels = [levels] if levels else list(range(1, max_auto + 1))
     max_l = max(allowed_levels)
     names = [n for n in single_level_names() if _fits(pb, (n,))]
     # Level 1: every scheme and order with the first edge strategy; the

@@ -117,6 +117,8 @@ class Profile:
             of this (elements); plans with peeled or padded edges or odd
             blocks are not chosen (IREE's CPU microkernels lose on them:
             measured, docs/benchmarks.md). 1 = no constraint.
+        max_levels: most levels ``levels=auto`` tries on this target
+            (``None``: :data:`falcon_mlir.decision.MAX_AUTO_LEVELS`).
         min_gain: the predicted gain a plan needs over classical on this
             target (fraction), from the model's measured error here; ``None``
             = :data:`falcon_mlir.decision.MIN_GAIN`.
@@ -136,6 +138,7 @@ class Profile:
     forms: Dict[str, float] = field(default_factory=dict)
     align: int = 1
     min_gain: Optional[float] = None
+    max_levels: Optional[int] = None
 
     # ------------------------------------------------------------------ rates
     def _key(self, elem: str) -> str:
@@ -194,6 +197,7 @@ class Profile:
                        for k in self.gemm},
             "forms": dict(self.forms), "align": self.align,
             **({"min_gain": self.min_gain} if self.min_gain is not None else {}),
+            **({"max_levels": self.max_levels} if self.max_levels is not None else {}),
         }
 
     @classmethod
@@ -262,7 +266,9 @@ class Profile:
             gemm=gemm, add=add, forms={k: float(v) for k, v in forms.items()},
             align=_pos_int(d.get("align", 1), "align", where),
             min_gain=(None if d.get("min_gain") is None else
-                      _fraction(d["min_gain"], "min_gain", where)))
+                      _fraction(d["min_gain"], "min_gain", where)),
+            max_levels=(None if d.get("max_levels") is None else
+                        _pos_int(d["max_levels"], "max_levels", where)))
 
     def save(self, path) -> None:
         """Write the profile as JSON to ``path`` atomically (temp file + rename)."""

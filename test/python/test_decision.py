@@ -231,3 +231,33 @@ def test_falcon_opt_lcma_explain_goes_to_stderr(tmp_path):
                         "--lcma-rewrite", "--lcma-explain"], capture_output=True, text=True)
     assert r.returncode == 0 and "linalg.matmul" in r.stdout
     assert "memory-bound" in r.stderr and "lcma-explain: 0 of 1" in r.stderr
+
+
+def test_alignment_and_margin_of_the_profile():
+    """x86-dev: blocks must be multiples of 64 at every level, and a 20% predicted gain."""
+    from falcon_mlir.decision import _aligned
+
+    p = load_profile("x86-dev")
+    assert p.align == 64 and p.min_gain == pytest.approx(0.2)
+    assert _aligned(Problem(2048, 4096, 4096), ["strassen"], 64)
+    assert not _aligned(Problem(2048, 14336, 4096), ["2x3x6:30"], 64)   # 14336 / 6 is not whole
+    assert not _aligned(Problem(2048, 768, 768), ["strassen", "strassen", "strassen"], 64)  # 96
+    d = decide(Problem(2048, 14336, 4096), p, budget=1e-4)
+    assert not d.choice.is_classical
+    assert all(_aligned(Problem(2048, 14336, 4096), e.schemes, 64)
+               for e in [d.choice] + d.alternatives)
+    d = decide(Problem(3000, 3000, 3000), p, budget=1e-4)
+    assert d.choice.is_classical and "multiples of 64" in d.reason
+    # the margin: a plan predicted less than 20% faster stays classical
+    flat = dict(json.loads(open(FLAT_PROFILE).read()), min_gain=5.0)
+    d = decide(Problem(1024, 1024, 1024), Profile.from_dict(flat), budget=1e-4)
+    assert d.choice.is_classical and "not 500% faster" in d.reason
+
+
+def test_profile_align_and_min_gain_are_validated(tmp_path):
+    for bad, msg in (({"align": 0}, "'align' must be a positive integer"),
+                     ({"min_gain": -1}, "'min_gain' must be a number")):
+        path = tmp_path / "p.json"
+        path.write_text(json.dumps(dict(TOY, **bad)))
+        with pytest.raises(ProfileError, match=msg):
+            load_profile(str(path))

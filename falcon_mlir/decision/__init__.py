@@ -41,8 +41,7 @@ from .cost import (EDGES, FORMS, MAX_GROUPED_TERMS, MAX_PRODUCTS, CostModel, Est
 from .profile import Profile, ProfileError, load_profile, preset_names
 
 __all__ = ["decide", "Decision", "Problem", "Estimate", "Profile", "ProfileError",
-           "load_profile", "preset_names", "CostModel", "MIN_GAIN", "BEAM", "MAX_AUTO_LEVELS",
-           "FALLBACK_SCHEME"]
+           "load_profile", "preset_names", "CostModel", "MIN_GAIN", "BEAM", "MAX_AUTO_LEVELS"]
 
 #: A plan must be predicted this much faster than classical (fraction) to be chosen.
 MIN_GAIN = 0.03
@@ -50,8 +49,6 @@ MIN_GAIN = 0.03
 BEAM = 5
 #: Most levels ``auto`` considers.
 MAX_AUTO_LEVELS = 3
-#: Kept for callers of the interim rule: the scheme of least error growth.
-FALLBACK_SCHEME = "strassen"
 
 
 @dataclass
@@ -290,16 +287,3 @@ def _decide(pb, profile, levels, forms, edges, budget, forced, min_gain) -> Deci
     dec.reason = (f"auto: {best.label()} predicted {ms(best)} vs classical {ms(classical)} "
                   f"({classical.seconds / best.seconds:.2f}x) on {profile.name}")
     return dec
-
-
-def interim_rule(M: int, N: int, K: int, acc_is_float: bool, acc_width: int,
-                 levels: Optional[int] = None):
-    """Deprecated: the first session's size rule, kept for comparison in benchmarks.
-
-    Winograd for ``levels`` (default 1) levels when M, N, K >= 1024 and the
-    accumulator is a float type narrower than f64, else classical.
-    Returns ``(schemes or None, reason)``.
-    """
-    if not acc_is_float or acc_width >= 64 or min(M, N, K) < 1024:
-        return None, "interim rule: classical"
-    return ("winograd",) * (levels or 1), "interim rule: winograd"

@@ -15,7 +15,8 @@ import pytest
 from falcon_mlir.decision.profile import Profile
 from falcon_mlir.tools import falcon_calibrate as fc
 
-TINY = ["--quick", "--sizes", "128", "64", "--bandwidth-mb", "2", "--seconds", "0.03", "--no-progress"]
+TINY = ["--quick", "--sizes", "128", "64", "--bandwidth-mb", "2", "--seconds", "0.03", "--no-progress",
+        "--no-fit"]
 
 
 def _check_profile(data: dict, raw: dict, name: str, sizes: list) -> Profile:
@@ -150,3 +151,23 @@ def test_grouped_module_shape():
     assert "affine_map<(d0, d1, d2) -> (d0)>" in text
     assert "-> tensor<7x4x4xf32>" in text
     assert fc.per_product_mlir(4).count("linalg.generic") == 1
+
+
+def test_fit_solves_the_products_factor_exactly():
+    """falcon_mlir.decision.fit: measured times made from known factors are fitted back."""
+    from falcon_mlir.decision.fit import _parts, fit_forms
+
+    prof = Profile.from_dict({"format": 1, "name": "t", "kind": "cpu", "bandwidth": 5e10,
+                              "dispatch_overhead": 1e-5,
+                              "dtypes": {"f32": {"gemm": [[256, 1e11], [4096, 3e11]]}},
+                              "forms": {"per_product_combine": 0.5, "grouped_combine": 0.25}})
+    measured = []
+    for form, f in (("per-product", 1.3), ("grouped", 1.7)):
+        for n in (1024, 2048):
+            p, c = _parts(prof, n, form)
+            e = prof.form_efficiency(form)
+            measured.append({"n": n, "form": form, "seconds": f * p + c / e})
+    fitted, forms = fit_forms(prof, measured)
+    assert forms["per_product_products"] == pytest.approx(1.3, rel=1e-3)
+    assert forms["grouped_products"] == pytest.approx(1.7, rel=1e-3)
+    assert forms["per_product_combine"] == 0.5 and fitted.product_factor("grouped") == forms["grouped_products"]

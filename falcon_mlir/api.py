@@ -95,6 +95,21 @@ def _parse_lcma(lcma: LcmaSpec):
     )
 
 
+def _for_cuda(options):
+    """Options adjusted for a CUDA target (IREE 3.13): the measured ``h200-iree``
+    profile unless ``target=`` was given, padding instead of peeling for a forced
+    scheme (peeled strips fail to bufferize on CUDA), and no run-time dispatch
+    (its dynamic slices fail the same way)."""
+    if options is None:
+        return None
+    import dataclasses
+
+    return dataclasses.replace(
+        options, target=options.target or "h200-iree",
+        edge="pad" if options.edge == "auto" and options.forced_schemes() else options.edge,
+        dispatch=False)
+
+
 def make_lcma_rewrite(lcma: LcmaSpec = "auto"):
     """The rewrite callback for ``lcma`` (``module_op -> report``), or None
     when ``lcma`` turns the rewrite off.  Options are parsed here, before any
@@ -190,8 +205,11 @@ def _compile(
     tiles="auto",
     tiles_report=None,
 ):
-    rewrite = make_lcma_rewrite(lcma)
     flags = _build_flags(target_backends, input_type, extra_args)
+    if any(f.startswith(("--iree-hal-target-device=cuda", "--iree-hal-target-backends=cuda"))
+           for f in flags) and not (callable(lcma) and not isinstance(lcma, (str, bool))):
+        lcma = _for_cuda(_parse_lcma(lcma))
+    rewrite = make_lcma_rewrite(lcma)
     tiles_options = _tiles_options(tiles, flags)
     if tiles_options is not None:
         rewrite = _with_tiles(rewrite, tiles_options, tiles_report)

@@ -106,6 +106,9 @@ class LcmaOptions:
             chosen. With auto, the per-type default
             (:func:`falcon_mlir.numerics.default_max_error`) applies to auto
             plans; a forced scheme is applied unless ``max-error`` is given.
+        dispatch: emit the run-time dispatch for dynamic sizes (default
+            true; falcon-compile and the API turn it off for CUDA, where
+            IREE 3.13 cannot bufferize the dispatch's dynamic slices).
         chunk: rows per chunk of the run-time dispatch on a dynamic M, or
             ``None`` (auto: chosen by the cost model for ``scheme=auto``,
             :data:`DYNAMIC_CHUNK_M` for a forced scheme); rounded up to a
@@ -121,9 +124,11 @@ class LcmaOptions:
     max_error: Optional[float] = None
     target: Optional[str] = None
     chunk: Optional[int] = None
+    dispatch: bool = True
     filename: Optional[str] = None
 
-    KEYS = ("scheme", "levels", "edge", "form", "barriers", "max-error", "target", "chunk")
+    KEYS = ("scheme", "levels", "edge", "form", "barriers", "max-error", "target", "chunk",
+            "dispatch")
 
     @classmethod
     def parse(cls, text: Optional[str]) -> "LcmaOptions":
@@ -173,7 +178,7 @@ class LcmaOptions:
                 from falcon_mlir.decision.profile import ProfileError, load_profile
 
                 try:
-                    load_profile(val or None)
+                    load_profile(val)
                 except ProfileError as e:
                     raise OptionError(f"lcma-rewrite option target: {e}") from None
                 opts.target = val
@@ -190,6 +195,11 @@ class LcmaOptions:
                         raise OptionError(f"lcma-rewrite option max-error={val} must be > 0")
             elif key == "chunk":
                 opts.chunk = _parse_chunk(val)
+            elif key == "dispatch":
+                if val not in ("true", "false", "1", "0"):
+                    raise OptionError(f"lcma-rewrite option dispatch='{val}' is invalid "
+                                      "(expected true or false)")
+                opts.dispatch = val in ("true", "1")
             elif key == "barriers":
                 if val not in ("true", "false", "1", "0"):
                     raise OptionError(f"lcma-rewrite option barriers='{val}' is invalid "
@@ -203,6 +213,13 @@ class LcmaOptions:
             names = tuple(s for s in str(opts.scheme).split(",") if s)
             opts.scheme = names
         opts._validate()
+        if opts.target is None and opts.scheme == "auto":
+            from falcon_mlir.decision.profile import ProfileError, load_profile
+
+            try:
+                load_profile(None)  # $FALCON_PROFILE, checked before any rewriting
+            except ProfileError as e:
+                raise OptionError(f"lcma-rewrite: {e}") from None
         return opts
 
     def _validate(self):
@@ -1169,8 +1186,10 @@ def run_lcma_rewrite(module_op, options: LcmaOptions) -> list:
     for c in contractions:
         plan, reason = plan_for(c, options)
         disp = None
-        if plan is None and c.dynamic:
+        if plan is None and c.dynamic and options.dispatch:
             disp, reason = dynamic_choice(c, options)
+        elif plan is None and c.dynamic:
+            reason += " (run-time dispatch off: dispatch=false)"
         entry = {
             "location": format_location(c.op.location, options.filename),
             "op": c.op.name,

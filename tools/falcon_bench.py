@@ -862,6 +862,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         args = build_parser().parse_args(argv)
         if args.repeat < 1:
             raise UsageError("--repeat must be >= 1")
+        if args.top < 1:
+            raise UsageError("--top must be >= 1")
         if args.warmup < 1:
             raise UsageError("--warmup must be >= 1 (the first call also checks the result)")
         if args.shapes:

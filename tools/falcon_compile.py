@@ -218,7 +218,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 return error(why)
 
     try:
-        from falcon_mlir.api import _tiles_options, _with_tiles, make_lcma_rewrite
+        from falcon_mlir.api import (_for_cuda, _parse_lcma, _tiles_options, _with_tiles,
+                                     make_lcma_rewrite)
         from falcon_mlir.pipeline.session import DEFAULT_REWRITE_PHASE, CompileError, compile_module
 
         try:
@@ -226,7 +227,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 from falcon_mlir.passes.registry import parse_lcma_options
 
                 parse_lcma_options(args["lcma"])  # the checks the API leaves to the pass
-            rewrite = make_lcma_rewrite(args["lcma"])
+            lcma = args["lcma"]
+            if lcma is not None and any(
+                    f.startswith(("--iree-hal-target-device=cuda", "--iree-hal-target-backends=cuda"))
+                    for f in args["iree_flags"]):
+                lcma = _for_cuda(_parse_lcma(lcma))
+            rewrite = make_lcma_rewrite(lcma)
         except ValueError as e:  # OptionError
             return error(f"--lcma-rewrite: {e}")
         try:

@@ -70,6 +70,9 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 FORMAT = 1
+#: Largest profile file read (bytes) and most points per GEMM table.
+MAX_FILE_BYTES = 1 << 20
+MAX_TABLE = 256
 
 #: Preset names -> file names in falcon_mlir/decision/profiles.
 PRESETS = {
@@ -242,17 +245,29 @@ class Profile:
                 pts.append((float(p[0]), float(p[1])))
             if not pts:
                 raise ProfileError(f"{where}: dtypes.{key}.gemm is empty")
+            if len(pts) > MAX_TABLE:
+                raise ProfileError(f"{where}: dtypes.{key}.gemm has {len(pts)} points "
+                                   f"(at most {MAX_TABLE})")
             gemm[key] = tuple(sorted(pts))
             if "add" in entry:
                 add[key] = need("add", float, entry, f"dtypes.{key}.")
         forms = d.get("forms", {})
         if not isinstance(forms, dict) or not all(
-                isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
-                for v in forms.values()):
+                isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+                and v > 0 for v in forms.values()):
             raise ProfileError(f"{where}: field 'forms' must map names to positive numbers")
         caches = d.get("caches", {})
-        if not isinstance(caches, dict):
-            raise ProfileError(f"{where}: field 'caches' must be an object")
+        if not isinstance(caches, dict) or not all(
+                isinstance(v, int) and not isinstance(v, bool) and v >= 0
+                for v in caches.values()):
+            raise ProfileError(f"{where}: field 'caches' must map names to sizes in bytes "
+                               "(non-negative integers)")
+        cores = d.get("cores", 0)
+        if isinstance(cores, bool) or not isinstance(cores, int) or cores < 0:
+            raise ProfileError(f"{where}: field 'cores' must be a non-negative integer")
+        for key in ("name", "source", "provenance", "device"):
+            if key in d and not isinstance(d[key], str):
+                raise ProfileError(f"{where}: field '{key}' must be a string")
         kind = d.get("kind", "cpu")
         if kind not in ("cpu", "gpu"):
             raise ProfileError(f"{where}: field 'kind' must be 'cpu' or 'gpu'")
@@ -260,7 +275,7 @@ class Profile:
             name=str(d.get("name", Path(where).stem)), source=str(d.get("source", "measured")),
             provenance=str(d.get("provenance", "")), kind=kind,
             device=str(d.get("device", "local-task" if kind == "cpu" else "cuda")),
-            cores=int(d.get("cores", 0)), bandwidth=need("bandwidth", float),
+            cores=cores, bandwidth=need("bandwidth", float),
             dispatch_overhead=need("dispatch_overhead", float),
             caches={str(k): int(v) for k, v in caches.items()},
             gemm=gemm, add=add, forms={k: float(v) for k, v in forms.items()},
@@ -324,8 +339,28 @@ def _host_caches() -> Dict[str, int]:
     return out
 
 
-@lru_cache(maxsize=32)
 def _load_cached(spec: str) -> Profile:
+    """A preset, or a file (cached by path, size and modification time, so an edited
+    file is read again)."""
+    if spec in PRESETS:
+        return _load_key(spec, None)
+    try:
+        st = os.stat(spec)
+    except OSError as e:
+        raise ProfileError(f"cannot read profile {spec!r}: {e.strerror or e} (presets: "
+                           f"{', '.join(sorted(PRESETS))})") from None
+    import stat as _stat
+
+    if not _stat.S_ISREG(st.st_mode):
+        raise ProfileError(f"cannot read profile {spec!r}: not a regular file")
+    if st.st_size > MAX_FILE_BYTES:
+        raise ProfileError(f"{spec}: a profile is at most {MAX_FILE_BYTES} bytes "
+                           f"(this file has {st.st_size})")
+    return _load_key(spec, (st.st_size, st.st_mtime_ns))
+
+
+@lru_cache(maxsize=32)
+def _load_key(spec: str, stamp) -> Profile:
     if spec in PRESETS:
         text = resources.files("falcon_mlir.decision").joinpath(
             "profiles", PRESETS[spec]).read_text()
@@ -338,14 +373,18 @@ def _load_cached(spec: str) -> Profile:
         return prof
     path = Path(spec)
     try:
-        text = path.read_text()
+        text = path.read_bytes()[:MAX_FILE_BYTES + 1].decode("utf-8")
     except OSError as e:
         raise ProfileError(f"cannot read profile {spec!r}: {e.strerror or e} (presets: "
                            f"{', '.join(sorted(PRESETS))})") from None
+    except UnicodeDecodeError as e:
+        raise ProfileError(f"{spec}: not UTF-8 text (byte {e.start})") from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:
         raise ProfileError(f"{spec}:{e.lineno}:{e.colno}: invalid JSON: {e.msg}") from None
+    except RecursionError:
+        raise ProfileError(f"{spec}: JSON nested too deeply") from None
     return Profile.from_dict(data, where=spec)
 
 
@@ -363,8 +402,14 @@ def load_profile(spec: Optional[str] = None) -> Profile:
     if spec is None or spec == "host":
         env = os.environ.get("FALCON_PROFILE")
         if env:
-            return _load_cached(env)
+            try:
+                return load_profile(env) if env != "host" else _load_cached("host")
+            except ProfileError as e:
+                raise ProfileError(f"$FALCON_PROFILE: {e}") from None
         spec = "host"
+    if not spec or not spec.strip():
+        raise ProfileError("target needs a value: a preset name "
+                           f"({', '.join(sorted(PRESETS))}) or a profile .json path")
     if spec not in PRESETS and not (spec.endswith(".json") or os.sep in spec
                                     or Path(spec).exists()):
         raise ProfileError(f"unknown target profile {spec!r} (presets: "

@@ -261,3 +261,41 @@ def test_profile_align_and_min_gain_are_validated(tmp_path):
         path.write_text(json.dumps(dict(TOY, **bad)))
         with pytest.raises(ProfileError, match=msg):
             load_profile(str(path))
+
+
+@pytest.mark.parametrize("content,msg", [
+    (b'{"format": 1, "bandwidth": 1e10, "dispatch_overhead": 1e-5, "cores": "many", '
+     b'"dtypes": {"f32": {"gemm": [[1, 1e9]]}}}', "'cores' must be a non-negative integer"),
+    (b'{"format": 1, "bandwidth": 1e10, "dispatch_overhead": 1e-5, "caches": {"l1d": "big"}, '
+     b'"dtypes": {"f32": {"gemm": [[1, 1e9]]}}}', "'caches' must map names to sizes"),
+    (b'{"format": 1, "bandwidth": 1e10, "dispatch_overhead": 1e-5, "forms": {"x": Infinity}, '
+     b'"dtypes": {"f32": {"gemm": [[1, 1e9]]}}}', "'forms' must map names"),
+    (b"\xff\xfe{}", "not UTF-8"),
+    (b"[" * 100000, "nested too deeply"),
+])
+def test_hostile_profiles_are_profile_errors(tmp_path, content, msg):
+    path = tmp_path / "p.json"
+    path.write_bytes(content)
+    with pytest.raises(ProfileError, match=msg):
+        load_profile(str(path))
+
+
+def test_profile_special_files_and_empty_target(tmp_path, monkeypatch):
+    with pytest.raises(ProfileError, match="not a regular file"):
+        load_profile("/dev/zero")
+    with pytest.raises(ProfileError, match="target needs a value"):
+        load_profile("")
+    monkeypatch.setenv("FALCON_PROFILE", "nonsense")
+    with pytest.raises(ProfileError, match=r"\$FALCON_PROFILE: unknown target profile"):
+        load_profile(None)
+
+
+def test_an_edited_profile_is_read_again(tmp_path):
+    import os
+
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(TOY))
+    assert load_profile(str(path)).bandwidth == 1e10
+    path.write_text(json.dumps(dict(TOY, bandwidth=2e10)))
+    os.utime(path, ns=(1, 10 ** 18))
+    assert load_profile(str(path)).bandwidth == 2e10

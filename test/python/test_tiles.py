@@ -135,3 +135,23 @@ def test_gpu_check_variant_syntax():
     assert gc.split_variant("classical tiles") == (None, "target=auto")
     assert gc.split_variant("scheme=strassen form=grouped tiles=cuda-sm80 prefer=simt64x64") == \
         ("scheme=strassen form=grouped", "target=cuda-sm80 prefer=simt64x64")
+
+
+def test_cuda_compiles_odd_and_dynamic_shapes_with_falcons_cuda_defaults():
+    """On CUDA (IREE 3.13) peeled strips and the run-time dispatch's dynamic slices fail
+    to bufferize; falcon-compile/API pad a forced scheme and keep dynamic M classical."""
+    from falcon_mlir import compile_str
+
+    flags = ["--iree-cuda-target=sm_80"]
+    odd = ("func.func @f(%a: tensor<257x256xf32>, %b: tensor<256x256xf32>, %c: tensor<257x256xf32>)"
+           " -> tensor<257x256xf32> {\n  %0 = linalg.matmul ins(%a, %b : tensor<257x256xf32>, "
+           "tensor<256x256xf32>) outs(%c : tensor<257x256xf32>) -> tensor<257x256xf32>\n"
+           "  return %0 : tensor<257x256xf32>\n}\n")
+    vmfb, report = compile_str(odd, target_backends=["cuda"], extra_args=flags,
+                               lcma="scheme=strassen", return_report=True)
+    assert vmfb and report[0]["plan"]["edge"] == "pad"
+    dyn = odd.replace("257x", "?x")
+    vmfb, report = compile_str(dyn, target_backends=["cuda"], extra_args=flags,
+                               lcma="scheme=strassen chunk=128", return_report=True)
+    assert vmfb and report[0]["plan"] == "classical"
+    assert "run-time dispatch off" in report[0]["reason"]

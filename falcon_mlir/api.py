@@ -156,13 +156,19 @@ def _tiles_options(tiles: TilesSpec, flags: Sequence[str]):
         return None
     options = TilesOptions.parse("auto" if tiles is True else str(tiles).replace("target=", ""))
     if options.target == "auto":
-        cuda = False
-        for f in flags:
-            name, _, value = str(f).lstrip("-").partition("=")
-            if name in ("iree-hal-target-device", "iree-hal-target-backends"):
-                cuda |= any(v.strip().startswith("cuda") for v in value.split(","))
-        options.target = "cuda-sm80" if cuda else "none"
+        options.target = "cuda-sm80" if targets_cuda(flags) else "none"
     return None if options.target == "none" else options
+
+
+def targets_cuda(flags: Sequence[str]) -> bool:
+    """Whether iree-compile ``flags`` select the cuda device (``--iree-hal-target-device``
+    or the older ``--iree-hal-target-backends``, comma lists included)."""
+    for f in flags:
+        name, _, value = str(f).lstrip("-").partition("=")
+        if name in ("iree-hal-target-device", "iree-hal-target-backends") and \
+                any(v.strip().startswith("cuda") for v in value.split(",")):
+            return True
+    return False
 
 
 def _with_tiles(rewrite, options, tiles_report: Optional[list]):
@@ -206,8 +212,7 @@ def _compile(
     tiles_report=None,
 ):
     flags = _build_flags(target_backends, input_type, extra_args)
-    if any(f.startswith(("--iree-hal-target-device=cuda", "--iree-hal-target-backends=cuda"))
-           for f in flags) and not (callable(lcma) and not isinstance(lcma, (str, bool))):
+    if targets_cuda(flags) and not (callable(lcma) and not isinstance(lcma, (str, bool))):
         lcma = _for_cuda(_parse_lcma(lcma))
     rewrite = make_lcma_rewrite(lcma)
     tiles_options = _tiles_options(tiles, flags)

@@ -17,6 +17,30 @@ import numpy as np
 CPU_FLAGS = ("--iree-hal-target-device=local",
              "--iree-hal-local-target-device-backends=llvm-cpu",
              "--iree-llvmcpu-target-cpu=host")
+#: IREE's best CPU flags (data tiling + microkernels), what benchmarks and the
+#: profile calibration compare against (the llvm-cpu backend comes from
+#: ``compile_str(target_backends=["llvm-cpu"])``).
+BEST_CPU_FLAGS = ("--iree-llvmcpu-target-cpu=host", "--iree-opt-data-tiling=true",
+                  "--iree-llvmcpu-enable-ukernels=all")
+
+
+def matmul_mlir(M: int, N: int, K: int, dtype: str = "f32", acc: str = None,
+                b_const: str = None) -> str:
+    """MLIR text of ``@mm``: ``C = A @ B`` (A: M x K, B: K x N of ``dtype``) on a zero-filled C
+    of ``acc`` (default ``dtype``). With ``b_const`` (an attribute such as
+    ``dense<...>`` or ``dense_resource<name>``) B is that constant and ``@mm`` takes A only.
+    """
+    acc = acc or dtype
+    a_t, b_t, c_t = (f"tensor<{M}x{K}x{dtype}>", f"tensor<{K}x{N}x{dtype}>",
+                     f"tensor<{M}x{N}x{acc}>")
+    if b_const is not None:
+        head = f"func.func @mm(%a: {a_t}) -> {c_t} {{\n  %b = arith.constant {b_const} : {b_t}\n"
+    else:
+        head = f"func.func @mm(%a: {a_t}, %b: {b_t}) -> {c_t} {{\n"
+    return (head + f"  %z = arith.constant 0.0 : {acc}\n  %e = tensor.empty() : {c_t}\n"
+            f"  %c = linalg.fill ins(%z : {acc}) outs(%e : {c_t}) -> {c_t}\n"
+            f"  %0 = linalg.matmul ins(%a, %b : {a_t}, {b_t}) outs(%c : {c_t}) -> {c_t}\n"
+            f"  return %0 : {c_t}\n}}\n")
 
 
 def compile_mlir(text: str, flags: Sequence[str] = CPU_FLAGS, input_type: str = "auto") -> bytes:

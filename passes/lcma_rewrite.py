@@ -63,16 +63,9 @@ from falcon_mlir import decision
 from falcon_mlir.passes.contraction import (DYNAMIC_REASON, Contraction, find_contractions,
                                             format_location)
 
+from falcon_mlir.decision.cost import MAX_GROUPED_TERMS, MAX_PRODUCTS, scheme_stats
+
 MAX_LEVELS = 4
-#: Most products (R_1 * ... * R_L) one contraction may be rewritten into:
-#: two levels of a rank-49 scheme (2401) fit; 153^2 does not. Larger plans
-#: would take minutes and gigabytes to emit and compile for no gain.
-MAX_PRODUCTS = 2401
-#: Most blocks one grouped combine op may read. IREE's CPU runtime allows 64
-#: constants (binding offsets) per dispatch and fuses chained elementwise ops,
-#: so composed schemes with more terms per combine (e.g. strassen^3: 64
-#: products per C block) use the per-product form instead.
-MAX_GROUPED_TERMS = 24
 
 
 class OptionError(ValueError):
@@ -852,11 +845,7 @@ def _predicted_time(c: Contraction, options: LcmaOptions, plan: Optional[Plan]) 
 
 def _grouped_terms(schemes: tuple) -> int:
     """Most blocks a grouped combine (A, B or one C block) of the composed scheme reads."""
-    from falcon_mlir.catalog import get_scheme
-
-    s = get_scheme("*".join(schemes))
-    used = lambda X: int((X != 0).any(axis=0).sum())
-    return max(used(s.U), used(s.V), int((s.W != 0).sum(axis=0).max()))
+    return scheme_stats("*".join(schemes)).max_terms
 
 
 def _predicted(c: Contraction, plan: Optional[Plan]) -> Optional[dict]:

@@ -86,17 +86,16 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from falcon_mlir.runner import BEST_CPU_FLAGS
+from falcon_mlir.runner import matmul_mlir as runner_matmul_mlir
+
 PROG = "falcon-bench"
 
 #: iree-compile flags per ``--flags`` choice (the target backend comes from
 #: ``compile_str(target_backends=["llvm-cpu"])``).
 FLAG_SETS = {
     "default": ["--iree-llvmcpu-target-cpu=host"],
-    "best": [
-        "--iree-llvmcpu-target-cpu=host",
-        "--iree-opt-data-tiling=true",
-        "--iree-llvmcpu-enable-ukernels=all",
-    ],
+    "best": list(BEST_CPU_FLAGS),
 }
 
 #: Output columns (CSV header and markdown table), with units in the names.
@@ -310,24 +309,9 @@ def matmul_mlir(shape: Shape, dtype: str, acc: str, const_weights: bool) -> str:
     With ``const_weights`` B is ``arith.constant dense_resource<falcon_bench_B>``
     (the blob is attached by :func:`attach_weight`) and ``@mm`` takes A only.
     """
-    M, N, K = shape.M, shape.N, shape.K
     t_in = _MLIR_TYPES[dtype]
-    t_acc = t_in if acc == "same" else acc
-    a_t = f"tensor<{M}x{K}x{t_in}>"
-    b_t = f"tensor<{K}x{N}x{t_in}>"
-    c_t = f"tensor<{M}x{N}x{t_acc}>"
-    if const_weights:
-        head = f"func.func @mm(%a: {a_t}) -> {c_t} {{\n  %b = arith.constant dense_resource<falcon_bench_B> : {b_t}\n"
-    else:
-        head = f"func.func @mm(%a: {a_t}, %b: {b_t}) -> {c_t} {{\n"
-    return (
-        head
-        + f"  %z = arith.constant 0.0 : {t_acc}\n"
-        + f"  %e = tensor.empty() : {c_t}\n"
-        + f"  %c = linalg.fill ins(%z : {t_acc}) outs(%e : {c_t}) -> {c_t}\n"
-        + f"  %0 = linalg.matmul ins(%a, %b : {a_t}, {b_t}) outs(%c : {c_t}) -> {c_t}\n"
-        + f"  return %0 : {c_t}\n}}\n"
-    )
+    return runner_matmul_mlir(shape.M, shape.N, shape.K, t_in, t_in if acc == "same" else acc,
+                              "dense_resource<falcon_bench_B>" if const_weights else None)
 
 
 def attach_weight(text: str, b: np.ndarray, dtype: str) -> bytes:

@@ -219,7 +219,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     try:
         from falcon_mlir.api import (_for_cuda, _parse_lcma, _tiles_options, _with_tiles,
-                                     make_lcma_rewrite)
+                                     make_lcma_rewrite, targets_cuda)
         from falcon_mlir.pipeline.session import DEFAULT_REWRITE_PHASE, CompileError, compile_module
 
         try:
@@ -228,9 +228,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
                 parse_lcma_options(args["lcma"])  # the checks the API leaves to the pass
             lcma = args["lcma"]
-            if lcma is not None and any(
-                    f.startswith(("--iree-hal-target-device=cuda", "--iree-hal-target-backends=cuda"))
-                    for f in args["iree_flags"]):
+            if lcma is not None and targets_cuda(args["iree_flags"]):
                 lcma = _for_cuda(_parse_lcma(lcma))
             rewrite = make_lcma_rewrite(lcma)
         except ValueError as e:  # OptionError

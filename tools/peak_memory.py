@@ -57,17 +57,6 @@ peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 print(json.dumps({"before": before, "peak": peak, "base_peak": base_peak}))
 """
 
-FLAGS = ["--iree-llvmcpu-target-cpu=host", "--iree-opt-data-tiling=true",
-         "--iree-llvmcpu-enable-ukernels=all"]
-
-
-def matmul_mlir(M: int, N: int, K: int) -> str:
-    a, b, c = f"tensor<{M}x{K}xf32>", f"tensor<{K}x{N}xf32>", f"tensor<{M}x{N}xf32>"
-    return (f"func.func @mm(%a: {a}, %b: {b}) -> {c} {{\n"
-            f"  %z = arith.constant 0.0 : f32\n  %e = tensor.empty() : {c}\n"
-            f"  %c = linalg.fill ins(%z : f32) outs(%e : {c}) -> {c}\n"
-            f"  %0 = linalg.matmul ins(%a, %b : {a}, {b}) outs(%c : {c}) -> {c}\n"
-            f"  return %0 : {c}\n}}\n")
 
 
 def measure(vmfb: bytes, M: int, N: int, K: int, tmp: str, name: str) -> dict:
@@ -91,13 +80,14 @@ def main(argv=None) -> int:
         return 2
     M, N, K = (int(g) for g in m.groups())
     from falcon_mlir import compile_str
+    from falcon_mlir.runner import BEST_CPU_FLAGS, matmul_mlir
 
     text = matmul_mlir(M, N, K)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for name in ["classical"] + [c.strip() for c in args.candidates.split(",") if c.strip()]:
             lcma = None if name == "classical" else name
-            vmfb, report = compile_str(text, target_backends=["llvm-cpu"], extra_args=FLAGS,
+            vmfb, report = compile_str(text, target_backends=["llvm-cpu"], extra_args=list(BEST_CPU_FLAGS),
                                        lcma=lcma, return_report=True)
             r = measure(vmfb, M, N, K, tmp, name)
             e = report[0] if report else {}

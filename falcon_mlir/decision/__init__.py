@@ -34,7 +34,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence
 
 from .cost import (EDGES, FORMS, MAX_GROUPED_TERMS, MAX_PRODUCTS, CostModel, Estimate,
                    Problem, scheme_stats, single_level_names)
@@ -98,15 +98,8 @@ def _aligned(pb: Problem, schemes: Sequence[str], align: int) -> bool:
 
 
 def _grouped_ok(schemes: Sequence[str]) -> bool:
-    R, terms = 1, 1
-    ua = ub = wc = 1
-    for nm in schemes:
-        st = scheme_stats(nm)
-        R *= st.R
-        ua *= st.used_a
-        ub *= st.used_b
-        wc *= max(st.comb_c) if st.comb_c else 1
-    return R <= MAX_PRODUCTS and max(ua, ub, wc) <= MAX_GROUPED_TERMS
+    st = scheme_stats("*".join(schemes))
+    return st.R <= MAX_PRODUCTS and st.max_terms <= MAX_GROUPED_TERMS
 
 
 def _error(schemes: Sequence[str], pb: Problem) -> Optional[float]:

@@ -34,18 +34,22 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, Optional, Sequence, Tuple
 
 from .profile import ELEMENT_BYTES, Profile
 
 FORMS = ("per-product", "grouped")
 EDGES = ("peel", "pad")
 
-#: Grouped combines reading more blocks than this fall back to per-product
-#: (kept equal to passes.lcma_rewrite.MAX_GROUPED_TERMS).
-MAX_GROUPED_TERMS = 24
-#: Largest number of products of a plan (passes.lcma_rewrite.MAX_PRODUCTS).
+#: Most products (R_1 * ... * R_L) one contraction may be rewritten into:
+#: two levels of a rank-49 scheme (2401) fit; 153^2 does not. Larger plans
+#: would take minutes and gigabytes to emit and compile for no gain.
 MAX_PRODUCTS = 2401
+#: Most blocks one grouped combine op may read. IREE's CPU runtime allows 64
+#: constants (binding offsets) per dispatch and fuses chained elementwise ops,
+#: so composed schemes with more terms per combine (e.g. strassen^3: 64
+#: products per C block) use the per-product form instead.
+MAX_GROUPED_TERMS = 24
 
 
 @dataclass(frozen=True)
@@ -125,9 +129,6 @@ class Estimate:
 
 
 def _eb(elem: str) -> int:
-    b = ELEMENT_BYTES.get(elem)
-    if b is not None:
-        return b
     e = str(elem)
     if e in ELEMENT_BYTES:
         return ELEMENT_BYTES[e]
@@ -260,7 +261,6 @@ class CostModel:
         moved = batch * (M * K * bi + K * N * br + 2 * M * N * bo)
         t = max(flops / p.gemm_rate(ein, M, N, K), moved / p.bandwidth) * scale
         est.add(part, t + p.dispatch_overhead, 1)
-        est.add("overhead", 0.0)
 
     def stream(self, nbytes: float, est: Estimate, part: str, eff: float = 1.0,
                flops: float = 0.0, acc: str = "f32", dispatches: int = 1) -> None:

@@ -36,16 +36,6 @@ QUICK_FIT_SIZES = (512, 1024)
 #: Plans measured: (form, lcma option string).
 FIT_PLANS = (("per-product", "scheme=strassen levels=1 form=per-product edge=peel"),
              ("grouped", "scheme=strassen levels=1 form=grouped edge=peel"))
-CPU_FLAGS = ["--iree-llvmcpu-target-cpu=host", "--iree-opt-data-tiling=true",
-             "--iree-llvmcpu-enable-ukernels=all"]
-
-
-def _mm(n: int) -> str:
-    t = f"tensor<{n}x{n}xf32>"
-    return (f"func.func @mm(%a: {t}, %b: {t}) -> {t} {{\n  %z = arith.constant 0.0 : f32\n"
-            f"  %e = tensor.empty() : {t}\n  %c = linalg.fill ins(%z : f32) outs(%e : {t}) -> {t}\n"
-            f"  %0 = linalg.matmul ins(%a, %b : {t}, {t}) outs(%c : {t}) -> {t}\n"
-            f"  return %0 : {t}\n}}\n")
 
 
 def measure_plans(sizes: Sequence[int] = FIT_SIZES, seconds: float = 2.0,
@@ -63,7 +53,7 @@ def measure_plans(sizes: Sequence[int] = FIT_SIZES, seconds: float = 2.0,
     import iree.runtime as rt
 
     from falcon_mlir import compile_str
-    from falcon_mlir.runner import Module
+    from falcon_mlir.runner import BEST_CPU_FLAGS, Module, matmul_mlir
 
     out = []
     for n in sizes:
@@ -74,8 +64,8 @@ def measure_plans(sizes: Sequence[int] = FIT_SIZES, seconds: float = 2.0,
         for name, lcma in [("classical", None)] + list(FIT_PLANS):
             if step:
                 step(f"fit: compile {name} {n}^3")
-            vmfb = compile_str(_mm(n), target_backends=["llvm-cpu"], extra_args=CPU_FLAGS,
-                               lcma=lcma)
+            vmfb = compile_str(matmul_mlir(n, n, n), target_backends=["llvm-cpu"],
+                               extra_args=list(BEST_CPU_FLAGS), lcma=lcma)
             mod = Module(vmfb)
             dev = mod._config.device
             args = [rt.asdevicearray(dev, a), rt.asdevicearray(dev, b)]

@@ -11,21 +11,16 @@ import numpy as np
 
 from falcon_mlir import compile_str
 from falcon_mlir.decision.cost import scheme_stats
+from falcon_mlir.runner import matmul_mlir
 
 N = 128
 
 
 def _module(b=None) -> str:
-    t = f"tensor<{N}x{N}xf32>"
     if b is None:
-        head = f"func.func @mm(%a: {t}, %b: {t}) -> {t} {{\n"
-    else:
-        vals = ", ".join(f"[{', '.join(repr(float(x)) for x in row)}]" for row in b)
-        head = f"func.func @mm(%a: {t}) -> {t} {{\n  %b = arith.constant dense<[{vals}]> : {t}\n"
-    return (head + f"  %z = arith.constant 0.0 : f32\n  %e = tensor.empty() : {t}\n"
-            f"  %c = linalg.fill ins(%z : f32) outs(%e : {t}) -> {t}\n"
-            f"  %0 = linalg.matmul ins(%a, %b : {t}, {t}) outs(%c : {t}) -> {t}\n"
-            f"  return %0 : {t}\n}}\n")
+        return matmul_mlir(N, N, N)
+    vals = ", ".join(f"[{', '.join(repr(float(x)) for x in row)}]" for row in b)
+    return matmul_mlir(N, N, N, b_const=f"dense<[{vals}]>")
 
 
 def _dispatches(text: str, lcma) -> int:

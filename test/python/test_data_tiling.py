@@ -12,10 +12,7 @@ import pytest
 
 from cases import random_inputs, reference, rel_err
 from falcon_mlir import compile_str
-from falcon_mlir.runner import Module
-
-BEST = ["--iree-llvmcpu-target-cpu=host", "--iree-opt-data-tiling=true",
-        "--iree-llvmcpu-enable-ukernels=all"]
+from falcon_mlir.runner import BEST_CPU_FLAGS, Module
 
 
 def _mm(M, N, K):
@@ -31,7 +28,7 @@ def _mm(M, N, K):
     (16, 8, 4096, "scheme=2x2x3:11 form=grouped", 1 + 1),
 ])
 def test_peeled_strips_compile_and_match_under_data_tiling(M, N, K, options, products):
-    vmfb, report = compile_str(_mm(M, N, K), target_backends=["llvm-cpu"], extra_args=BEST,
+    vmfb, report = compile_str(_mm(M, N, K), target_backends=["llvm-cpu"], extra_args=list(BEST_CPU_FLAGS),
                                lcma=options, return_report=True)
     assert report[0]["products"] == products, report[0]
     a, b, c = random_inputs([[M, K], [K, N], [M, N]], ["f32"] * 3, seed=M + N)

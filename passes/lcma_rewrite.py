@@ -379,6 +379,19 @@ def _parallel_generic(inputs: list, init: ir.Value, body) -> ir.Value:
     return op.result
 
 
+#: Discardable attribute on every combine op the rewrite emits: the loop dims
+#: whose whole extent one GPU thread should form (the r loop of a grouped
+#: combine A/B, the block loops of a fused combine C; empty for a plain
+#: elementwise combine). ``falcon-tiles`` turns it into a tile choice.
+COMBINE_ATTR = "falcon.combine"
+
+
+def _mark_combine(v: ir.Value, group_dims=()) -> ir.Value:
+    """Tag the op defining ``v`` with :data:`COMBINE_ATTR` (``group_dims``)."""
+    v.owner.attributes[COMBINE_ATTR] = ir.DenseI64ArrayAttr.get([int(g) for g in group_dims])
+    return v
+
+
 def _weighted_sum(terms: list, acc: ir.Type, start: Optional[ir.Value] = None) -> ir.Value:
     """Scalar ``start + sum c * cast(x)`` over ``terms = [(c, x)]`` in type ``acc``."""
     fl = _is_float(acc)
@@ -406,9 +419,10 @@ def _weighted_sum(terms: list, acc: ir.Type, start: Optional[ir.Value] = None) -
 class _Emitter:
     """Emits one contraction's plan in front of the original op."""
 
-    def __init__(self, c: Contraction, barriers: bool = False):
+    def __init__(self, c: Contraction, barriers: bool = False, fuse_c: bool = False):
         self.c = c
         self.barriers = barriers
+        self.fuse_c = fuse_c
         self.kind = c.kind
         self.acc = c.acc_type
         self.n_loops = 3 + len(c.batch_dims)
@@ -532,9 +546,9 @@ class _Emitter:
         first = terms[0][1]
         init = tensor.empty(list(_tt(first).shape), self.acc)
         acc = self.acc
-        return _parallel_generic([x for _, x in terms], init,
-                                 lambda args: _weighted_sum(
-                                     [(coef, x) for (coef, _), x in zip(terms, args[:-1])], acc))
+        return _mark_combine(_parallel_generic(
+            [x for _, x in terms], init,
+            lambda args: _weighted_sum([(coef, x) for (coef, _), x in zip(terms, args[:-1])], acc)))
 
     def level(self, a, b, init, s, inner: Optional[Plan]) -> ir.Value:
         """One level of scheme ``s`` on divisible operands."""
@@ -571,6 +585,8 @@ class _Emitter:
                 p = ir.Operation.create("util.optimization_barrier", results=[p.type],
                                         operands=[p]).result
             products.append(p)
+        if self.fuse_c:
+            return self._fused_combine_c(products, s, init, Mb, Nb)
         result = init
         acc = self.acc
         for i in range(s.m):
@@ -580,16 +596,90 @@ class _Emitter:
                 c0 = _slice_init(init, c.out_dims, {md: (i * Mb, Mb), nd: (l * Nb, Nb)})
                 if terms:
                     self.combines += 1
-                    blk = _parallel_generic([x for _, x in terms], c0,
-                                            lambda args, terms=terms: _weighted_sum(
-                                                [(coef, x) for (coef, _), x in zip(terms, args[:-1])],
-                                                acc, start=args[-1]))
+                    blk = _mark_combine(_parallel_generic(
+                        [x for _, x in terms], c0,
+                        lambda args, terms=terms: _weighted_sum(
+                            [(coef, x) for (coef, _), x in zip(terms, args[:-1])],
+                            acc, start=args[-1])))
                     result = _insert(blk, result, c.out_dims, {md: i * Mb, nd: l * Nb})
         return result
 
+    def _fused_combine_c(self, products: list, s, init: ir.Value, Mb: int, Nb: int) -> ir.Value:
+        """Combine C as one op over the whole output: ``C[a,b] = C0[a,b] + sum_r
+        W[r][a][b] * P_r`` for every output block (a, b) at once.
+
+        The output is viewed as blocks by ``tensor.expand_shape`` (M -> (m, Mb),
+        N -> (n, Nb); free, the data stay in place), and one ``linalg.generic``
+        over the expanded loops reads each product ``P_r`` (``Mb x Nb``, any batch
+        dims) with the block loops a and b broadcast and each ``W[r]`` as an
+        ``m x n`` table, then the result is collapsed back. With a thread tile
+        spanning a and b (``falcon-tiles``) every product element is read once.
+        On CUDA this replaces ``m*n`` dispatches and the scalar copies IREE 3.13
+        makes of their ``tensor.insert_slice`` results. Terms whose coefficient
+        is 0 are selected away (no ``0 * inf``).
+        """
+        c = self.c
+        md, nd = c.m_dim, c.n_dim
+        itype = _tt(init)
+        pos_m, pos_n = c.out_dims.index(md), c.out_dims.index(nd)
+        exp_shape, reassoc, where = [], [], {}
+        for p, size in enumerate(itype.shape):
+            if p == pos_m:
+                where["a"], where["i"] = len(exp_shape), len(exp_shape) + 1
+                group, exp_shape = [len(exp_shape), len(exp_shape) + 1], exp_shape + [s.m, Mb]
+            elif p == pos_n:
+                where["b"], where["j"] = len(exp_shape), len(exp_shape) + 1
+                group, exp_shape = [len(exp_shape), len(exp_shape) + 1], exp_shape + [s.n, Nb]
+            else:
+                where[p] = len(exp_shape)
+                group, exp_shape = [len(exp_shape)], exp_shape + [size]
+            reassoc.append(group)
+        E = len(exp_shape)
+        exp_type = ir.RankedTensorType.get(exp_shape, itype.element_type)
+        reassoc_attr = ir.ArrayAttr.get([ir.ArrayAttr.get(
+            [ir.IntegerAttr.get(ir.IntegerType.get_signless(64), g) for g in grp])
+            for grp in reassoc])
+        exp_init = tensor.ExpandShapeOp(exp_type, init, reassoc_attr, [], exp_shape).result
+        d = ir.AffineDimExpr.get
+        p_dims = [d(where["i"]) if p == pos_m else d(where["j"]) if p == pos_n else d(where[p])
+                  for p in range(itype.rank)]
+        p_map = ir.AffineMap.get(E, 0, p_dims)
+        w_map = ir.AffineMap.get(E, 0, [d(where["a"]), d(where["b"])])
+        out_map = ir.AffineMap.get_identity(E)
+        used = [r for r in range(s.R) if any(s.W[r][i][l] != 0 for i in range(s.m)
+                                             for l in range(s.n))]
+        inputs, maps = [], []
+        for r in used:
+            table = self._table([Fraction(s.W[r][i][l]) for i in range(s.m) for l in range(s.n)],
+                                (s.m, s.n))
+            inputs += [products[r], table]
+            maps += [p_map, w_map]
+        self.combines += 1
+        iters = ir.ArrayAttr.get([ir.Attribute.parse("#linalg.iterator_type<parallel>")] * E)
+        op = linalg.GenericOp([exp_type], inputs, [exp_init],
+                              ir.ArrayAttr.get([ir.AffineMapAttr.get(m) for m in maps + [out_map]]),
+                              iters)
+        block = op.regions[0].blocks.append(*[_tt(v).element_type for v in inputs + [exp_init]])
+        acc = self.acc
+        fl = _is_float(acc)
+        with ir.InsertionPoint(block):
+            args = list(block.arguments)
+            total = args[-1]
+            zero = _const(acc, 0)
+            for t_ in range(len(used)):
+                x, w = _cast(args[2 * t_], acc), _cast(args[2 * t_ + 1], acc)
+                term = (arith.mulf if fl else arith.muli)(w, x)
+                if fl:
+                    term = arith.select(arith.cmpf(arith.CmpFPredicate.OEQ, w, zero), zero, term)
+                total = (arith.addf if fl else arith.addi)(total, term)
+            linalg.YieldOp([total])
+        _mark_combine(op.result, [where["a"], where["b"]])
+        return tensor.CollapseShapeOp(itype, op.result, reassoc_attr).result
+
     # -- the grouped form ---------------------------------------------------------
-    def _table(self, values) -> ir.Value:
-        """A constant 1-D coefficient table (f32, f64 for f64 accumulators, i64 for integers)."""
+    def _table(self, values, shape=None) -> ir.Value:
+        """A constant coefficient table (f32, f64 for f64 accumulators, i64 for
+        integers) of ``shape`` (default 1-D)."""
         import numpy as np
 
         if _is_float(self.acc):
@@ -598,8 +688,10 @@ class _Emitter:
         else:  # coefficients are small integers; the body casts them to the acc type
             et, dt = ir.IntegerType.get_signless(64), np.int64
         arr = np.array([float(v) if _is_float(self.acc) else int(v) for v in values], dtype=dt)
-        ttype = ir.RankedTensorType.get([len(values)], et)
-        return arith.ConstantOp(ttype, ir.DenseElementsAttr.get(arr, type=ttype)).result
+        shape = list(shape or [len(values)])
+        ttype = ir.RankedTensorType.get(shape, et)
+        return arith.ConstantOp(ttype, ir.DenseElementsAttr.get(arr.reshape(shape),
+                                                                type=ttype)).result
 
     def _group_combine(self, blocks: dict, coef, R: int) -> ir.Value:
         """One op writing all R combined operands: ``G[r] = sum_b coef(r, b) * block_b``.
@@ -641,7 +733,7 @@ class _Emitter:
                 term = (arith.mulf if fl else arith.muli)(w, x)
                 total = term if total is None else (arith.addf if fl else arith.addi)(total, term)
             linalg.YieldOp([total])
-        return op.result
+        return _mark_combine(op.result, [rank - 1])
 
     def _batched_product(self, ga: ir.Value, gb: ir.Value, R: int, cshape: list) -> ir.Value:
         """All R products as one contraction with a leading batch dimension r."""
@@ -683,6 +775,8 @@ class _Emitter:
             return tensor.ExtractSliceOp(prod_type, gp, [], [], [], [r] + [0] * rank,
                                          [1] + cshape, [1] * (rank + 1)).result
 
+        if self.fuse_c:
+            return self._fused_combine_c([P(r) for r in range(s.R)], s, init, Mb, Nb)
         result, acc = init, self.acc
         for i in range(s.m):
             for l in range(s.n):
@@ -691,10 +785,11 @@ class _Emitter:
                     continue
                 c0 = _slice_init(init, c.out_dims, {md: (i * Mb, Mb), nd: (l * Nb, Nb)})
                 self.combines += 1
-                blk = _parallel_generic([P(r) for _, r in terms], c0,
-                                        lambda args, terms=terms: _weighted_sum(
-                                            [(coef, x) for (coef, _), x in zip(terms, args[:-1])],
-                                            acc, start=args[-1]))
+                blk = _mark_combine(_parallel_generic(
+                    [P(r) for _, r in terms], c0,
+                    lambda args, terms=terms: _weighted_sum(
+                        [(coef, x) for (coef, _), x in zip(terms, args[:-1])],
+                        acc, start=args[-1])))
                 result = _insert(blk, result, c.out_dims, {md: i * Mb, nd: l * Nb})
         return result
 
@@ -1172,6 +1267,10 @@ def run_lcma_rewrite(module_op, options: LcmaOptions) -> list:
     report = []
     contractions = find_contractions(root)
     _strip_stray_plans(root, report, options)
+    try:  # GPU targets: one combine-C dispatch (Profile.fused_combine_c)
+        fuse_c = decision.load_profile(options.target).fused_combine_c
+    except decision.ProfileError:
+        fuse_c = False
     for c in contractions:
         plan, reason = plan_for(c, options)
         disp = None
@@ -1201,14 +1300,14 @@ def run_lcma_rewrite(module_op, options: LcmaOptions) -> list:
         if PLAN_ATTR in c.op.attributes:
             del c.op.attributes[PLAN_ATTR]
         if disp is not None:
-            em = _Emitter(c, barriers=options.barriers)
+            em = _Emitter(c, barriers=options.barriers, fuse_c=fuse_c)
             with c.op.location, ir.InsertionPoint(c.op):
                 if_op = _emit_dispatch(c, disp, em)
                 _finish_dispatch(c, if_op)
             entry["products"] = em.products
             entry["combines"] = em.combines
         if plan is not None:
-            em = _Emitter(c, barriers=options.barriers)
+            em = _Emitter(c, barriers=options.barriers, fuse_c=fuse_c)
             a, b, init = c.op.operands
             with c.op.location, ir.InsertionPoint(c.op):
                 new = em.emit(a, b, init, plan)

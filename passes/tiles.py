@@ -37,6 +37,18 @@ choice:
 Batch loops get workgroup tile 1 (thread 1 for SIMT, subgroup 0 for MMA, as
 IREE's own choices for ``batch_matmul``).
 
+Combines. The rewrite tags every combine op it emits with
+``falcon.combine = array<i64: ...>``: the loop dims whose whole extent one
+thread should form (:data:`falcon_mlir.passes.lcma_rewrite.COMBINE_ATTR`).
+IREE 3.13's default for these elementwise ops on sm_80 is one warp per
+workgroup, 4 elements per thread ([1, 128] / [1, 4]); falcon gives them
+(:func:`combine_choice`): a thread forms 16 bytes of the contiguous last dim
+for every index of the group dims (all R combined operands of a grouped
+combine A/B from one read of each block; all m x n output blocks of a fused
+combine C from one read of each product), 256 threads per workgroup along
+the last dim (and the one before it when the last is short). Only ops with
+that tag are touched; a user's elementwise ops keep IREE's choice.
+
 Usage::
 
     falcon-opt in.mlir --falcon-tiles=target=cuda-sm80
@@ -242,6 +254,130 @@ def choose(target: str, types: tuple, M: int, N: int, K: int, prefer=(), batched
                   f"{smallest.k_step}); IREE's default")
 
 
+#: Threads per workgroup and bytes per thread along the contiguous dim for combines.
+COMBINE_THREADS = 256
+COMBINE_VECTOR_BYTES = 16
+#: Most elements one thread forms in a combine (registers).
+COMBINE_MAX_PER_THREAD = 256
+
+
+def combine_choice(shape, group_dims, elem_bytes: int) -> tuple:
+    """``((workgroup, thread), reason)`` tile sizes for a combine op of loop
+    extents ``shape`` (static), ``group_dims`` formed whole by each thread and
+    ``elem_bytes`` bytes per output element; ``(None, reason)`` where IREE's
+    default stays (dynamic shape, a group dim last, too many elements per thread).
+
+    The last loop dim is the contiguous one of the output (the rewrite emits
+    combines so). Each thread forms ``COMBINE_VECTOR_BYTES`` of it (fewer where
+    the extent is not a multiple, or where the group dims times the vector
+    would pass ``COMBINE_MAX_PER_THREAD`` elements); ``COMBINE_THREADS`` threads share a
+    workgroup along it, then along the dim before it.
+    """
+    rank = len(shape)
+    if rank == 0 or any(s is None or s <= 0 for s in shape):
+        return None, "dynamic or empty shape (IREE's default)"
+    last = rank - 1
+    if last in group_dims:
+        return None, "group dim is the contiguous one (IREE's default)"
+    v = max(1, COMBINE_VECTOR_BYTES // max(1, elem_bytes))
+    while v > 1 and shape[last] % v:
+        v //= 2
+    thread = [1] * rank
+    for g in group_dims:
+        thread[g] = shape[g]
+    group = 1
+    for g in group_dims:
+        group *= shape[g]
+    while v > 1 and group * v > COMBINE_MAX_PER_THREAD:  # registers: narrower vectors
+        v //= 2
+    thread[last] = v
+    per_thread = group * v
+    if per_thread > COMBINE_MAX_PER_THREAD:
+        return None, f"{per_thread} elements per thread (at most {COMBINE_MAX_PER_THREAD}; IREE's default)"
+    lanes = COMBINE_THREADS
+    while lanes > 1 and (shape[last] // v) % lanes:
+        lanes //= 2
+    workgroup = list(thread)
+    workgroup[last] = v * lanes
+    rows = 1
+    others = [d for d in range(last) if d not in group_dims]
+    if others and lanes < COMBINE_THREADS:
+        d = others[-1]
+        rows = COMBINE_THREADS // lanes
+        while rows > 1 and shape[d] % rows:
+            rows //= 2
+        workgroup[d] = rows
+    if lanes * rows < 32:
+        return None, f"{lanes * rows} threads per workgroup would fit (IREE's default)"
+    return (workgroup, thread), (f"combine: {v} elements x group dims {list(group_dims)} per "
+                                 f"thread, {lanes * rows} threads")
+
+
+def combine_info_text(workgroup, thread) -> str:
+    """``#iree_codegen.compilation_info<...>`` (TileAndFuse) for a combine op."""
+    threads = 1
+    for w, th in zip(workgroup, thread):
+        threads *= w // th
+    lc = f"#iree_gpu.lowering_config<{{thread = {list(thread)}, workgroup = {list(workgroup)}}}>"
+    ti = (f"#iree_codegen.translation_info<pipeline = #iree_gpu.pipeline<TileAndFuse> "
+          f"workgroup_size = [{threads}, 1, 1] subgroup_size = {SUBGROUP_SIZE}>")
+    return f"#iree_codegen.compilation_info<lowering_config = {lc}, translation_info = {ti}>"
+
+
+def _tile_combines(module_op, target: str, filename, report: list) -> None:
+    """Attach :func:`combine_choice` to every op tagged ``falcon.combine``."""
+    from falcon_mlir.passes.lcma_rewrite import COMBINE_ATTR
+
+    found = []
+
+    def visit(op):
+        for region in op.regions:
+            for block in region.blocks:
+                for inner in block.operations:
+                    if inner.name == "linalg.generic" and COMBINE_ATTR in inner.attributes:
+                        found.append(inner)
+                    visit(inner)
+
+    visit(module_op.operation if hasattr(module_op, "operation") else module_op)
+    for op in found:
+        out_t = ir.RankedTensorType(op.results[0].type)
+        group = [int(x) for x in ir.DenseI64ArrayAttr(op.attributes[COMBINE_ATTR])]
+        maps = list(op.attributes["indexing_maps"])
+        out_map = ir.AffineMapAttr(maps[-1]).value
+        # loop extents: the output indexes every loop (combines are all-parallel)
+        shape = [None] * out_map.n_dims
+        for pos, e in enumerate(out_map.results):
+            shape[ir.AffineDimExpr(e).position] = out_t.shape[pos]
+        elem_bytes = max(1, _elem_bits(out_t.element_type) // 8)
+        entry = {"pass": "falcon-tiles", "location": format_location(op.location, filename),
+                 "op": "linalg.generic (combine)", "loops": shape, "group_dims": group,
+                 "target": target, "tiles": None, "remark": False}
+        report.append(entry)
+        if "compilation_info" in op.attributes or "lowering_config" in op.attributes:
+            entry["reason"] = "already carries compilation_info/lowering_config (left alone)"
+            continue
+        if out_map.results and [ir.AffineDimExpr(e).position for e in out_map.results][-1] != len(shape) - 1:
+            entry["reason"] = "last loop is not the output's contiguous dim (IREE's default)"
+            continue
+        choice, reason = combine_choice(shape, group, elem_bytes)
+        entry["reason"] = reason
+        if choice is None:
+            continue
+        wg, th = choice
+        op.attributes["compilation_info"] = ir.Attribute.parse(combine_info_text(wg, th),
+                                                               context=module_op.context)
+        entry["tiles"] = {"name": "combine", "workgroup": wg, "thread": th}
+
+
+def _elem_bits(t) -> int:
+    for cls in (ir.FloatType, ir.IntegerType):
+        try:
+            return cls(t).width
+        except (ValueError, TypeError):
+            pass
+    return 32
+
+
 def compilation_info_text(choice: TileChoice, n_loops: int, m_dim: int, n_dim: int, k_dim: int,
                           batch_dims) -> str:
     """The ``#iree_codegen.compilation_info<...>`` text for ``choice`` on an op
@@ -323,4 +459,5 @@ def run_falcon_tiles(module_op, options=None) -> list:
         text = compilation_info_text(choice, _n_loops(op), c.m_dim, c.n_dim, c.k_dim, c.batch_dims)
         op.attributes["compilation_info"] = ir.Attribute.parse(text, context=module_op.context)
         entry["tiles"] = choice.as_dict()
+    _tile_combines(module_op, target, options.filename, report)
     return report

@@ -17,7 +17,9 @@ predicted plan that meets the error budget, or classical:
    ``MAX_GROUPED_TERMS`` blocks);
 4. the predicted error (:func:`falcon_mlir.numerics.predicted_error`, the
    scheme's stability factor and levels) must be within the budget;
-5. plans whose blocks are not exact multiples of the profile's ``align`` at
+5. plans whose blocks are not exact multiples of the profile's ``align`` (or,
+   where the profile says so, not powers of two, ``pow2_blocks``, or with K
+   blocks under ``min_block_k``) at
    every level are not considered (on the x86 host IREE's microkernels lose
    on odd blocks and peeled strips: measured, docs/benchmarks.md);
 6. a plan is chosen only when it is predicted at least the profile's
@@ -82,9 +84,11 @@ def _fits(pb: Problem, schemes: Sequence[str]) -> bool:
     return pb.M >= st.m and pb.N >= st.n and pb.K >= st.k
 
 
-def _aligned(pb: Problem, schemes: Sequence[str], align: int) -> bool:
-    """Whether every level divides the sizes exactly into blocks that are multiples of ``align``."""
-    if align <= 1:
+def _aligned(pb: Problem, schemes: Sequence[str], align: int, pow2: bool = False,
+             min_k: int = 1) -> bool:
+    """Whether every level divides the sizes exactly into blocks that are multiples
+    of ``align`` (powers of two with ``pow2``; K blocks at least ``min_k``)."""
+    if align <= 1 and not pow2 and min_k <= 1:
         return True
     M, N, K = pb.M, pb.N, pb.K
     for nm in schemes:
@@ -92,7 +96,9 @@ def _aligned(pb: Problem, schemes: Sequence[str], align: int) -> bool:
         if M % st.m or N % st.n or K % st.k:
             return False
         M, N, K = M // st.m, N // st.n, K // st.k
-        if M % align or N % align or K % align:
+        if M % align or N % align or K % align or K < min_k:
+            return False
+        if pow2 and any(x & (x - 1) for x in (M, N, K)):
             return False
     return True
 
@@ -186,9 +192,10 @@ def _decide(pb, profile, levels, forms, edges, budget, forced, min_gain) -> Deci
     rprod: Dict[tuple, int] = {}       # products of a scheme tuple
 
     align = profile.align
+    aligned = lambda s: _aligned(pb, s, align, profile.pow2_blocks, profile.min_block_k)
 
     def consider(schemes: tuple, form: str, edge_list=None) -> None:
-        if not _aligned(pb, schemes, align):
+        if not aligned(schemes):
             return
         for edge in edge_list or edges:
             k = (schemes, form, edge)
@@ -214,7 +221,7 @@ def _decide(pb, profile, levels, forms, edges, budget, forced, min_gain) -> Deci
     names = [n for n in single_level_names() if _fits(pb, (n,))]
     # Level 1: every scheme and order with the first edge strategy; the
     # other edge strategy and the grouped form for the best ones.
-    names = [n for n in names if _aligned(pb, (n,), align)]
+    names = [n for n in names if aligned((n,))]
     if "per-product" in forms:
         for n in names:
             consider((n,), "per-product", edges[:1])
@@ -263,8 +270,11 @@ def _decide(pb, profile, levels, forms, edges, budget, forced, min_gain) -> Deci
     if not ok:
         dec.reason = (f"auto: no plan meets max-error {budget:.1e} ({over} over it); classical"
                       if over else
-                      (f"auto: no plan divides M, N, K into blocks that are multiples of {align} "
-                       f"(the {profile.name} profile's alignment); classical" if align > 1
+                      (f"auto: no plan divides M, N, K into blocks that are multiples of {align}"
+                       + (", powers of two" if profile.pow2_blocks else "")
+                       + (f", K blocks >= {profile.min_block_k}" if profile.min_block_k > 1 else "")
+                       + f" (the {profile.name} profile's block rules); classical"
+                       if align > 1 or profile.pow2_blocks or profile.min_block_k > 1
                        else "auto: no plan fits the shape; classical"))
         return dec
     best = ok[0]

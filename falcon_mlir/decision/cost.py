@@ -11,7 +11,9 @@ combine A, combine B and combine C. Extended here to what
 * several levels, mixed schemes per level (per-product form: the recursion
   of the emitter, level by level), or all levels composed into one
   Kronecker-product scheme (grouped form: one combine op per operand, one
-  batched product, combine C per output block);
+  batched product, combine C per output block; on GPU profiles combine C is
+  one dispatch over all blocks and a grouped combine reads each block once,
+  as the rewrite emits it there);
 * edges: peeling (divisible core through the scheme; a K strip, a row strip
   and a column strip classical) or padding (copies of A, B and C to the
   next multiple, a slice of the result);
@@ -370,7 +372,14 @@ class CostModel:
         est.temp_bytes = max(est.temp_bytes, temps + sub.temp_bytes)
 
     def _combine_c(self, B, Mb, Nb, bc, st: SchemeStats, est, eff, eacc) -> None:
-        """Combine C: one dispatch per output block, reading its products and C0."""
+        """Combine C: one dispatch per output block, reading its products and C0;
+        on profiles with :attr:`Profile.fused_combine_c` (GPU) one dispatch over
+        all blocks that reads each product once (and forms every block's terms)."""
+        if self.p.fused_combine_c:
+            blocks = st.m * st.n
+            self.stream(B * Mb * Nb * (st.R + 2 * blocks) * bc, est, "combine_c", eff,
+                        flops=2.0 * B * st.R * blocks * Mb * Nb, acc=eacc, dispatches=1)
+            return
         nc, sc = len(st.comb_c), sum(st.comb_c)
         self.stream(B * Mb * Nb * (sc + 2 * nc) * bc, est, "combine_c", eff,
                     flops=2.0 * B * sc * Mb * Nb, acc=eacc, dispatches=nc)
@@ -383,10 +392,16 @@ class CostModel:
         ba, bb, bc = _eb(pb.lhs), _eb(pb.rhs), _eb(eacc)
         eff = self.p.form_efficiency("grouped")
         R = st.R
-        self.stream(B * Mb * Kb * R * (st.used_a * ba + bc), est, "combine_a", eff,
+        # Bytes: on CPU as if every combined operand re-read its blocks (IREE's
+        # CPU tiles do not keep a block row for all r; the fitted efficiency
+        # absorbs the rest); on GPU (falcon-tiles: one thread forms all R) each
+        # block is read once.
+        reads_a = st.used_a * ba * (1 if self.p.fused_combine_c else R)
+        reads_b = st.used_b * bb * (1 if self.p.fused_combine_c else R)
+        self.stream(B * Mb * Kb * (reads_a + R * bc), est, "combine_a", eff,
                     flops=2.0 * B * R * st.used_a * Mb * Kb, acc=eacc)
         if not pb.const_rhs:
-            self.stream(B * Kb * Nb * R * (st.used_b * bb + bc), est, "combine_b", eff,
+            self.stream(B * Kb * Nb * (reads_b + R * bc), est, "combine_b", eff,
                         flops=2.0 * B * R * st.used_b * Kb * Nb, acc=eacc)
         self.gemm(Mb, Nb, Kb, B * R, eacc, eacc, est, "products",
                   scale=self.p.product_factor("grouped"))

@@ -20,6 +20,8 @@ A profile is a JSON document (``format`` 1)::
       },
       "forms": {"grouped_combine": 1.0, "per_product_combine": 1.0},
       "align": 64,        # auto: product blocks must be multiples of this
+      "pow2_blocks": false,  # auto: product blocks must be powers of two
+      "min_block_k": 1,   # auto: K blocks at least this
       "min_gain": 0.2     # auto: predicted gain needed over classical
     }
 
@@ -120,11 +122,19 @@ class Profile:
             of this (elements); plans with peeled or padded edges or odd
             blocks are not chosen (IREE's CPU microkernels lose on them:
             measured, docs/benchmarks.md). 1 = no constraint.
+        pow2_blocks: under ``auto``, every product's block sizes must be powers
+            of two (H200, IREE 3.13: grouped plans with other blocks measured
+            0.85-1.01x of tuned classical at M = 8192, docs/benchmarks.md).
+        min_block_k: under ``auto``, every level's K block must be at least
+            this (x86: 26 products with 256-deep K blocks ran at 0.72x).
         max_levels: most levels ``levels=auto`` tries on this target
             (``None``: :data:`falcon_mlir.decision.MAX_AUTO_LEVELS`).
         min_gain: the predicted gain a plan needs over classical on this
             target (fraction), from the model's measured error here; ``None``
             = :data:`falcon_mlir.decision.MIN_GAIN`.
+
+    Derived: :attr:`fused_combine_c` (GPU profiles: combine C is one
+    dispatch over the whole output; see ``passes/lcma_rewrite.py``).
     """
 
     name: str
@@ -140,6 +150,8 @@ class Profile:
     add: Dict[str, float] = field(default_factory=dict)
     forms: Dict[str, float] = field(default_factory=dict)
     align: int = 1
+    pow2_blocks: bool = False
+    min_block_k: int = 1
     min_gain: Optional[float] = None
     max_levels: Optional[int] = None
 
@@ -179,6 +191,15 @@ class Profile:
         k = self._key(elem)
         return self.add.get(k) or self.add.get("f32") or self.bandwidth / 4.0
 
+    @property
+    def fused_combine_c(self) -> bool:
+        """Combine C is emitted as one dispatch over all output blocks (GPU
+        targets), instead of one dispatch per block written back with
+        ``tensor.insert_slice`` (CPU targets, where IREE writes the slices in
+        place but on CUDA copies them with a scalar ``slow_memcpy`` dispatch,
+        IREE 3.13)."""
+        return self.kind == "gpu"
+
     def form_efficiency(self, form: str) -> float:
         """Fraction of ``bandwidth`` the combines of ``form`` achieve (1.0 if unknown)."""
         return float(self.forms.get(form.replace("-", "_") + "_combine", 1.0))
@@ -198,7 +219,8 @@ class Profile:
             "dtypes": {k: {"gemm": [list(p) for p in self.gemm[k]],
                            **({"add": self.add[k]} if k in self.add else {})}
                        for k in self.gemm},
-            "forms": dict(self.forms), "align": self.align,
+            "forms": dict(self.forms), "align": self.align, "pow2_blocks": self.pow2_blocks,
+            "min_block_k": self.min_block_k,
             **({"min_gain": self.min_gain} if self.min_gain is not None else {}),
             **({"max_levels": self.max_levels} if self.max_levels is not None else {}),
         }
@@ -280,6 +302,8 @@ class Profile:
             caches={str(k): int(v) for k, v in caches.items()},
             gemm=gemm, add=add, forms={k: float(v) for k, v in forms.items()},
             align=_pos_int(d.get("align", 1), "align", where),
+            pow2_blocks=_bool(d.get("pow2_blocks", False), "pow2_blocks", where),
+            min_block_k=_pos_int(d.get("min_block_k", 1), "min_block_k", where),
             min_gain=(None if d.get("min_gain") is None else
                       _fraction(d["min_gain"], "min_gain", where)),
             max_levels=(None if d.get("max_levels") is None else
@@ -311,6 +335,12 @@ def _rate(table, M: float, N: float, K: float) -> float:
 def _pos_int(v, name: str, where: str) -> int:
     if isinstance(v, bool) or not isinstance(v, int) or v < 1:
         raise ProfileError(f"{where}: field '{name}' must be a positive integer")
+    return v
+
+
+def _bool(v, name: str, where: str) -> bool:
+    if not isinstance(v, bool):
+        raise ProfileError(f"{where}: field '{name}' must be true or false")
     return v
 
 

@@ -20,6 +20,16 @@ PLANS = {
     "strassen2-grouped": ("scheme=strassen levels=2 form=grouped", "linalg.batch_matmul", [49]),
     "strassen1-per-product": ("scheme=strassen levels=1", "linalg.matmul", []),
 }
+COMBINE = "linalg.generic (combine)"
+# combine ops per plan on cuda: (count, [group dims of each, in emission order])
+# grouped: combine A and B (group dim r), one fused combine C (block dims a, b);
+# per-product: Strassen's 5 + 5 combined operands, then the fused combine C.
+COMBINES = {
+    "classical": [],
+    "strassen1-grouped": [[1], [1], [0, 2]],
+    "strassen2-grouped": [[1], [1], [0, 2]],
+    "strassen1-per-product": [[]] * 10 + [[0, 2]],
+}
 
 
 @pytest.mark.parametrize("dtype", ["f32", "f16"])
@@ -32,12 +42,27 @@ def test_cuda_compiles_with_tiles(dtype, plan):
     assert isinstance(vmfb, bytes) and b"cuda" in vmfb
     assert tiles_report, "falcon-tiles did not run for the cuda target"
     assert all(e["tiles"] is not None for e in tiles_report), tiles_report
-    assert {e["op"] for e in tiles_report} == {op_name}
-    assert all(e["batch"] == batch for e in tiles_report)
+    products = [e for e in tiles_report if e["op"] != COMBINE]
+    combines = [e for e in tiles_report if e["op"] == COMBINE]
+    assert {e["op"] for e in products} == {op_name}
+    assert all(e["batch"] == batch for e in products)
     if dtype == "f16":
-        assert all(e["tiles"]["mma"] == "NV_MMA_SYNC_F16_16x8x16_F16" for e in tiles_report)
+        assert all(e["tiles"]["mma"] == "NV_MMA_SYNC_F16_16x8x16_F16" for e in products)
     else:
-        assert all("thread" in e["tiles"] for e in tiles_report)
+        assert all("thread" in e["tiles"] for e in products)
+    # combines: every thread forms 16 bytes of the contiguous dim for all group indices
+    assert [e["group_dims"] for e in combines] == COMBINES[plan]
+    for e in combines:
+        thread, loops = e["tiles"]["thread"], e["loops"]
+        group = 1
+        for g in e["group_dims"]:
+            group *= loops[g]
+        vec = 8 if dtype == "f16" else 4
+        while group * vec > 256:  # 49 x 8 f16 elements would not fit in registers
+            vec //= 2
+        assert thread[-1] == vec and (vec == 8 or dtype == "f32" or group > 32)
+        assert [thread[g] for g in e["group_dims"]] == [loops[g] for g in e["group_dims"]]
+        assert all(x == 1 for d, x in enumerate(thread[:-1]) if d not in e["group_dims"])
 
 
 def _configs(text, **kwargs):
@@ -57,6 +82,28 @@ def test_choice_reaches_codegen():
     grouped = _configs(text, lcma="scheme=strassen levels=1 form=grouped")
     assert any("reduction = [0, 0, 0, 32], thread = [1, 8, 8, 0], workgroup = [1, 128, 128, 0]" in c
                for c in grouped), grouped
+    # combine A/B: loops (row, r, col) of 128 x 7 x 128, 256 threads; fused combine C:
+    # loops (a, i, b, j) of 2 x 128 x 2 x 128
+    assert sum("thread = [1, 7, 4], workgroup = [8, 7, 128]" in c for c in grouped) == 2, grouped
+    assert sum("thread = [2, 1, 2, 4], workgroup = [2, 8, 2, 128]" in c for c in grouped) == 1, grouped
+
+
+@pytest.mark.parametrize("lcma", ["scheme=strassen levels=1 form=grouped", "scheme=strassen levels=1"])
+def test_cuda_combine_c_is_one_dispatch(lcma):
+    """On cuda, combine C is one dispatch over the 2 x 2 output blocks, no
+    per-block dispatches; the grouped form has no slow_memcpy copies either
+    (IREE 3.13 makes them of tensor.insert_slice results and, in the
+    per-product form, of the bare blocks that products read)."""
+    text, _ = contraction_mlir(N, N, N, lhs="f32")
+    out = targets.compile_for("cuda-sm80", text, lcma=lcma,
+                              extra_args=["--compile-to=executable-configurations"]).decode()
+    exports = re.findall(r"hal\.executable\.export public @(\w+)", out)
+    assert len([e for e in exports if "2x128x2x128" in e]) == 1, exports
+    if "grouped" in lcma:
+        assert not [e for e in exports if "memcpy" in e], exports
+        assert len(exports) == 4, exports  # combine A, combine B, batched product, combine C
+    else:  # (IREE deduplicates identical dispatches, so the rest is not counted)
+        assert not [e for e in exports if re.search(r"_elementwise_256x256_", e)], exports
 
 
 def test_tiles_target_resolution():
@@ -122,7 +169,7 @@ def test_falcon_compile_flag(tmp_path):
     assert main([str(src), "-o", str(tmp_path / "x.vmfb"), "--falcon-tiles=bogus"]) == 1
 
 
-def test_gpu_check_variant_syntax():
+def _gpu_check():
     import importlib.util
     from pathlib import Path
 
@@ -130,12 +177,97 @@ def test_gpu_check_variant_syntax():
     spec = importlib.util.spec_from_file_location("gpu_check_t", path)
     gc = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(gc)
+    return gc
+
+
+def test_gpu_check_variant_syntax():
+    gc = _gpu_check()
     assert gc.split_variant(None) == (None, "target=none")
     assert gc.split_variant("scheme=strassen levels=1") == ("scheme=strassen levels=1", "target=none")
     assert gc.split_variant("classical tiles") == (None, "target=auto")
     assert gc.split_variant("scheme=strassen form=grouped tiles=cuda-sm80 prefer=simt64x64") == \
         ("scheme=strassen form=grouped", "target=cuda-sm80 prefer=simt64x64")
 
+
+
+def test_gpu_check_rectangular_bundle_on_host(tmp_path):
+    """prepare + run on local-task: a non-square shape and a square one, the
+    latter also through a format-1 manifest entry (``n`` only)."""
+    import json
+
+    import numpy as np
+
+    gc = _gpu_check()
+    assert gc.parse_shapes(["64x96x32", "8x8x8,1X2x3"]) == [(64, 96, 32), (8, 8, 8), (1, 2, 3)]
+    with pytest.raises(ValueError):
+        gc.parse_shapes(["64x96"])
+    a, b = gc.make_inputs(64, 96, 32, "f32", 5)
+    assert a.shape == (64, 32) and b.shape == (32, 96) and a.dtype == np.float32
+    a_old, _ = gc.make_inputs(16, "f16", 5)                      # square, old call form
+    assert a_old.shape == (16, 16) and a_old.dtype == np.float16
+    assert "tensor<64x32xf32>, tensor<32x96xf32>" in gc.matmul_mlir(64, 96, 32, "f32")
+
+    variants = {"classical": None, "s": "scheme=strassen"}
+    man = gc.prepare_gpu_bundle(tmp_path, sizes=[32], shapes=[(64, 96, 32)], dtypes=["f32"],
+                                variants=variants, target="host", log=lambda *a: None)
+    by_file = {e["file"]: e for e in man["entries"]}
+    assert sorted(by_file) == ["f32_32_classical.vmfb", "f32_32_s.vmfb",
+                               "f32_64x96x32_classical.vmfb", "f32_64x96x32_s.vmfb"]
+    rect = by_file["f32_64x96x32_s.vmfb"]
+    assert (rect["M"], rect["N"], rect["K"]) == (64, 96, 32) and "n" not in rect
+    assert rect["rewritten"] and rect["products"] == 7
+    sq = by_file["f32_32_classical.vmfb"]
+    assert (sq["n"], sq["M"], sq["N"], sq["K"]) == (32, 32, 32, 32)
+    # old bundles: entries with n only run as square
+    on_disk = json.loads((tmp_path / gc.MANIFEST).read_text())
+    assert on_disk["entries"] == man["entries"]
+    for e in on_disk["entries"]:
+        if e.get("n"):
+            del e["M"], e["N"], e["K"]
+    (tmp_path / gc.MANIFEST).write_text(json.dumps(on_disk))
+
+    rows = gc.run_bundle(tmp_path, driver="local-task", repeat=2, warmup=1, log=lambda *a: None)
+    assert len(rows) == 4 and all(r["ok"] and "error" not in r for r in rows), rows
+    for r in rows:
+        M, N, K = (r["M"], r["N"], r["K"])
+        assert r["rel_err"] < 1e-4
+        assert r["gflops"] == pytest.approx(2.0 * M * N * K / (r["median_ms"] * 1e-3) / 1e9)
+        assert r["reps"] == 2 and r["min_ms"] <= r["median_ms"] and r["allocator"] == "none"
+    rect_rows = [r for r in rows if (r["M"], r["N"], r["K"]) == (64, 96, 32)]
+    assert [r["variant"] for r in rect_rows] == ["classical", "s"] and "n" not in rect_rows[0]
+    assert rect_rows[1]["rel_diff_vs_classical"] < 1e-4 and rect_rows[1]["speedup_vs_classical"] > 0
+    assert all(r["n"] == 32 for r in rows if r["M"] == 32)
+    md = gc.markdown(rows)
+    assert "| f32 | 64x96x32 | s |" in md and "| f32 | 32x32x32 | classical |" in md
+    table = gc.summary_table(rows)
+    assert "s vs classical" in table and "| f32 | 64x96x32 |" in table
+
+    # --shapes filter, caching allocator
+    rows = gc.run_bundle(tmp_path, driver="local-task", repeat=2, warmup=1, shapes=[(64, 96, 32)],
+                         allocator="caching", log=lambda *a: None)
+    assert [(r["M"], r["variant"], r["allocator"]) for r in rows] == \
+        [(64, "classical", "caching"), (64, "s", "caching")]
+    assert all(r["ok"] and r["rel_err"] < 1e-4 for r in rows)
+
+
+def test_gpu_check_workload_shapes():
+    from pathlib import Path
+
+    gc = _gpu_check()
+    path = Path(__file__).resolve().parents[3] / "shared" / "workloads.md"
+    if not path.exists():
+        pytest.skip(f"{path} not found")
+    shapes = gc.workload_shapes(path, [8192], ["Llama-3-8B"])
+    assert shapes == [(8192, 4096, 4096, "Llama-3-8B q / o"), (8192, 1024, 4096, "Llama-3-8B k, v"),
+                      (8192, 14336, 4096, "Llama-3-8B gate, up"), (8192, 4096, 14336, "Llama-3-8B down")]
+    two = gc.workload_shapes(path, [512, 8192], ["Llama-3-8B", "Llama-3-70B"])
+    assert len(two) == 2 * 8 and (512, 8192, 8192, "Llama-3-70B q / o") in two
+    assert [s[0] for s in two[:2]] == [512, 8192]
+    # the same (M, N, K) from two sources: one entry, labels joined by "; "
+    assert gc._merge_shapes([(8, 4, 4, "a q"), (8, 4, 4, "b o"), (8, 4, 4), (8, 4, 4, "a q")]) == \
+        [(8, 4, 4, "a q; b o")]
+    every = gc.workload_shapes(path, [8192])
+    assert (8192, 4096, 4096, "Llama-3-8B q / o") in every and len({s[:3] for s in every}) == len(every)
 
 def test_cuda_compiles_odd_and_dynamic_shapes_with_falcons_cuda_defaults():
     """On CUDA (IREE 3.13) peeled strips and the run-time dispatch's dynamic slices fail

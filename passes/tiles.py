@@ -180,6 +180,8 @@ class TilesOptions:
 
     Attributes:
         target: a key of :data:`TABLES`, ``none`` or ``auto`` (see :data:`TARGETS`).
+        combine_max: most elements one thread forms in a combine (default
+            :data:`COMBINE_MAX_PER_THREAD`; narrower vectors above it).
         prefer: names of table entries (e.g. ``("simt64x64", "mma128x128")``)
             tried first, in order, for every contraction, before the table's
             own order (for tuning experiments; an entry is skipped where it
@@ -189,9 +191,10 @@ class TilesOptions:
 
     target: str = "cuda-sm80"
     prefer: tuple = ()
+    combine_max: int = 64
     filename: Optional[str] = None
 
-    KEYS = ("target", "prefer")
+    KEYS = ("target", "prefer", "combine-max")
 
     @classmethod
     def parse(cls, text: Optional[str]) -> "TilesOptions":
@@ -218,6 +221,12 @@ class TilesOptions:
                     raise OptionError(f"falcon-tiles option prefer='{bad[0]}' is not a tile choice "
                                       f"(known: {', '.join(names)})")
                 opts.prefer = wanted
+                continue
+            if key in ("combine-max", "combine_max"):
+                if not val.isdigit() or not 1 <= int(val) <= 4096:
+                    raise OptionError(f"falcon-tiles option combine-max='{val}' must be an "
+                                      "integer in [1, 4096]")
+                opts.combine_max = int(val)
                 continue
             if key != "target":
                 raise OptionError(f"unknown falcon-tiles option '{key}' (keys: {', '.join(cls.KEYS)})")
@@ -257,14 +266,19 @@ def choose(target: str, types: tuple, M: int, N: int, K: int, prefer=(), batched
 #: Threads per workgroup and bytes per thread along the contiguous dim for combines.
 COMBINE_THREADS = 256
 COMBINE_VECTOR_BYTES = 16
-#: Most elements one thread forms in a combine (registers).
-COMBINE_MAX_PER_THREAD = 256
+#: Most elements one thread forms in a combine (registers). Measured on the
+#: H200 at 16384^3 (grouped Strassen^2, whose combines form R = 49 operands):
+#: 64 -> f32 180.7 ms, f16 28.6 ms; 128 -> 185.4 / 38.6 ms; 256 -> 185.0 /
+#: 32.4 ms (docs/gpu_check_h200_combine_max.json). One-level plans (R = 7)
+#: are the same under all three.
+COMBINE_MAX_PER_THREAD = 64
 
 
-def combine_choice(shape, group_dims, elem_bytes: int) -> tuple:
+def combine_choice(shape, group_dims, elem_bytes: int, max_per_thread: int = None) -> tuple:
     """``((workgroup, thread), reason)`` tile sizes for a combine op of loop
     extents ``shape`` (static), ``group_dims`` formed whole by each thread and
-    ``elem_bytes`` bytes per output element; ``(None, reason)`` where IREE's
+    ``elem_bytes`` bytes per output element (at most ``max_per_thread``
+    elements per thread, default :data:`COMBINE_MAX_PER_THREAD`); ``(None, reason)`` where IREE's
     default stays (dynamic shape, a group dim last, too many elements per thread).
 
     The last loop dim is the contiguous one of the output (the rewrite emits
@@ -273,6 +287,7 @@ def combine_choice(shape, group_dims, elem_bytes: int) -> tuple:
     would pass ``COMBINE_MAX_PER_THREAD`` elements); ``COMBINE_THREADS`` threads share a
     workgroup along it, then along the dim before it.
     """
+    limit = COMBINE_MAX_PER_THREAD if max_per_thread is None else max_per_thread
     rank = len(shape)
     if rank == 0 or any(s is None or s <= 0 for s in shape):
         return None, "dynamic or empty shape (IREE's default)"
@@ -288,12 +303,12 @@ def combine_choice(shape, group_dims, elem_bytes: int) -> tuple:
     group = 1
     for g in group_dims:
         group *= shape[g]
-    while v > 1 and group * v > COMBINE_MAX_PER_THREAD:  # registers: narrower vectors
+    while v > 1 and group * v > limit:  # registers: narrower vectors
         v //= 2
     thread[last] = v
     per_thread = group * v
-    if per_thread > COMBINE_MAX_PER_THREAD:
-        return None, f"{per_thread} elements per thread (at most {COMBINE_MAX_PER_THREAD}; IREE's default)"
+    if per_thread > limit:
+        return None, f"{per_thread} elements per thread (at most {limit}; IREE's default)"
     lanes = COMBINE_THREADS
     while lanes > 1 and (shape[last] // v) % lanes:
         lanes //= 2
@@ -324,7 +339,7 @@ def combine_info_text(workgroup, thread) -> str:
     return f"#iree_codegen.compilation_info<lowering_config = {lc}, translation_info = {ti}>"
 
 
-def _tile_combines(module_op, target: str, filename, report: list) -> None:
+def _tile_combines(module_op, target: str, filename, report: list, max_per_thread: int = None) -> None:
     """Attach :func:`combine_choice` to every op tagged ``falcon.combine``."""
     from falcon_mlir.passes.lcma_rewrite import COMBINE_ATTR
 
@@ -359,7 +374,7 @@ def _tile_combines(module_op, target: str, filename, report: list) -> None:
         if out_map.results and [ir.AffineDimExpr(e).position for e in out_map.results][-1] != len(shape) - 1:
             entry["reason"] = "last loop is not the output's contiguous dim (IREE's default)"
             continue
-        choice, reason = combine_choice(shape, group, elem_bytes)
+        choice, reason = combine_choice(shape, group, elem_bytes, max_per_thread)
         entry["reason"] = reason
         if choice is None:
             continue
@@ -459,5 +474,5 @@ def run_falcon_tiles(module_op, options=None) -> list:
         text = compilation_info_text(choice, _n_loops(op), c.m_dim, c.n_dim, c.k_dim, c.batch_dims)
         op.attributes["compilation_info"] = ir.Attribute.parse(text, context=module_op.context)
         entry["tiles"] = choice.as_dict()
-    _tile_combines(module_op, target, options.filename, report)
+    _tile_combines(module_op, target, options.filename, report, options.combine_max)
     return report

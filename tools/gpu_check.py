@@ -241,7 +241,7 @@ def split_variant(options):
         key, eq, val = tok.partition("=")
         if key == "tiles":
             target = val if eq else "auto"
-        elif key == "prefer":
+        elif key in ("prefer", "combine-max"):
             tiles.append(tok)
         elif tok != "classical":
             lcma.append(tok)

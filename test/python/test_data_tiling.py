@@ -37,3 +37,34 @@ def test_peeled_strips_compile_and_match_under_data_tiling(M, N, K, options, pro
     # K ~ 4096 f32 through one level: a few 1e-6 (a wrong strip would be O(1))
     assert rel_err(got, ref) < 2e-5
     assert not np.array_equal(got, np.asarray(c))
+
+
+def _executables(flow: str) -> dict:
+    """Executable name -> the ops of its body, from ``--compile-to=flow`` text."""
+    import re
+
+    out = {}
+    for m in re.finditer(r"flow\.executable private @(\w+) \{(.*?)\n  \}", flow, re.S):
+        out[m.group(1)] = re.findall(r"\b(linalg\.\w+|iree_encoding\.\w+)\b", m.group(2))
+    return out
+
+
+def test_combines_fuse_into_operand_packing():
+    """Per-product form under data tiling: each combine of A or B shares its dispatch
+    with the packing of the combined operand (``iree_encoding.set_encoding``), so
+    the combined operand is written once, already in the product's packed layout;
+    Strassen has 5 + 5 combined operands. The products unpack their result in
+    their own dispatch; combine C stays separate (not fused as an epilogue)."""
+    flow = compile_str(_mm(256, 256, 256), target_backends=["llvm-cpu"],
+                       extra_args=list(BEST_CPU_FLAGS) + ["--compile-to=flow"],
+                       lcma="scheme=strassen levels=1")
+    flow = flow.decode() if isinstance(flow, bytes) else flow
+    exes = _executables(flow)
+    packed_combines = [n for n, ops in exes.items()
+                       if "linalg.generic" in ops and "iree_encoding.set_encoding" in ops]
+    products = [n for n, ops in exes.items() if "linalg.matmul" in ops]
+    assert len(packed_combines) == 10, exes
+    assert products and all("iree_encoding.unset_encoding" in exes[n] for n in products), exes
+    combine_c = [n for n, ops in exes.items() if "linalg.generic" in ops
+                 and not any(o.startswith("iree_encoding.") for o in ops)]
+    assert combine_c, exes

@@ -68,7 +68,8 @@ CUDA_ALLOCATORS = ("caching",)
 def device_config(driver: str = "local-task", tuned: bool = True):
     """An ``iree.runtime.Config`` for ``driver``.
 
-    On ``cuda`` with ``tuned`` (the default) the device gets falcon's runtime
+    On ``cuda`` (or a ``cuda://...`` device URI) with ``tuned`` (the default)
+    the device gets falcon's runtime
     settings: :data:`CUDA_RUNTIME_FLAGS` (parsed process-wide; they take effect
     only if no CUDA device was made before in this process) and the caching
     allocator :data:`CUDA_ALLOCATORS`. Other drivers, or ``tuned=False``:
@@ -79,10 +80,15 @@ def device_config(driver: str = "local-task", tuned: bool = True):
     """
     import iree.runtime as rt
 
-    if driver != "cuda" or not tuned:
+    name = driver.split(":", 1)[0]
+    if name != "cuda" or not tuned:
         return rt.Config(driver)
     rt.flags.parse_flags(*CUDA_RUNTIME_FLAGS)
-    dev = rt.get_driver("cuda").create_default_device(allocators=list(CUDA_ALLOCATORS))
+    drv = rt.get_driver("cuda")
+    if "://" in driver:  # a device URI such as cuda://0
+        dev = drv.create_device_by_uri(driver, allocators=list(CUDA_ALLOCATORS))
+    else:
+        dev = drv.create_default_device(allocators=list(CUDA_ALLOCATORS))
     return rt.Config(device=dev)
 
 

@@ -355,25 +355,24 @@ def _tile_combines(module_op, target: str, filename, report: list, max_per_threa
 
     visit(module_op.operation if hasattr(module_op, "operation") else module_op)
     for op in found:
-        out_t = ir.RankedTensorType(op.results[0].type)
-        group = [int(x) for x in ir.DenseI64ArrayAttr(op.attributes[COMBINE_ATTR])]
-        maps = list(op.attributes["indexing_maps"])
-        out_map = ir.AffineMapAttr(maps[-1]).value
-        # loop extents: the output indexes every loop (combines are all-parallel)
-        shape = [None] * out_map.n_dims
-        for pos, e in enumerate(out_map.results):
-            shape[ir.AffineDimExpr(e).position] = out_t.shape[pos]
-        elem_bytes = max(1, _elem_bits(out_t.element_type) // 8)
         entry = {"pass": "falcon-tiles", "location": format_location(op.location, filename),
-                 "op": "linalg.generic (combine)", "loops": shape, "group_dims": group,
+                 "op": "linalg.generic (combine)", "loops": None, "group_dims": None,
                  "target": target, "tiles": None, "remark": False}
         report.append(entry)
+        parsed, why = _combine_loops(op, COMBINE_ATTR)
+        if parsed is None:
+            entry["reason"] = why
+            continue
+        shape, group, out_t = parsed
+        entry.update(loops=shape, group_dims=group)
         if "compilation_info" in op.attributes or "lowering_config" in op.attributes:
             entry["reason"] = "already carries compilation_info/lowering_config (left alone)"
             continue
-        if out_map.results and [ir.AffineDimExpr(e).position for e in out_map.results][-1] != len(shape) - 1:
-            entry["reason"] = "last loop is not the output's contiguous dim (IREE's default)"
+        why = _untileable_combine(op, out_t)
+        if why:
+            entry["reason"] = why
             continue
+        elem_bytes = max(1, _elem_bits(out_t.element_type) // 8)
         choice, reason = combine_choice(shape, group, elem_bytes, max_per_thread)
         entry["reason"] = reason
         if choice is None:
@@ -382,6 +381,76 @@ def _tile_combines(module_op, target: str, filename, report: list, max_per_threa
         op.attributes["compilation_info"] = ir.Attribute.parse(combine_info_text(wg, th),
                                                                context=module_op.context)
         entry["tiles"] = {"name": "combine", "workgroup": wg, "thread": th}
+
+
+def _combine_loops(op, attr_name: str):
+    """``((loop extents, group dims, output type), None)`` of a tagged combine, or
+    ``(None, reason)`` when the tag or the op is not what the rewrite emits (the
+    tag is then ignored: IREE's default)."""
+    ignored = "; tag ignored (IREE's default)"
+    try:
+        group = [int(x) for x in ir.DenseI64ArrayAttr(op.attributes[attr_name])]
+    except (ValueError, TypeError):
+        return None, f"{attr_name} is not an array<i64: ...> of loop dims{ignored}"
+    if len(op.results) != 1:
+        return None, f"a combine has one tensor result{ignored}"
+    try:
+        out_t = ir.RankedTensorType(op.results[0].type)
+        out_map = ir.AffineMapAttr(list(op.attributes["indexing_maps"])[-1]).value
+        dims = [ir.AffineDimExpr(e).position for e in out_map.results]
+    except (ValueError, TypeError, KeyError, IndexError):
+        return None, f"the output is not indexed by plain loop dims{ignored}"
+    n = out_map.n_dims
+    if sorted(dims) != list(range(n)):
+        return None, f"the output does not index every loop once{ignored}"
+    if any(g < 0 or g >= n for g in group) or len(set(group)) != len(group):
+        return None, f"group dims {group} are not distinct loops of 0..{n - 1}{ignored}"
+    if dims and dims[-1] != n - 1:
+        return None, "last loop is not the output's contiguous dim (IREE's default)"
+    shape = [None] * n
+    for pos, d in enumerate(dims):
+        s = out_t.shape[pos]
+        shape[d] = None if s == ir.ShapedType.get_dynamic_size() else s
+    return (shape, group, out_t), None
+
+
+def _untileable_combine(op, out_t) -> Optional[str]:
+    """Why a combine must keep IREE's default choice on CUDA (None if it need not).
+
+    * It widens its blocks (f16/bf16/i8 operands, f32/i32 accumulator): IREE
+      fuses such "dequantizing" producers into the consuming product's
+      dispatch, which then has two ops with a translation_info ("multiple ops
+      within dispatch trying to set the translation info", IREE 3.13).
+    * All its blocks come from constants or globals (combine B of a weight):
+      IREE's const-eval compiles it for the host, where a GPU choice does not
+      build.
+    """
+    def root(v):
+        for _ in range(64):  # through slices and reshapes to the producer
+            owner = v.owner
+            if isinstance(owner, ir.Block) or not hasattr(owner, "name"):
+                return None
+            if owner.name in ("tensor.extract_slice", "tensor.expand_shape",
+                              "tensor.collapse_shape", "util.optimization_barrier"):
+                v = owner.operands[0]
+                continue
+            return owner.name
+        return None
+
+    def direct(v):
+        owner = v.owner
+        return None if isinstance(owner, ir.Block) or not hasattr(owner, "name") else owner.name
+
+    ins = list(op.operands[:len(op.operands) - 1])
+    # coefficient tables are arith.constant operands of their own; blocks are the rest
+    blocks = [v for v in ins if direct(v) != "arith.constant"]
+    if any(ir.RankedTensorType(v.type).element_type != out_t.element_type for v in blocks):
+        return ("widening combine (blocks of another element type): IREE fuses it into "
+                "the product's dispatch; IREE's default")
+    consts = ("arith.constant", "util.global.load", "flow.tensor.constant")
+    if blocks and all(root(v) in consts for v in blocks):
+        return "blocks of a constant (folded by IREE's const-eval on the host); IREE's default"
+    return None
 
 
 def _elem_bits(t) -> int:

@@ -253,6 +253,39 @@ def split_variant(options):
 def prepare_gpu_bundle(outdir, *, sizes=None, shapes=(), dtypes=("f32", "f16"),
                        variants=None, target="cuda-sm80", seed=0, ship_inputs_max=1024,
                        max_bytes=30 * 2**20, log=print) -> dict:
+    """Compiles the modules into ``outdir`` (atomically: built in a temporary
+    folder beside it, then moved in place; a failure leaves ``outdir`` as it
+    was) and writes ``manifest.json``. See :func:`_prepare_in` for the arguments.
+
+    Raises:
+        ValueError: ``outdir`` is an existing file; the bundle passes ``max_bytes``.
+        falcon_mlir.CompileError: a module failed to compile.
+        AssertionError: a forced falcon variant was not rewritten.
+    """
+    final = Path(outdir)
+    if final.exists() and not final.is_dir():
+        raise ValueError(f"{final} exists and is not a folder")
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = final.parent / f".{final.name}.tmp-{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    kwargs = dict(locals())
+    for k in ("outdir", "final", "tmp"):
+        kwargs.pop(k)
+    try:
+        manifest = _prepare_in(tmp, display=final, **kwargs)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if final.exists():
+        shutil.rmtree(final)
+    tmp.rename(final)
+    return manifest
+
+
+def _prepare_in(outdir, *, sizes=None, shapes=(), dtypes=("f32", "f16"),
+                       variants=None, target="cuda-sm80", seed=0, ship_inputs_max=1024,
+                       max_bytes=30 * 2**20, log=print, display=None) -> dict:
     """Compiles the modules into ``outdir`` and writes ``manifest.json``.
 
     Args:
@@ -347,7 +380,7 @@ def prepare_gpu_bundle(outdir, *, sizes=None, shapes=(), dtypes=("f32", "f16"),
     total = sum(p.stat().st_size for p in out.iterdir() if p.is_file())
     if total >= max_bytes:
         raise ValueError(f"bundle {out} is {total} bytes (limit {max_bytes}; prepare --max-mib)")
-    log(f"bundle {out}: {len(entries)} modules, {total / 2**20:.2f} MiB")
+    log(f"bundle {display or out}: {len(entries)} modules, {total / 2**20:.2f} MiB")
     manifest["bundle_bytes"] = total
     return manifest
 
@@ -736,12 +769,38 @@ def plot_results(rows, path, title=None) -> None:
 
 # --------------------------------------------------------------------------
 
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not an integer") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"{v} is not a positive size")
+    return v
+
+
 def main(argv=None) -> int:
+    """The command line (see the module docstring). Errors from bad input
+    (missing or malformed files, bad options, failed compiles) print one line
+    ``gpu_check: error: ...`` and return 2."""
+    try:
+        return _main(argv)
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except Exception as exc:  # one line, no traceback (set GPU_CHECK_TRACEBACK=1 to see it)
+        if os.environ.get("GPU_CHECK_TRACEBACK"):
+            raise
+        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        print(f"gpu_check: error: {type(exc).__name__}: {msg[:300]}", file=sys.stderr)
+        return 2
+
+
+def _main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
     pp = sub.add_parser("prepare", help="compile a bundle (needs falcon-mlir)")
     pp.add_argument("outdir")
-    pp.add_argument("--sizes", type=int, nargs="+", default=None,
+    pp.add_argument("--sizes", type=_positive_int, nargs="+", default=None,
                     help="square n (default 2048 4096 8192 without --shapes/--workloads)")
     pp.add_argument("--shapes", nargs="+", default=None, metavar="MxNxK",
                     help="GEMM shapes C[MxN] = A[MxK] @ B[KxN], e.g. 8192x4096x4096")

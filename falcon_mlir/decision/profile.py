@@ -157,13 +157,16 @@ class Profile:
 
     # ------------------------------------------------------------------ rates
     def _key(self, elem: str) -> str:
-        """The ``dtypes`` key used for element type ``elem`` (falls back to f32's figures)."""
+        """The ``dtypes`` key used for element type ``elem`` (falls back to f32's
+        figures; on GPUs bf16 takes f16's: the same tensor-core rate)."""
         e = str(elem)
         if e in self.gemm:
             return e
         if e.startswith("i") and "i8" in self.gemm:
             return "i8"
         if e.startswith("f8") and "f16" in self.gemm:
+            return "f16"
+        if e == "bf16" and self.kind == "gpu" and "f16" in self.gemm:
             return "f16"
         return "f32" if "f32" in self.gemm else next(iter(self.gemm))
 

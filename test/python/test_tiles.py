@@ -288,3 +288,105 @@ def test_cuda_compiles_odd_and_dynamic_shapes_with_falcons_cuda_defaults():
                                lcma="scheme=strassen chunk=128", return_report=True)
     assert vmfb and report[0]["plan"] == "classical"
     assert "run-time dispatch off" in report[0]["reason"]
+
+
+@pytest.mark.parametrize("form", ["per-product", "grouped"])
+@pytest.mark.parametrize("types", [("f16", "f32"), ("bf16", "f32"), ("i8", "i32")])
+def test_cuda_widening_combines_keep_iree_default(types, form):
+    """Combines that widen their blocks (f16 -> f32 ...) are fused by IREE into the
+    product's dispatch; a tile choice on both would fail ("multiple ops within
+    dispatch trying to set the translation info"), so they keep IREE's default."""
+    lhs, acc = types
+    text, _ = contraction_mlir(128, 128, 128, lhs=lhs, acc=acc)
+    tiles_report = []
+    vmfb = targets.compile_for("cuda-sm80", text, lcma=f"scheme=strassen form={form}",
+                               tiles_report=tiles_report)
+    assert isinstance(vmfb, bytes)
+    widening = [e for e in tiles_report if e["op"] == COMBINE and e["tiles"] is None]
+    assert widening and all("widening" in e["reason"] for e in widening), tiles_report
+    # the fused combine C reads products already in the accumulator type: it is tiled
+    assert any(e["op"] == COMBINE and e["tiles"] for e in tiles_report), tiles_report
+
+
+@pytest.mark.parametrize("form", ["per-product", "grouped"])
+def test_cuda_constant_weight_combines_keep_iree_default(form):
+    """Combine B of a constant B is folded by IREE's const-eval on the host, where
+    a GPU tile choice does not build; it keeps IREE's default and compiles."""
+    import numpy as np
+
+    from falcon_mlir.runner import matmul_mlir
+
+    vals = (np.arange(64 * 64).reshape(64, 64) % 7 - 3.0)
+    dense = "dense<[" + ",".join("[" + ",".join(f"{v:.1f}" for v in row) + "]" for row in vals) + "]>"
+    text = matmul_mlir(64, 64, 64, "f32", b_const=dense)
+    tiles_report = []
+    vmfb = targets.compile_for("cuda-sm80", text, lcma=f"scheme=strassen form={form}",
+                               tiles_report=tiles_report)
+    assert isinstance(vmfb, bytes)
+    const = [e for e in tiles_report if e["op"] == COMBINE and e["tiles"] is None]
+    assert const and all("constant" in e["reason"] for e in const), tiles_report
+
+
+BAD_TAG = """func.func @f(%a: tensor<64x128xf32>, %b: tensor<64x128xf32>) -> tensor<64x128xf32> {{
+  %e = tensor.empty() : tensor<64x128xf32>
+  %r = linalg.generic {{indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> {out}>], iterator_types = ["parallel", "parallel"]}} ins(%a, %b : tensor<64x128xf32>, tensor<64x128xf32>) outs(%e : tensor<64x128xf32>) attrs = {{falcon.combine = {tag}}} {{
+  ^bb0(%x: f32, %y: f32, %o: f32):
+    %s = arith.addf %x, %y : f32
+    linalg.yield %s : f32
+  }} -> tensor<64x128xf32>
+  return %r : tensor<64x128xf32>
+}}
+"""
+
+
+@pytest.mark.parametrize("tag,out,why", [
+    ("array<i64: 5>", "(d0, d1)", "not distinct loops"),
+    ("array<i64: -1>", "(d0, d1)", "not distinct loops"),
+    ("array<i64: 0, 0>", "(d0, d1)", "not distinct loops"),
+    ('"x"', "(d0, d1)", "not an array"),
+    ("array<i32: 0>", "(d0, d1)", "not an array"),
+    ("array<i64>", "(0, d1)", "plain loop dims"),
+])
+def test_bad_combine_tags_are_ignored(tag, out, why):
+    from falcon_mlir.passes.tiles import run_falcon_tiles
+    from iree.compiler import ir
+
+    with ir.Context():
+        module = ir.Module.parse(BAD_TAG.format(tag=tag, out=out))
+        report = run_falcon_tiles(module.operation, "target=cuda-sm80")
+        assert "compilation_info" not in str(module)
+    assert len(report) == 1 and report[0]["tiles"] is None and why in report[0]["reason"], report
+
+
+def test_good_combine_tag_is_tiled():
+    from falcon_mlir.passes.tiles import run_falcon_tiles
+    from iree.compiler import ir
+
+    with ir.Context():
+        module = ir.Module.parse(BAD_TAG.format(tag="array<i64>", out="(d0, d1)"))
+        report = run_falcon_tiles(module.operation, "target=cuda-sm80")
+        assert "thread = [1, 4], workgroup = [8, 128]" in str(module)
+    assert report[0]["tiles"] == {"name": "combine", "workgroup": [8, 128], "thread": [1, 4]}
+
+
+def test_bf16_on_the_h200_profile_is_rated_like_f16():
+    """bf16 runs on the tensor cores like f16; the h200-iree profile has no bf16
+    table, so classical bf16 takes f16's rate (not f32's) and auto keeps it."""
+    from falcon_mlir import decision
+
+    p = decision.load_profile("h200-iree")
+    assert p.gemm_rate("bf16", 8192, 8192, 8192) == p.gemm_rate("f16", 8192, 8192, 8192)
+    d = decision.decide(decision.Problem(8192, 8192, 8192, lhs="bf16", rhs="bf16", acc="f32"), p)
+    assert d.choice.is_classical, d.reason
+
+
+def test_gpu_check_bad_input_is_one_line(tmp_path, capsys):
+    gc = _gpu_check()
+    bad = tmp_path / "bad.json"
+    bad.write_text("not json")
+    assert gc.main(["table", str(bad)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("gpu_check: error: JSONDecodeError"), err
+    # a failed prepare leaves neither the bundle nor its temporary folder
+    assert gc.main(["prepare", str(tmp_path / "b"), "--target", "nonsense", "--sizes", "64"]) == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.json"]

@@ -35,12 +35,19 @@ pass flags (run in command-line order):
                               target=host|h200|a100|...|PROFILE.json (cost
                                       model's hardware profile; default host)
                               barriers=false|true
+                              dispatch=true|false (run-time dispatch, dynamic M)
+                              chunk=auto|ROWS  (rows per chunk of that dispatch)
+  --falcon-tiles[=OPTIONS]  attach CUDA tile choices (compilation_info) to
+                            contractions and to the rewrite's combines:
+                              target=cuda-sm80|none|auto  prefer=NAME,...
+                              combine-max=N (elements per combine thread)
   --NAME[=OPTIONS]          any upstream MLIR or IREE pass, e.g. --canonicalize, --cse
 
 auto: the cost model (falcon_mlir.decision) predicts the time of classical GEMM
 and of every fitting plan on the target profile and rewrites only where a plan
-within the error budget is predicted at least 3% faster; memory-bound and
-decode-sized products stay classical. --lcma-explain says why, per contraction.
+within the error budget is predicted faster by the profile's margin (3% unless
+the profile says otherwise: 20% for host); memory-bound and decode-sized
+products stay classical. --lcma-explain says why, per contraction.
 """
 
 

@@ -69,6 +69,8 @@ def explain_entry(e: dict) -> str:
 
 def explain(report: List[dict]) -> str:
     """Explain a whole report: one block per contraction, and a one-line summary."""
+    # falcon-tiles entries (tile choices, not decisions) are left to --lcma-report
+    report = [e for e in report if e.get("pass") != "falcon-tiles"]
     blocks = [explain_entry(e) for e in report if e.get("kind") != "not a contraction"]
     rewritten = sum(1 for e in report if isinstance(e.get("plan"), dict))
     total_c = sum((e.get("predicted_time") or {}).get("classical", 0) for e in report)

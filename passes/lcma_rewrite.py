@@ -655,26 +655,9 @@ class _Emitter:
             inputs += [products[r], table]
             maps += [p_map, w_map]
         self.combines += 1
-        iters = ir.ArrayAttr.get([ir.Attribute.parse("#linalg.iterator_type<parallel>")] * E)
-        op = linalg.GenericOp([exp_type], inputs, [exp_init],
-                              ir.ArrayAttr.get([ir.AffineMapAttr.get(m) for m in maps + [out_map]]),
-                              iters)
-        block = op.regions[0].blocks.append(*[_tt(v).element_type for v in inputs + [exp_init]])
-        acc = self.acc
-        fl = _is_float(acc)
-        with ir.InsertionPoint(block):
-            args = list(block.arguments)
-            total = args[-1]
-            zero = _const(acc, 0)
-            for t_ in range(len(used)):
-                x, w = _cast(args[2 * t_], acc), _cast(args[2 * t_ + 1], acc)
-                term = (arith.mulf if fl else arith.muli)(w, x)
-                if fl:
-                    term = arith.select(arith.cmpf(arith.CmpFPredicate.OEQ, w, zero), zero, term)
-                total = (arith.addf if fl else arith.addi)(total, term)
-            linalg.YieldOp([total])
-        _mark_combine(op.result, [where["a"], where["b"]])
-        return tensor.CollapseShapeOp(itype, op.result, reassoc_attr).result
+        res = self._table_generic(inputs, maps + [out_map], exp_init, accumulate=True)
+        _mark_combine(res, [where["a"], where["b"]])
+        return tensor.CollapseShapeOp(itype, res, reassoc_attr).result
 
     # -- the grouped form ---------------------------------------------------------
     def _table(self, values, shape=None) -> ir.Value:
@@ -692,6 +675,32 @@ class _Emitter:
         ttype = ir.RankedTensorType.get(shape, et)
         return arith.ConstantOp(ttype, ir.DenseElementsAttr.get(arr.reshape(shape),
                                                                 type=ttype)).result
+
+    def _table_generic(self, inputs: list, maps: list, init: ir.Value, accumulate: bool) -> ir.Value:
+        """All-parallel ``linalg.generic`` over ``inputs`` = (block, coefficient
+        table) pairs with ``maps`` (inputs', then the output's): yields
+        ``sum w * x`` over the pairs in the accumulator type, plus the output's
+        value with ``accumulate``. Float terms whose coefficient is 0 are
+        selected away (no ``0 * inf``) when accumulating over all R products."""
+        n = maps[-1].n_dims
+        iters = ir.ArrayAttr.get([ir.Attribute.parse("#linalg.iterator_type<parallel>")] * n)
+        op = linalg.GenericOp([init.type], inputs, [init],
+                              ir.ArrayAttr.get([ir.AffineMapAttr.get(m) for m in maps]), iters)
+        block = op.regions[0].blocks.append(*[_tt(v).element_type for v in inputs + [init]])
+        acc = self.acc
+        fl = _is_float(acc)
+        with ir.InsertionPoint(block):
+            args = list(block.arguments)
+            total = args[-1] if accumulate else None
+            zero = _const(acc, 0) if accumulate and fl else None
+            for k in range(len(inputs) // 2):
+                x, w = _cast(args[2 * k], acc), _cast(args[2 * k + 1], acc)
+                term = (arith.mulf if fl else arith.muli)(w, x)
+                if zero is not None:
+                    term = arith.select(arith.cmpf(arith.CmpFPredicate.OEQ, w, zero), zero, term)
+                total = term if total is None else (arith.addf if fl else arith.addi)(total, term)
+            linalg.YieldOp([total])
+        return op.result
 
     def _group_combine(self, blocks: dict, coef, R: int) -> ir.Value:
         """One op writing all R combined operands: ``G[r] = sum_b coef(r, b) * block_b``.
@@ -718,22 +727,8 @@ class _Emitter:
             inputs += [x, self._table([coef(r, idx) for r in range(R)])]
             maps += [blk_map, tab_map]
         init = tensor.empty([R] + shape, self.acc)
-        iters = ir.ArrayAttr.get([ir.Attribute.parse("#linalg.iterator_type<parallel>")] * (rank + 1))
-        op = linalg.GenericOp([init.type], inputs, [init],
-                              ir.ArrayAttr.get([ir.AffineMapAttr.get(m) for m in maps + [out_map]]),
-                              iters)
-        block = op.regions[0].blocks.append(*[_tt(v).element_type for v in inputs + [init]])
-        acc = self.acc
-        fl = _is_float(acc)
-        with ir.InsertionPoint(block):
-            args = list(block.arguments)
-            total = None
-            for t in range(len(used)):
-                x, w = _cast(args[2 * t], acc), _cast(args[2 * t + 1], acc)
-                term = (arith.mulf if fl else arith.muli)(w, x)
-                total = term if total is None else (arith.addf if fl else arith.addi)(total, term)
-            linalg.YieldOp([total])
-        return _mark_combine(op.result, [rank - 1])
+        res = self._table_generic(inputs, maps + [out_map], init, accumulate=False)
+        return _mark_combine(res, [rank - 1])
 
     def _batched_product(self, ga: ir.Value, gb: ir.Value, R: int, cshape: list) -> ir.Value:
         """All R products as one contraction with a leading batch dimension r."""

@@ -252,10 +252,12 @@ def test_gpu_check_rectangular_bundle_on_host(tmp_path):
 
 
 def test_gpu_check_workload_shapes():
+    import os
     from pathlib import Path
 
     gc = _gpu_check()
-    path = Path(__file__).resolve().parents[3] / "shared" / "workloads.md"
+    shared = os.environ.get("FALCON_SHARED") or Path(__file__).resolve().parents[3] / "shared"
+    path = Path(shared) / "workloads.md"
     if not path.exists():
         pytest.skip(f"{path} not found")
     shapes = gc.workload_shapes(path, [8192], ["Llama-3-8B"])

@@ -585,23 +585,33 @@ class _Emitter:
                 p = ir.Operation.create("util.optimization_barrier", results=[p.type],
                                         operands=[p]).result
             products.append(p)
+        return self._combine_c(products.__getitem__, s, init, Mb, Nb)
+
+    def _combine_c(self, product, s, init: ir.Value, Mb: int, Nb: int) -> ir.Value:
+        """Combine C of both forms: ``C[i,l] = C0[i,l] + sum_r W[r][i][l] * product(r)``.
+
+        One op per output block written back with ``tensor.insert_slice`` (CPU),
+        or :meth:`_fused_combine_c` on GPU targets (``fuse_c``). ``product(r)``
+        gives the r-th product (``Mb x Nb`` in the output's dims).
+        """
         if self.fuse_c:
-            return self._fused_combine_c(products, s, init, Mb, Nb)
-        result = init
-        acc = self.acc
+            return self._fused_combine_c([product(r) for r in range(s.R)], s, init, Mb, Nb)
+        c = self.c
+        md, nd = c.m_dim, c.n_dim
+        result, acc = init, self.acc
         for i in range(s.m):
             for l in range(s.n):
-                terms = [(Fraction(s.W[r][i][l]), products[r]) for r in range(s.R)
-                         if s.W[r][i][l] != 0]
+                terms = [(Fraction(s.W[r][i][l]), r) for r in range(s.R) if s.W[r][i][l] != 0]
+                if not terms:
+                    continue
                 c0 = _slice_init(init, c.out_dims, {md: (i * Mb, Mb), nd: (l * Nb, Nb)})
-                if terms:
-                    self.combines += 1
-                    blk = _mark_combine(_parallel_generic(
-                        [x for _, x in terms], c0,
-                        lambda args, terms=terms: _weighted_sum(
-                            [(coef, x) for (coef, _), x in zip(terms, args[:-1])],
-                            acc, start=args[-1])))
-                    result = _insert(blk, result, c.out_dims, {md: i * Mb, nd: l * Nb})
+                self.combines += 1
+                blk = _mark_combine(_parallel_generic(
+                    [product(r) for _, r in terms], c0,
+                    lambda args, terms=terms: _weighted_sum(
+                        [(coef, x) for (coef, _), x in zip(terms, args[:-1])],
+                        acc, start=args[-1])))
+                result = _insert(blk, result, c.out_dims, {md: i * Mb, nd: l * Nb})
         return result
 
     def _fused_combine_c(self, products: list, s, init: ir.Value, Mb: int, Nb: int) -> ir.Value:
@@ -770,23 +780,7 @@ class _Emitter:
             return tensor.ExtractSliceOp(prod_type, gp, [], [], [], [r] + [0] * rank,
                                          [1] + cshape, [1] * (rank + 1)).result
 
-        if self.fuse_c:
-            return self._fused_combine_c([P(r) for r in range(s.R)], s, init, Mb, Nb)
-        result, acc = init, self.acc
-        for i in range(s.m):
-            for l in range(s.n):
-                terms = [(Fraction(s.W[r][i][l]), r) for r in range(s.R) if s.W[r][i][l] != 0]
-                if not terms:
-                    continue
-                c0 = _slice_init(init, c.out_dims, {md: (i * Mb, Mb), nd: (l * Nb, Nb)})
-                self.combines += 1
-                blk = _mark_combine(_parallel_generic(
-                    [P(r) for _, r in terms], c0,
-                    lambda args, terms=terms: _weighted_sum(
-                        [(coef, x) for (coef, _), x in zip(terms, args[:-1])],
-                        acc, start=args[-1])))
-                result = _insert(blk, result, c.out_dims, {md: i * Mb, nd: l * Nb})
-        return result
+        return self._combine_c(P, s, init, Mb, Nb)
 
 
 def _schemes_fit(c: Contraction, schemes: tuple, form: str = "per-product") -> Optional[str]:

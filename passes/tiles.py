@@ -67,7 +67,7 @@ from typing import Optional
 from iree.compiler import ir
 
 from falcon_mlir.passes.contraction import find_contractions, format_location
-from falcon_mlir.passes.lcma_rewrite import OptionError
+from falcon_mlir.passes.lcma_rewrite import OptionError, _width
 
 #: Targets with a table; ``none`` turns the pass into a no-op; ``auto`` is
 #: resolved from the compile flags by falcon-compile and the API (cuda device:
@@ -174,6 +174,17 @@ TABLES = {
 }
 
 
+#: Threads per workgroup and bytes per thread along the contiguous dim for combines.
+COMBINE_THREADS = 256
+COMBINE_VECTOR_BYTES = 16
+#: Most elements one thread forms in a combine (registers). Measured on the
+#: H200 at 16384^3 (grouped Strassen^2, whose combines form R = 49 operands):
+#: 64 -> f32 180.7 ms, f16 28.6 ms; 128 -> 185.4 / 38.6 ms; 256 -> 185.0 /
+#: 32.4 ms (docs/gpu_check_h200_combine_max.json). One-level plans (R = 7)
+#: are the same under all three.
+COMBINE_MAX_PER_THREAD = 64
+
+
 @dataclass
 class TilesOptions:
     """Options of the falcon-tiles pass.
@@ -191,7 +202,7 @@ class TilesOptions:
 
     target: str = "cuda-sm80"
     prefer: tuple = ()
-    combine_max: int = 64
+    combine_max: int = COMBINE_MAX_PER_THREAD
     filename: Optional[str] = None
 
     KEYS = ("target", "prefer", "combine-max")
@@ -263,18 +274,8 @@ def choose(target: str, types: tuple, M: int, N: int, K: int, prefer=(), batched
                   f"{smallest.k_step}); IREE's default")
 
 
-#: Threads per workgroup and bytes per thread along the contiguous dim for combines.
-COMBINE_THREADS = 256
-COMBINE_VECTOR_BYTES = 16
-#: Most elements one thread forms in a combine (registers). Measured on the
-#: H200 at 16384^3 (grouped Strassen^2, whose combines form R = 49 operands):
-#: 64 -> f32 180.7 ms, f16 28.6 ms; 128 -> 185.4 / 38.6 ms; 256 -> 185.0 /
-#: 32.4 ms (docs/gpu_check_h200_combine_max.json). One-level plans (R = 7)
-#: are the same under all three.
-COMBINE_MAX_PER_THREAD = 64
-
-
-def combine_choice(shape, group_dims, elem_bytes: int, max_per_thread: int = None) -> tuple:
+def combine_choice(shape, group_dims, elem_bytes: int,
+                   max_per_thread: int = COMBINE_MAX_PER_THREAD) -> tuple:
     """``((workgroup, thread), reason)`` tile sizes for a combine op of loop
     extents ``shape`` (static), ``group_dims`` formed whole by each thread and
     ``elem_bytes`` bytes per output element (at most ``max_per_thread``
@@ -287,7 +288,7 @@ def combine_choice(shape, group_dims, elem_bytes: int, max_per_thread: int = Non
     would pass ``COMBINE_MAX_PER_THREAD`` elements); ``COMBINE_THREADS`` threads share a
     workgroup along it, then along the dim before it.
     """
-    limit = COMBINE_MAX_PER_THREAD if max_per_thread is None else max_per_thread
+    limit = max_per_thread
     rank = len(shape)
     if rank == 0 or any(s is None or s <= 0 for s in shape):
         return None, "dynamic or empty shape (IREE's default)"
@@ -339,21 +340,21 @@ def combine_info_text(workgroup, thread) -> str:
     return f"#iree_codegen.compilation_info<lowering_config = {lc}, translation_info = {ti}>"
 
 
-def _tile_combines(module_op, target: str, filename, report: list, max_per_thread: int = None) -> None:
+def _tile_combines(module_op, target: str, filename, report: list,
+                   max_per_thread: int = COMBINE_MAX_PER_THREAD) -> None:
     """Attach :func:`combine_choice` to every op tagged ``falcon.combine``."""
     from falcon_mlir.passes.lcma_rewrite import COMBINE_ATTR
 
     found = []
 
     def visit(op):
-        for region in op.regions:
-            for block in region.blocks:
-                for inner in block.operations:
-                    if inner.name == "linalg.generic" and COMBINE_ATTR in inner.attributes:
-                        found.append(inner)
-                    visit(inner)
+        op = op.operation if hasattr(op, "operation") else op
+        if op.name == "linalg.generic" and COMBINE_ATTR in op.attributes:
+            found.append(op)
+        return ir.WalkResult.ADVANCE
 
-    visit(module_op.operation if hasattr(module_op, "operation") else module_op)
+    root = module_op.operation if hasattr(module_op, "operation") else module_op
+    root.walk(visit, ir.WalkOrder.PRE_ORDER)
     for op in found:
         entry = {"pass": "falcon-tiles", "location": format_location(op.location, filename),
                  "op": "linalg.generic (combine)", "loops": None, "group_dims": None,
@@ -372,7 +373,10 @@ def _tile_combines(module_op, target: str, filename, report: list, max_per_threa
         if why:
             entry["reason"] = why
             continue
-        elem_bytes = max(1, _elem_bits(out_t.element_type) // 8)
+        try:
+            elem_bytes = max(1, _width(out_t.element_type) // 8)
+        except ValueError:  # not an int or float type (a hand-tagged op): as 4 bytes
+            elem_bytes = 4
         choice, reason = combine_choice(shape, group, elem_bytes, max_per_thread)
         entry["reason"] = reason
         if choice is None:
@@ -451,15 +455,6 @@ def _untileable_combine(op, out_t) -> Optional[str]:
     if blocks and all(root(v) in consts for v in blocks):
         return "blocks of a constant (folded by IREE's const-eval on the host); IREE's default"
     return None
-
-
-def _elem_bits(t) -> int:
-    for cls in (ir.FloatType, ir.IntegerType):
-        try:
-            return cls(t).width
-        except (ValueError, TypeError):
-            pass
-    return 32
 
 
 def compilation_info_text(choice: TileChoice, n_loops: int, m_dim: int, n_dim: int, k_dim: int,

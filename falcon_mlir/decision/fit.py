@@ -99,21 +99,13 @@ def _parts(profile: Profile, n: int, form: str, dtype: str = "f32") -> Tuple[flo
     return est.seconds - comb, comb
 
 
-def fit_forms(profile: Profile, measured: Sequence[dict],
-              fit_combine: bool = False) -> Tuple[Profile, Dict[str, float]]:
-    """Fit ``<form>_products`` (and with ``fit_combine`` ``<form>_combine``) of
-    ``profile`` to ``measured`` plans.
+def fit_forms(profile: Profile, measured: Sequence[dict]) -> Tuple[Profile, Dict[str, float]]:
+    """Fit ``<form>_products`` of ``profile`` to ``measured`` plans.
 
     Args:
         profile: the micro-benchmark profile.
         measured: dicts with ``n``, ``form``, ``seconds`` and optionally
             ``dtype`` (default f32; see :func:`measure_plans`).
-        fit_combine: fit the combine efficiency too (least squares on relative
-            errors of ``T = f P + x C``, ``<form>_combine = 1/x``). Only with
-            points whose product/combine ratios differ (several element types:
-            the f16 combines weigh twice the f32 ones against tensor-core
-            products); with fewer than 3 points per form the combine factor
-            stays the micro-benchmark's.
 
     Returns:
         ``(profile with the fitted forms, forms dict)``.
@@ -124,20 +116,6 @@ def fit_forms(profile: Profile, measured: Sequence[dict],
         x = 1.0 / profile.form_efficiency(form)  # combine factor from the micro-benchmark
         rows = [(m["seconds"],) + _parts(profile, m["n"], form, m.get("dtype", "f32"))
                 for m in measured if m["form"] == form]
-        if fit_combine and len(rows) >= 3:
-            # normal equations of min sum ((f p + x c - t) / t)^2
-            spp = sum(p * p / t ** 2 for t, p, c in rows)
-            scc = sum(c * c / t ** 2 for t, p, c in rows)
-            spc = sum(p * c / t ** 2 for t, p, c in rows)
-            sp = sum(p / t for t, p, c in rows)
-            sc = sum(c / t for t, p, c in rows)
-            det = spp * scc - spc * spc
-            if det > 0:
-                f = (sp * scc - sc * spc) / det
-                x_fit = (spp * sc - spc * sp) / det
-                if f > 0 and x_fit > 0:
-                    x = x_fit
-                    forms[f"{key}_combine"] = round(1.0 / x, 4)
         num = sum(p * (t - x * c) / t ** 2 for t, p, c in rows)
         den = sum(p * p / t ** 2 for t, p, c in rows)
         f = num / den if den > 0 else 1.0

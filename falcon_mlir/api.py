@@ -10,7 +10,7 @@ runs to the rewrite phase, the LCMA rewrite (``lcma-rewrite``, from
 :mod:`falcon_mlir.passes.lcma_rewrite`) rewrites the matrix multiplications it
 chooses, and IREE compiles the result to the end.  ``lcma=None`` is a plain
 IREE compile.  When the IREE target device is ``cuda``, the ``falcon-tiles``
-pass (:mod:`falcon_mlir.passes.tiles`) then attaches tile choices to every
+pass (:mod:`falcon_mlir.passes.falcon_tiles`) then attaches tile choices to every
 contraction, rewritten or not (``tiles="none"`` turns it off).
 """
 

@@ -21,7 +21,7 @@ Use them with :func:`compile_for` (a thin wrapper over
 
 aarch64 modules run on an x86-64 host under qemu-user with the aarch64
 ``iree-run-module`` (:class:`QemuAarch64Runner`). Its tools live in one folder
-made by ``tools/fetch_aarch64.sh`` (env ``FALCON_AARCH64_ROOT``, default
+made by ``scripts/fetch_aarch64.sh`` (env ``FALCON_AARCH64_ROOT``, default
 ``~/.cache/falcon-mlir/aarch64``)::
 
     <root>/usr/bin/qemu-aarch64          qemu-user, unpacked from the Debian package
@@ -176,7 +176,7 @@ class QemuAarch64Runner:
 
     Args:
         root: tools folder (see :func:`aarch64_root`); made by
-            ``tools/fetch_aarch64.sh``.
+            ``scripts/fetch_aarch64.sh``.
         cpu: qemu CPU model (``max`` has SVE/SVE2; ``neoverse-n1`` has none).
         device: IREE device of ``iree-run-module`` (``local-sync`` or
             ``local-task``).
@@ -234,13 +234,13 @@ class QemuAarch64Runner:
             A numpy array, or a tuple of them when ``num_outputs != 1``.
 
         Raises:
-            FileNotFoundError: tools missing (run ``tools/fetch_aarch64.sh``).
+            FileNotFoundError: tools missing (run ``scripts/fetch_aarch64.sh``).
             QemuRunError: iree-run-module failed (wrong signature, trap ...).
             subprocess.TimeoutExpired: the run took longer than ``timeout``.
         """
         missing = self.missing()
         if missing:
-            raise FileNotFoundError("aarch64 tools missing (run tools/fetch_aarch64.sh): "
+            raise FileNotFoundError("aarch64 tools missing (run scripts/fetch_aarch64.sh): "
                                     + ", ".join(missing))
         with tempfile.TemporaryDirectory(prefix="falcon-qemu-") as tmp:
             tmpd = Path(tmp)

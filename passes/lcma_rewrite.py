@@ -45,7 +45,7 @@ through the plan of a static view of the contraction, classical otherwise
 (see :func:`dynamic_choice` and :func:`_emit_dispatch`).
 
 Integer contractions are rewritten only with integer-coefficient schemes and
-only where :func:`falcon_mlir.numerics.integer_bound_ok` proves that no
+only where :func:`falcon_mlir.decision.numerics.integer_bound_ok` proves that no
 intermediate can overflow the accumulator type.
 """
 
@@ -60,7 +60,7 @@ from iree.compiler.dialects import arith, linalg, scf, tensor
 
 from falcon_mlir.dialects.plan import PLAN_ATTR, Plan, PlanError
 from falcon_mlir import decision
-from falcon_mlir.passes.contraction import (DYNAMIC_REASON, Contraction, find_contractions,
+from falcon_mlir.ir.contraction import (DYNAMIC_REASON, Contraction, find_contractions,
                                             format_location)
 
 from falcon_mlir.decision.cost import MAX_GROUPED_TERMS, MAX_PRODUCTS, scheme_stats
@@ -95,9 +95,9 @@ class LcmaOptions:
             it on; falcon-opt leaves it off so its output stays upstream-only.
         max_error: error budget (max-norm relative) per contraction, or
             ``None`` (auto): plans whose predicted error
-            (:func:`falcon_mlir.numerics.predicted_error`) exceeds it are not
+            (:func:`falcon_mlir.decision.numerics.predicted_error`) exceeds it are not
             chosen. With auto, the per-type default
-            (:func:`falcon_mlir.numerics.default_max_error`) applies to auto
+            (:func:`falcon_mlir.decision.numerics.default_max_error`) applies to auto
             plans; a forced scheme is applied unless ``max-error`` is given.
         dispatch: emit the run-time dispatch for dynamic sizes (default
             true; falcon-compile and the API turn it off for CUDA, where
@@ -817,7 +817,7 @@ def _numerics_check(c: Contraction, schemes: tuple, budget: Optional[float]) -> 
     Integers: exactness (no overflow anywhere, worst case over all inputs).
     Floats: the predicted error against ``budget`` (no budget: always fit).
     """
-    from falcon_mlir import numerics
+    from falcon_mlir.decision import numerics
 
     if c.is_integer:
         ok, why = numerics.integer_bound_ok(list(schemes), c.K, _width(c.lhs_type),
@@ -851,7 +851,7 @@ def decision_for(c: Contraction, options: LcmaOptions, forced: Optional[tuple] =
 
     ``forced``/``form``/``edge`` evaluate a given plan instead of choosing one.
     """
-    from falcon_mlir import numerics
+    from falcon_mlir.decision import numerics
 
     profile = decision.load_profile(options.target)
     pb = problem_of(c)
@@ -934,7 +934,7 @@ def _grouped_terms(schemes: tuple) -> int:
 
 def _predicted(c: Contraction, plan: Optional[Plan]) -> Optional[dict]:
     """Predicted max-norm relative errors of classical and of the plan (floats only)."""
-    from falcon_mlir import numerics
+    from falcon_mlir.decision import numerics
 
     if not c.is_float or c.unsupported or min(c.M, c.N, c.K) < 1:
         return None
@@ -946,7 +946,7 @@ def _predicted(c: Contraction, plan: Optional[Plan]) -> Optional[dict]:
 
 def _strip_stray_plans(root, report: list, options: LcmaOptions) -> None:
     """Remove ``falcon.plan`` from ops that are not contractions, with a remark entry."""
-    from falcon_mlir.passes.contraction import analyze
+    from falcon_mlir.ir.contraction import analyze
 
     stray = []
 
@@ -1240,7 +1240,7 @@ def run_lcma_rewrite(module_op, options: LcmaOptions) -> list:
         (``file:line:col``), ``op``, ``kind``, ``M``, ``N``, ``K``, ``batch``,
         ``element_types`` (lhs, rhs, acc), ``plan`` (dict, or ``"classical"``),
         ``reason``, ``predicted_error`` (``{"classical": e, "plan": e}`` for
-        float contractions, see :mod:`falcon_mlir.numerics`), ``predicted_time``
+        float contractions, see :mod:`falcon_mlir.decision.numerics`), ``predicted_time``
         (seconds from the cost model, :mod:`falcon_mlir.decision`:
         ``{"profile", "classical", "plan", "alternatives": [{"plan", "seconds"}],
         "dispatches", "temp_bytes", "parts"}``; ``None`` where unsupported), ``remark``

@@ -23,7 +23,7 @@ from typing import Callable, Optional
 from iree.compiler import ir, passmanager
 
 from falcon_mlir.passes.lcma_rewrite import LcmaOptions, OptionError, run_lcma_rewrite
-from falcon_mlir.passes.tiles import TilesOptions, run_falcon_tiles
+from falcon_mlir.passes.falcon_tiles import TilesOptions, run_falcon_tiles
 
 
 class PipelineError(ValueError):

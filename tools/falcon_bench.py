@@ -426,7 +426,7 @@ def expand_top(shape: Shape, cands: list[Candidate], args) -> list[Candidate]:
     if not any(c.kind == "top" for c in cands):
         return cands
     from falcon_mlir import decision
-    from falcon_mlir import numerics
+    from falcon_mlir.decision import numerics
 
     acc = args.dtype if args.acc == "same" else args.acc
     pb = decision.Problem(shape.M, shape.N, shape.K, lhs=args.dtype, rhs=args.dtype, acc=acc,

@@ -927,7 +927,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true", help="no progress bar or step lines")
     p.add_argument("--no-fit", action="store_true",
                    help="CPU: skip fitting the form factors to measured Strassen plans "
-                        "(falcon_mlir.decision.fit)")
+                        "(falcon_mlir.calibration.fit)")
     return p
 
 
@@ -997,7 +997,7 @@ def main(argv=None) -> int:
         except ProfileError as e:
             raise CalibrationError(str(e)) from None
         if dev == "local-task" and not args.no_fit:
-            from falcon_mlir.decision import fit
+            from falcon_mlir.calibration import fit
 
             bar = progress(4 * len(fit.FIT_SIZES), "fit") if progress else None
             measured = fit.measure_plans(fit.QUICK_FIT_SIZES if args.quick else fit.FIT_SIZES,

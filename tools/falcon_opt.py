@@ -127,7 +127,7 @@ def _pass_flag_to_element(flag: str) -> str:
 
 def _diag_lines(err, filename: str) -> list:
     """One ``file:line:col: error: message`` line per MLIR diagnostic."""
-    from falcon_mlir.passes.contraction import format_location
+    from falcon_mlir.ir.contraction import format_location
 
     lines = []
     diags = getattr(err, "error_diagnostics", None) or []

@@ -59,7 +59,7 @@ def analyze_only(module_op) -> List[dict]:
     """A stand-in rewrite for ``--lcma analyze``: reports every contraction
     and what the ``auto`` decision (cost model, host profile) would do, and
     changes nothing."""
-    from falcon_mlir.passes.contraction import find_contractions, format_location
+    from falcon_mlir.ir.contraction import find_contractions, format_location
     from falcon_mlir.passes.lcma_rewrite import LcmaOptions, plan_for
 
     root = module_op.operation if hasattr(module_op, "operation") else module_op

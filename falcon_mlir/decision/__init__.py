@@ -15,7 +15,7 @@ predicted plan that meets the error budget, or classical:
    per-product form (each edge strategy) and in the grouped form (levels
    composed; only where the composed combines read at most
    ``MAX_GROUPED_TERMS`` blocks);
-4. the predicted error (:func:`falcon_mlir.numerics.predicted_error`, the
+4. the predicted error (:func:`falcon_mlir.decision.numerics.predicted_error`, the
    scheme's stability factor and levels) must be within the budget;
 5. plans whose blocks are not exact multiples of the profile's ``align`` (or,
    where the profile says so, not powers of two, ``pow2_blocks``, or with K
@@ -109,7 +109,7 @@ def _grouped_ok(schemes: Sequence[str]) -> bool:
 
 
 def _error(schemes: Sequence[str], pb: Problem) -> Optional[float]:
-    from falcon_mlir import numerics
+    from falcon_mlir.decision import numerics
 
     try:
         return numerics.predicted_error(list(schemes), pb.K, pb.acc)

@@ -252,7 +252,7 @@ class CostModel:
         ``scale`` multiplies the time: a plan's products run at the profile's
         fitted ``<form>_products`` factor of the isolated-GEMM rate (operands
         fresh from the combines, not hot in cache; see
-        :mod:`falcon_mlir.decision.fit`).
+        :mod:`falcon_mlir.calibration.fit`).
         """
         if M <= 0 or N <= 0 or K <= 0:
             return

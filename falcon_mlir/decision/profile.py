@@ -44,7 +44,7 @@ Field meanings and units:
   plain elementwise op); ``<form>_products``: time factor of a plan's
   products against the isolated GEMM of the same size (1.0 = as fast).
   ``falcon-calibrate`` fits both per form to measured plans
-  (:mod:`falcon_mlir.decision.fit`).
+  (:mod:`falcon_mlir.calibration.fit`).
 
 Presets (:data:`PRESETS`, shipped as ``profiles/*.json``): the x86
 development host (measured with ``falcon-calibrate``; cores and caches of the

@@ -9,7 +9,7 @@ falcon-opt runs in process through ``main([...])`` (fast); a few cases
 (stdin, a closed pipe, disk full) run it as a subprocess.  falcon-compile
 cases are kept to the ones that fail before or right after a small compile.
 The tests at the end are regression tests for bugs found in
-``passes/lcma_rewrite.py`` / ``passes/contraction.py`` by this file and the
+``passes/lcma_rewrite.py`` / ``falcon_mlir/ir/contraction.py`` by this file and the
 fuzzer, each with its minimal input.
 """
 
@@ -896,7 +896,7 @@ def test_compile_disk_full_on_stdout(tmp_path):
 
 
 # --------------------------------------------------------------------------
-# Bugs in passes/lcma_rewrite.py and passes/contraction.py (strict xfails)
+# Bugs in passes/lcma_rewrite.py and falcon_mlir/ir/contraction.py (strict xfails)
 # --------------------------------------------------------------------------
 
 
@@ -1004,7 +1004,7 @@ ZERO_BATCH = """func.func @bmm(%a: tensor<0x8x6xf32>, %b: tensor<0x6x4xf32>, %c:
 
 @pytest.mark.parametrize("opts", ["scheme=3x3x3:23 levels=2 edge=pad", "scheme=strassen form=grouped"])
 def test_zero_batch_stays_classical(capfd, src, tmp_path, opts):
-    """Found by tools/fuzz_opt.py (seed 7777, case 2099): a batch dimension of
+    """Found by scripts/fuzz_opt.py (seed 7777, case 2099): a batch dimension of
     size 0 was rewritten into out-of-bounds slices (invalid IR)."""
     p, _ = src(ZERO_BATCH)
     rep, out, err = report_of(capfd, tmp_path, p, f"--lcma-rewrite={opts}")

@@ -154,8 +154,8 @@ def test_grouped_module_shape():
 
 
 def test_fit_solves_the_products_factor_exactly():
-    """falcon_mlir.decision.fit: measured times made from known factors are fitted back."""
-    from falcon_mlir.decision.fit import _parts, fit_forms
+    """falcon_mlir.calibration.fit: measured times made from known factors are fitted back."""
+    from falcon_mlir.calibration.fit import _parts, fit_forms
 
     prof = Profile.from_dict({"format": 1, "name": "t", "kind": "cpu", "bandwidth": 5e10,
                               "dispatch_overhead": 1e-5,

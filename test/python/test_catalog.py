@@ -586,7 +586,7 @@ def test_cli_errors(capsys):
 # ------------------------------------------------------------------ build
 @needs_shared
 def test_build_fails_on_corrupted_source(tmp_path, capsys):
-    from falcon_mlir.tools import build_catalog
+    import build_catalog
 
     shared = tmp_path / "shared"
     shutil.copytree(SHARED / "schemes", shared / "schemes")
@@ -603,7 +603,7 @@ def test_build_fails_on_corrupted_source(tmp_path, capsys):
 
 @needs_shared
 def test_build_reproduces_data_file(tmp_path):
-    from falcon_mlir.tools import build_catalog
+    import build_catalog
 
     out = tmp_path / "catalog.json"
     assert build_catalog.main(["-q", "--shared", str(SHARED), "-o", str(out)]) == 0

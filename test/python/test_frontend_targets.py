@@ -16,7 +16,7 @@ and checked against each other and against the framework's own output:
 Targets: the host (llvm-cpu, run with iree.runtime on local-task) for the
 jax.export bytecode, and AArch64 Neoverse N1 (cross-compiled, run under
 qemu-user with :class:`falcon_mlir.targets.QemuAarch64Runner`; skipped without
-the tools of ``tools/fetch_aarch64.sh``) for all four frontends.
+the tools of ``scripts/fetch_aarch64.sh``) for all four frontends.
 
 Last, ``falcon-compile`` (the CLI) on the small keras-hub Llama block exported
 from JAX as StableHLO text, with ``--lcma-rewrite=scheme=strassen levels=1``:
@@ -248,7 +248,7 @@ def _qemu_runner():
     r = targets.QemuAarch64Runner.for_target(AARCH64_TARGET)
     if not r.available:
         pytest.skip(f"aarch64 tools not found under {r.root} (missing: {', '.join(r.missing())});"
-                    " run tools/fetch_aarch64.sh or set FALCON_AARCH64_ROOT")
+                    " run scripts/fetch_aarch64.sh or set FALCON_AARCH64_ROOT")
     return r
 
 

@@ -1,20 +1,16 @@
-"""Fast CI profile of the differential fuzzer (tools/fuzz_diff.py).
+"""Fast CI profile of the differential fuzzer (scripts/fuzz_diff.py).
 
 Original vs rewritten module, both compiled and run with IREE on the host
 CPU, compared with a float64 / exact int64 reference, on hypothesis-drawn
 contractions (sizes, element types, layouts, schemes, levels, edge, form).
 Sizes stay <= 48 and plans <= 64 products (per level product of R; more
 levels are dropped) so compile time stays small; the full profile is
-``python3 tools/fuzz_diff.py --long``.
+``python3 scripts/fuzz_diff.py --long``.
 """
 
 from __future__ import annotations
 
 import os
-import sys
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "tools"))
 
 import fuzz_diff  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""Tests of falcon_mlir.numerics: unit roundoffs, the predicted-error model
+"""Tests of falcon_mlir.decision.numerics: unit roundoffs, the predicted-error model
 (monotonicity, and an upper bound of errors measured on IREE-compiled
 plans), default budgets and the exact integer overflow check."""
 
@@ -9,9 +9,9 @@ import itertools
 import numpy as np
 import pytest
 
-from falcon_mlir import numerics
+from falcon_mlir.decision import numerics
 from falcon_mlir.catalog import get_scheme
-from falcon_mlir.numerics import (classical_error, default_max_error, integer_bound_ok,
+from falcon_mlir.decision.numerics import (classical_error, default_max_error, integer_bound_ok,
                                   integer_worst_case, predicted_error, unit_roundoff,
                                   worst_case_bound)
 
@@ -111,7 +111,7 @@ COMPILED = [
 
 @pytest.mark.parametrize("dtype,size,plan", COMPILED)
 def test_measured_error_below_prediction(dtype, size, plan):
-    from falcon_mlir.tools import accuracy
+    import accuracy
 
     r = accuracy.measure(dtype, size, plan, seeds=2)
     lhs, acc = accuracy.DTYPES[dtype]

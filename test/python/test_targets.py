@@ -1,6 +1,6 @@
 """Target coverage: AArch64 (run under qemu-user) and CUDA sm_80 (compile only).
 
-AArch64 tests need the tools folder made by ``tools/fetch_aarch64.sh``
+AArch64 tests need the tools folder made by ``scripts/fetch_aarch64.sh``
 (``$FALCON_AARCH64_ROOT``, default ``~/.cache/falcon-mlir/aarch64``); without
 it they are skipped with the reason. CUDA tests need no GPU.
 """
@@ -39,7 +39,7 @@ def _runner(target):
     r = targets.QemuAarch64Runner.for_target(target)
     if not r.available:
         pytest.skip(f"aarch64 tools not found under {r.root} (missing: {', '.join(r.missing())});"
-                    " run tools/fetch_aarch64.sh or set FALCON_AARCH64_ROOT")
+                    " run scripts/fetch_aarch64.sh or set FALCON_AARCH64_ROOT")
     return r
 
 

@@ -9,7 +9,7 @@ import pytest
 from cases import contraction_mlir
 from falcon_mlir import targets
 from falcon_mlir.api import _tiles_options, compile_str
-from falcon_mlir.passes.tiles import TABLES, TilesOptions, choose
+from falcon_mlir.passes.falcon_tiles import TABLES, TilesOptions, choose
 from falcon_mlir.passes.lcma_rewrite import OptionError
 
 N = 256
@@ -350,7 +350,7 @@ BAD_TAG = """func.func @f(%a: tensor<64x128xf32>, %b: tensor<64x128xf32>) -> ten
     ("array<i64>", "(0, d1)", "plain loop dims"),
 ])
 def test_bad_combine_tags_are_ignored(tag, out, why):
-    from falcon_mlir.passes.tiles import run_falcon_tiles
+    from falcon_mlir.passes.falcon_tiles import run_falcon_tiles
     from iree.compiler import ir
 
     with ir.Context():
@@ -361,7 +361,7 @@ def test_bad_combine_tags_are_ignored(tag, out, why):
 
 
 def test_good_combine_tag_is_tiled():
-    from falcon_mlir.passes.tiles import run_falcon_tiles
+    from falcon_mlir.passes.falcon_tiles import run_falcon_tiles
     from iree.compiler import ir
 
     with ir.Context():

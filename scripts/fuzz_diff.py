@@ -30,7 +30,7 @@ dropping levels (compile time grows ~13 ms per product: 2-level 4x4x4:49 is
 
 Usage::
 
-    python3 tools/fuzz_diff.py [--cases N] [--seed S] [--long] [--max-size 80]
+    python3 scripts/fuzz_diff.py [--cases N] [--seed S] [--long] [--max-size 80]
                                [--max-products 600] [--shrink 40] [--save-dir DIR]
 
 Prints one summary line (cases, rewritten, classical, failures); each failing
@@ -169,7 +169,7 @@ def _flags(acc: str):
 def _count_contractions(text: str) -> int:
     from iree.compiler import ir
 
-    from falcon_mlir.passes.contraction import find_contractions
+    from falcon_mlir.ir.contraction import find_contractions
 
     with ir.Context():
         return len(find_contractions(ir.Module.parse(text).operation))
@@ -178,7 +178,7 @@ def _count_contractions(text: str) -> int:
 def run_case(case: Case) -> Outcome:
     """Rewrite, compile and run ``case``; never raises."""
     from falcon_mlir.catalog import get_scheme
-    from falcon_mlir.numerics import predicted_error
+    from falcon_mlir.decision.numerics import predicted_error
     from falcon_mlir.runner import run_mlir
 
     out = Outcome(status="fail")

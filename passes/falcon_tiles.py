@@ -10,7 +10,7 @@ to every contraction it can serve:
 * ``linalg.matmul`` (default or transposed maps), ``linalg.batch_matmul``
   (the grouped form's one batched product over R), and ``linalg.generic``
   contractions with one M, one N and one K loop (any batch loops), static
-  shapes; found with :func:`falcon_mlir.passes.contraction.find_contractions`.
+  shapes; found with :func:`falcon_mlir.ir.contraction.find_contractions`.
 * The choice comes from a small table per target and element types
   (:data:`TABLES`): the first entry whose workgroup tile divides M and N and
   whose K step divides K (entries marked ``batched_only`` serve only
@@ -66,7 +66,7 @@ from typing import Optional
 
 from iree.compiler import ir
 
-from falcon_mlir.passes.contraction import find_contractions, format_location
+from falcon_mlir.ir.contraction import find_contractions, format_location
 from falcon_mlir.passes.lcma_rewrite import OptionError, _width
 
 #: Targets with a table; ``none`` turns the pass into a no-op; ``auto`` is

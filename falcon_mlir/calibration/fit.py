@@ -27,8 +27,8 @@ import time
 from dataclasses import replace
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from .cost import CostModel, Problem
-from .profile import Profile
+from falcon_mlir.decision.cost import CostModel, Problem
+from falcon_mlir.decision.profile import Profile
 
 #: Sizes (n, square f32) of the plans measured per form.
 FIT_SIZES = (2048, 4096)

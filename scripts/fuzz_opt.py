@@ -21,7 +21,7 @@ A case fails when:
 
 Usage::
 
-    python3 tools/fuzz_opt.py --cases 1000 --seed 1 [--jobs 2] [--timeout 20]
+    python3 scripts/fuzz_opt.py --cases 1000 --seed 1 [--jobs 2] [--timeout 20]
                               [--save-dir fuzz-failures] [--verbose]
 
 Prints the number of cases, of failures and of distinct failure signatures;

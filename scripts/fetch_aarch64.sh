@@ -7,7 +7,7 @@
 #   <root>/usr/aarch64-linux-gnu/                aarch64 glibc / libstdc++ / libgcc (qemu -L)
 #   <root>/bin/iree-run-module                   from the aarch64 iree-base-runtime wheel
 #
-# Usage: tools/fetch_aarch64.sh [ROOT]
+# Usage: scripts/fetch_aarch64.sh [ROOT]
 #   ROOT defaults to $FALCON_AARCH64_ROOT, else ~/.cache/falcon-mlir/aarch64.
 #   Env: IREE_RUNTIME_VERSION (default 3.13.0).
 # Idempotent: parts already present are skipped; the last line printed is ROOT.

@@ -54,7 +54,7 @@ OPTIONS are space-separated tokens:
   ``classical`` (or nothing but tile tokens) for no rewrite;
 * ``tiles`` or ``tiles=TARGET`` (``cuda-sm80``, ``auto``, ``none``): run the
   ``falcon-tiles`` pass (tile choices on every contraction, products and
-  classical ones, :mod:`falcon_mlir.passes.tiles`); ``prefer=CHOICE`` (e.g.
+  classical ones, :mod:`falcon_mlir.passes.falcon_tiles`); ``prefer=CHOICE`` (e.g.
   ``simt64x64``) tries one table entry first. Without a tile token a variant
   keeps IREE's default tile choices (``tiles=none``), so bundles made before
   falcon-tiles mean the same.
@@ -67,20 +67,20 @@ tile options and the choices made (``tiles``, ``tile_choices``).
 Usage::
 
     # here: build the bundle (cuda-sm80, n = 2048 4096 8192)
-    python tools/gpu_check.py prepare gpu_bundle
+    python scripts/gpu_check.py prepare gpu_bundle
     # rectangular shapes, and the Llama-3-8B weight shapes at two M
-    python tools/gpu_check.py prepare gpu_bundle --shapes 8192x4096x4096 4096x14336x4096
-    python tools/gpu_check.py prepare gpu_bundle --workloads ../shared/workloads.md \
+    python scripts/gpu_check.py prepare gpu_bundle --shapes 8192x4096x4096 4096x14336x4096
+    python scripts/gpu_check.py prepare gpu_bundle --workloads ../shared/workloads.md \
         --model Llama-3-8B --m 2048 --m 8192 [--max-mib 60]
     # GPU machine (bundle folder carried there):
     pip install iree_base_runtime-3.13.0-cp312-...whl   # if not installed
     python gpu_bundle/gpu_check.py run gpu_bundle --driver cuda [--allocator caching]
         [--sizes 8192] [--shapes 8192x4096x4096] [--dtypes f16] [--variants classical ...]
     # results:
-    python tools/gpu_check.py table gpu_check.json
-    python tools/gpu_check.py plot gpu_check.json -o tflops.png
+    python scripts/gpu_check.py table gpu_check.json
+    python scripts/gpu_check.py plot gpu_check.json -o tflops.png
     # dry run here on the CPU, small sizes (and one non-square shape):
-    python tools/gpu_check.py dry-run
+    python scripts/gpu_check.py dry-run
 """
 
 from __future__ import annotations

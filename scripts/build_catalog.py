@@ -3,7 +3,7 @@
 
 Usage::
 
-    python tools/build_catalog.py --shared ../shared \\
+    python scripts/build_catalog.py --shared ../shared \\
         -o falcon_mlir/catalog/data/catalog.json
 
 Reads ``<shared>/schemes`` (AlphaTensor npz, FastMatrixMultiplication with

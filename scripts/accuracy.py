@@ -2,7 +2,7 @@
 
 Usage::
 
-    python -m falcon_mlir.tools.accuracy [--quick] [--sizes 64,128,256,512]
+    python3 scripts/accuracy.py [--quick] [--sizes 64,128,256,512]
         [--dtypes f32,f16,bf16,f64] [--plans NAME,...] [--seeds 5] [--jobs 2]
         [--md docs/accuracy.md] [--png docs/accuracy.png] [--json FILE]
 
@@ -23,7 +23,7 @@ Plans (``--plans``): ``classical``, a scheme name (one level) or
 ``NAME^L`` (L levels of the same scheme), or ``a*b`` (one scheme per level).
 
 Writes a markdown report (tables per element type: measured median error /
-:func:`falcon_mlir.numerics.predicted_error` per plan and size, E and E^L,
+:func:`falcon_mlir.decision.numerics.predicted_error` per plan and size, E and E^L,
 the calibration statistics) and a log-log plot (one panel per element type),
 both headed by the command that made them.
 """
@@ -154,7 +154,7 @@ def _measure_star(args):
 # ----------------------------------------------------------------------------
 
 def model_numbers(plan: str, K: int, dtype: str) -> dict:
-    from falcon_mlir import numerics
+    from falcon_mlir.decision import numerics
 
     schemes = plan_schemes(plan)
     lhs, acc = DTYPES[dtype]
@@ -178,7 +178,7 @@ def _fmt_e(x) -> str:
 
 def summarize(results: List[dict]) -> dict:
     """Calibration statistics over all cases: coverage, ratios, suggested constant."""
-    from falcon_mlir import numerics
+    from falcon_mlir.decision import numerics
 
     ratios_unit, cover, over_median = [], [], []
     for r in results:
@@ -198,7 +198,7 @@ def summarize(results: List[dict]) -> dict:
 
 
 def write_markdown(path: str, results: List[dict], command: str, wall: float, args) -> None:
-    from falcon_mlir import numerics
+    from falcon_mlir.decision import numerics
 
     cells: Dict[tuple, dict] = {(r["dtype"], r["size"], r["plan"]): r for r in results}
     sizes = sorted({r["size"] for r in results})
@@ -212,7 +212,7 @@ def write_markdown(path: str, results: List[dict], command: str, wall: float, ar
     L.append("Each cell: **measured median** max-norm relative error "
              f"`max|C - C_ref| / max|C_ref|` over {args.seeds} seeds (normal inputs, "
              "zero accumulator, square S x S x S) / **predicted** "
-             "`falcon_mlir.numerics.predicted_error(plan, K=S, acc)`. The reference is "
+             "`falcon_mlir.decision.numerics.predicted_error(plan, K=S, acc)`. The reference is "
              "float64 numpy of the same rounded inputs (long double for f64). "
              "`E` is the scheme's stability factor (Ballard, Benson, Druinsky, Lipshitz, "
              "Schwartz, SIMAX 2016), `E^L` its product over the levels (the growth of the "
@@ -273,7 +273,7 @@ def write_plot(path: str, results: List[dict], command: str, args) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from falcon_mlir import numerics
+    from falcon_mlir.decision import numerics
 
     dtypes = [d for d in args.dtypes if any(r["dtype"] == d for r in results)]
     plans = [p for p in args.plans if any(r["plan"] == p for r in results)]
@@ -343,7 +343,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Optional[List[str]] = None) -> int:
     args = _parser().parse_args(argv)
     argv_list = sys.argv[1:] if argv is None else list(argv)
-    command = "python -m falcon_mlir.tools.accuracy" + ("" if not argv_list else " " + shlex.join(argv_list))
+    command = "python3 scripts/accuracy.py" + ("" if not argv_list else " " + shlex.join(argv_list))
     args.sizes = args.sizes or list(QUICK["sizes"] if args.quick else DEFAULT_SIZES)
     args.plans = args.plans or list(QUICK["plans"] if args.quick else DEFAULT_PLANS)
     args.dtypes = args.dtypes or list(DEFAULT_DTYPES)

@@ -73,8 +73,8 @@ uses the same rounded inputs).
 
 Calibration
 -----------
-``CALIBRATION = 1.0``, fitted to the measurements of ``tools/accuracy.py``
-(``python -m falcon_mlir.tools.accuracy``: IREE 3.13, llvm-cpu, x86-64 host
+``CALIBRATION = 1.0``, fitted to the measurements of ``scripts/accuracy.py``
+(``python3 scripts/accuracy.py``: IREE 3.13, llvm-cpu, x86-64 host
 with 2 cores; f32, f16 accumulated in f16, bf16 -> f32 and f64; square
 sizes 64, 128, 256, 512; classical and 10 LCMA plans of docs/accuracy.md;
 5 seeds per cell, normal inputs, zero accumulator: 880 measured cases).

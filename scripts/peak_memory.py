@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Peak memory of a classical and a falcon module for one matmul, measured.
 
-    python3 tools/peak_memory.py [--shape 4096x4096x4096] [--lcma auto]
+    python3 scripts/peak_memory.py [--shape 4096x4096x4096] [--lcma auto]
                                  [--candidates "auto,scheme=strassen levels=2"] [--md FILE]
 
 For ``C = A @ B`` (f32, A: M x K, B: K x N, random normal inputs) it compiles

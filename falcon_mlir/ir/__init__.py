@@ -1,0 +1,2 @@
+"""IR helpers shared by falcon's passes: contraction recognition
+(:mod:`falcon_mlir.ir.contraction`) and locations."""

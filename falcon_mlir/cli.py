@@ -1,0 +1,117 @@
+"""What every falcon command-line tool shares: one error type, an argparse
+parser that reports a bad command line as one line, and the wrapper that
+turns any failure into one line on stderr and an exit status (never a
+traceback).
+
+    def main(argv=None) -> int:
+        return run_tool("falcon-x", _body, argv)
+
+    def _body(argv) -> int:
+        args = ArgumentParser(prog="falcon-x").parse_args(argv)
+        if bad:
+            raise ToolError("falcon-x: error: what is wrong")
+        ...
+        return 0
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Callable, Optional, Sequence
+
+
+class ToolError(Exception):
+    """A user-facing error of a command-line tool.
+
+    ``str(error)`` is the whole line printed on stderr (``PROG: error: ...``
+    or ``file:line:col: error: ...``); ``status`` is the exit status
+    (1 unless the tool documents another, e.g. 2 for a bad command line).
+    """
+
+    def __init__(self, line: str, status: int = 1):
+        super().__init__(line)
+        self.status = status
+
+
+def one_line(text) -> str:
+    """``text`` with every run of whitespace (newlines included) made one space."""
+    return " ".join(str(text).split())
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse without the usage dump: a bad command line raises
+    :class:`ToolError` with one line ``PROG: error: MESSAGE (see PROG --help)``
+    and ``usage_status`` (default 1) as its exit status."""
+
+    def __init__(self, *args, usage_status: int = 1, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.usage_status = usage_status
+
+    def error(self, message):
+        raise ToolError(f"{self.prog}: error: {message} (see {self.prog} --help)", self.usage_status)
+
+
+def silence_stdout() -> None:
+    """Point fd 1 at /dev/null, so that Python's final flush of a pipe whose
+    reader went away prints no "Exception ignored ... BrokenPipeError"."""
+    try:
+        fd = sys.stdout.fileno()
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, fd)
+        os.close(null)
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+def write_stdout(data: bytes) -> None:
+    """Write all of ``data`` to stdout and flush.
+
+    ``BufferedWriter.write`` can return a short count without raising when the
+    reader goes away or the disk fills up; the rest is written again until it
+    raises.
+
+    Raises:
+        BrokenPipeError: the reader closed the pipe.
+        OSError: any other write error (disk full, ...).
+    """
+    out = sys.stdout.buffer
+    view = memoryview(data)
+    while view:
+        n = out.write(view)
+        if not n:
+            raise OSError(0, "short write to stdout")
+        view = view[n:]
+    out.flush()
+
+
+def run_tool(prog: str, body: Callable[[list], int], argv: Optional[Sequence[str]] = None) -> int:
+    """Run ``body(argv)`` (``argv`` defaults to ``sys.argv[1:]``) and return its
+    exit status, mapping failures to one line on stderr:
+
+    * :class:`ToolError`: its line, its status;
+    * ``KeyboardInterrupt``: ``PROG: interrupted``, 130;
+    * ``BrokenPipeError`` (the reader of stdout went away): nothing, 1;
+    * ``SystemExit`` (``--help``): its code;
+    * any other exception (a bug of ours): ``PROG: internal error: TYPE: MESSAGE
+      (please report this with the input)``, 2.
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return body(argv)
+    except ToolError as e:
+        print(str(e), file=sys.stderr)
+        return e.status
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        silence_stdout()
+        return 1
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except Exception as e:  # noqa: BLE001 - a bug of ours: still one line
+        print(f"{prog}: internal error: {type(e).__name__}: {one_line(e)} "
+              "(please report this with the input)", file=sys.stderr)
+        return 2

@@ -24,25 +24,6 @@ BEST_CPU_FLAGS = ("--iree-llvmcpu-target-cpu=host", "--iree-opt-data-tiling=true
                   "--iree-llvmcpu-enable-ukernels=all")
 
 
-def matmul_mlir(M: int, N: int, K: int, dtype: str = "f32", acc: str = None,
-                b_const: str = None) -> str:
-    """MLIR text of ``@mm``: ``C = A @ B`` (A: M x K, B: K x N of ``dtype``) on a zero-filled C
-    of ``acc`` (default ``dtype``). With ``b_const`` (an attribute such as
-    ``dense<...>`` or ``dense_resource<name>``) B is that constant and ``@mm`` takes A only.
-    """
-    acc = acc or dtype
-    a_t, b_t, c_t = (f"tensor<{M}x{K}x{dtype}>", f"tensor<{K}x{N}x{dtype}>",
-                     f"tensor<{M}x{N}x{acc}>")
-    if b_const is not None:
-        head = f"func.func @mm(%a: {a_t}) -> {c_t} {{\n  %b = arith.constant {b_const} : {b_t}\n"
-    else:
-        head = f"func.func @mm(%a: {a_t}, %b: {b_t}) -> {c_t} {{\n"
-    return (head + f"  %z = arith.constant 0.0 : {acc}\n  %e = tensor.empty() : {c_t}\n"
-            f"  %c = linalg.fill ins(%z : {acc}) outs(%e : {c_t}) -> {c_t}\n"
-            f"  %0 = linalg.matmul ins(%a, %b : {a_t}, {b_t}) outs(%c : {c_t}) -> {c_t}\n"
-            f"  return %0 : {c_t}\n}}\n")
-
-
 def compile_mlir(text: str, flags: Sequence[str] = CPU_FLAGS, input_type: str = "auto") -> bytes:
     """Compile MLIR text to a .vmfb (bytes) with iree-compile's in-process API.
 
@@ -112,6 +93,18 @@ class Module:
         self._ctx.add_vm_module(self._vm)
         self.functions = self._ctx.modules[self._vm.name]
 
+    @property
+    def device(self):
+        """The ``iree.runtime`` HAL device the module runs on."""
+        return self._config.device
+
+    def on_device(self, *arrays) -> list:
+        """The numpy ``arrays`` copied to the module's device (``DeviceArray`` list),
+        to time calls without the host-to-device copies."""
+        import iree.runtime as rt
+
+        return [rt.asdevicearray(self._config.device, a) for a in arrays]
+
     def __call__(self, name: str, *args):
         """Call exported function ``name`` on numpy arrays; returns numpy array(s)."""
         out = self.functions[name](*args)
@@ -121,9 +114,7 @@ class Module:
 
     def time(self, name: str, *args, repeat: int = 5, warmup: int = 1) -> list:
         """Wall-clock seconds of ``repeat`` calls (after ``warmup`` calls), results synced to host."""
-        import iree.runtime as rt
-
-        dev_args = [rt.asdevicearray(self._config.device, a) for a in args]
+        dev_args = self.on_device(*args)
         for _ in range(warmup):
             self(name, *dev_args)
         times = []

@@ -50,10 +50,10 @@ def measure_plans(sizes: Sequence[int] = FIT_SIZES, seconds: float = 2.0,
         falcon_mlir.CompileError: a module does not compile.
     """
     import numpy as np
-    import iree.runtime as rt
 
     from falcon_mlir import compile_str
-    from falcon_mlir.runner import BEST_CPU_FLAGS, Module, matmul_mlir
+    from falcon_mlir.ir.matmul_text import matmul_mlir
+    from falcon_mlir.runner import BEST_CPU_FLAGS, Module
 
     out = []
     for n in sizes:
@@ -67,8 +67,7 @@ def measure_plans(sizes: Sequence[int] = FIT_SIZES, seconds: float = 2.0,
             vmfb = compile_str(matmul_mlir(n, n, n), target_backends=["llvm-cpu"],
                                extra_args=list(BEST_CPU_FLAGS), lcma=lcma)
             mod = Module(vmfb)
-            dev = mod._config.device
-            args = [rt.asdevicearray(dev, a), rt.asdevicearray(dev, b)]
+            args = mod.on_device(a, b)
             runs[name] = (lambda mod=mod, args=args: mod("mm", *args))
         times: Dict[str, list] = {k: [] for k in runs}
         for fn in runs.values():

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from falcon_mlir.compare import rel_err  # noqa: F401 - the tests' max-norm relative error
+from falcon_mlir.ir.matmul_text import matmul_mlir
+
 try:
     import ml_dtypes
 except ImportError:  # pragma: no cover
@@ -28,52 +31,16 @@ def contraction_mlir(M, N, K, *, lhs="f32", rhs=None, acc=None, batch=0, transpo
     """MLIR text of ``@f(A, B, C) -> C + A*B`` and the operand shapes.
 
     ``form`` is ``"matmul"`` (``linalg.matmul`` / ``linalg.batch_matmul`` with
-    explicit indexing maps) or ``"generic"`` (``linalg.generic`` contraction).
+    explicit indexing maps) or ``"generic"`` (``linalg.generic`` contraction);
+    the text comes from :func:`falcon_mlir.ir.matmul_text.matmul_mlir`.
     Returns ``(text, [shape_a, shape_b, shape_c])``.
     """
-    rhs = rhs or lhs
-    acc = acc or lhs
-    b = ["b"] if batch else []
+    text = matmul_mlir(M, N, K, lhs, acc, rhs=rhs, func="f", init="arg", batch=batch,
+                       transpose_a=transpose_a, transpose_b=transpose_b, form=form, maps=True)
     bs = [batch] if batch else []
-    a_idx = b + (["k", "m"] if transpose_a else ["m", "k"])
-    b_idx = b + (["n", "k"] if transpose_b else ["k", "n"])
-    c_idx = b + ["m", "n"]
-    size = {"b": batch, "m": M, "n": N, "k": K}
-    shape = lambda idx: [size[i] for i in idx]
-    sa, sb, sc = shape(a_idx), shape(b_idx), shape(c_idx)
-    ty = lambda s, e: "tensor<" + "x".join(map(str, s)) + f"x{e}>"
-    ta, tb, tc = ty(sa, lhs), ty(sb, rhs), ty(sc, acc)
-    dims = b + ["m", "n", "k"]
-    amap = lambda idx: f"affine_map<({', '.join(dims)}) -> ({', '.join(idx)})>"
-    maps = f"[{amap(a_idx)}, {amap(b_idx)}, {amap(c_idx)}]"
-    if form == "matmul":
-        op = "linalg.batch_matmul" if batch else "linalg.matmul"
-        body = (f"  %0 = {op} indexing_maps = {maps} ins(%a, %b : {ta}, {tb}) "
-                f"outs(%c : {tc}) -> {tc}\n")
-    else:
-        iters = ", ".join(['"parallel"'] * (len(dims) - 1) + ['"reduction"'])
-        is_float = acc.startswith(("f", "bf"))
-
-        def cast(v, src):
-            if src == acc:
-                return v, ""
-            if is_float:
-                return f"%{v}x", f"    %{v}x = arith.extf %{v} : {src} to {acc}\n"
-            return f"%{v}x", f"    %{v}x = arith.extsi %{v} : {src} to {acc}\n"
-
-        xa, ca = cast("x", lhs)
-        ya, cb = cast("y", rhs)
-        xa = xa if ca else "%x"
-        ya = ya if cb else "%y"
-        mul, add = ("arith.mulf", "arith.addf") if is_float else ("arith.muli", "arith.addi")
-        body = (f"  %0 = linalg.generic {{indexing_maps = {maps}, iterator_types = [{iters}]}} "
-                f"ins(%a, %b : {ta}, {tb}) outs(%c : {tc}) {{\n"
-                f"  ^bb0(%x: {lhs}, %y: {rhs}, %o: {acc}):\n{ca}{cb}"
-                f"    %p = {mul} {xa}, {ya} : {acc}\n    %s = {add} %o, %p : {acc}\n"
-                f"    linalg.yield %s : {acc}\n  }} -> {tc}\n")
-    text = (f"func.func @f(%a: {ta}, %b: {tb}, %c: {tc}) -> {tc} {{\n{body}"
-            f"  return %0 : {tc}\n}}\n")
-    return text, [sa, sb, sc]
+    shapes = [bs + ([K, M] if transpose_a else [M, K]), bs + ([N, K] if transpose_b else [K, N]),
+              bs + [M, N]]
+    return text, shapes
 
 
 def random_inputs(shapes, types, seed=0):
@@ -98,13 +65,6 @@ def reference(a, b, c, *, batch=0, transpose_a=False, transpose_b=False):
     if transpose_b:
         B = np.swapaxes(B, -1, -2)
     return C + A @ B
-
-
-def rel_err(x, ref) -> float:
-    """Max-norm relative error ``max|x - ref| / max|ref|``."""
-    x = np.asarray(x).astype(np.float64)
-    ref = np.asarray(ref).astype(np.float64)
-    return float(np.abs(x - ref).max() / np.abs(ref).max())
 
 
 def rewrite(text: str, options: str):

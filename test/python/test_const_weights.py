@@ -11,7 +11,7 @@ import numpy as np
 
 from falcon_mlir import compile_str
 from falcon_mlir.decision.cost import scheme_stats
-from falcon_mlir.runner import matmul_mlir
+from falcon_mlir.ir.matmul_text import matmul_mlir
 
 N = 128
 

@@ -316,7 +316,7 @@ def test_cuda_constant_weight_combines_keep_iree_default(form):
     a GPU tile choice does not build; it keeps IREE's default and compiles."""
     import numpy as np
 
-    from falcon_mlir.runner import matmul_mlir
+    from falcon_mlir.ir.matmul_text import matmul_mlir
 
     vals = (np.arange(64 * 64).reshape(64, 64) % 7 - 3.0)
     dense = "dense<[" + ",".join("[" + ",".join(f"{v:.1f}" for v in row) + "]" for row in vals) + "]>"

@@ -40,6 +40,16 @@ def one_line(text) -> str:
     return " ".join(str(text).split())
 
 
+def error_line(e: BaseException, limit: int = 300) -> str:
+    """The line of ``str(e)`` that says what went wrong, for a one-line report:
+    the first line that holds "error" (IREE's diagnostics put notes and IR
+    dumps around it), else the first non-empty line, else the exception's
+    type name; at most ``limit`` characters."""
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    msg = next((ln for ln in lines if "error" in ln.lower()), lines[0] if lines else type(e).__name__)
+    return msg[:limit]
+
+
 class ArgumentParser(argparse.ArgumentParser):
     """argparse without the usage dump: a bad command line raises
     :class:`ToolError` with one line ``PROG: error: MESSAGE (see PROG --help)``

@@ -443,20 +443,20 @@ def test_fixed_late_rewrite_phase(phase):
 
 
 def test_fixed_bench_workloads_mismatched_lists(tmp_path):
-    from falcon_mlir.tools import falcon_bench
+    from falcon_mlir.bench.shapes import parse_workloads
 
     p = tmp_path / "w.md"
     p.write_text("| model | layer | K | N |\n|---|---|---|---|\n| tiny | q/k/v | 16/8 | 16/8/24 |\n")
-    with pytest.raises(falcon_bench.UsageError):
-        falcon_bench.parse_workloads(str(p), None)
+    with pytest.raises(ValueError):
+        parse_workloads(str(p), None)
 
 
 @pytest.mark.parametrize("content", ["0 16\n",
                                      "| model | layer | K | N |\n|---|---|---|---|\n| t | q | 16 | 0 |\n"])
 def test_fixed_bench_workloads_zero_sizes(tmp_path, content):
-    from falcon_mlir.tools import falcon_bench
+    from falcon_mlir.bench.shapes import parse_workloads
 
     p = tmp_path / "w.md"
     p.write_text(content)
-    with pytest.raises(falcon_bench.UsageError):
-        falcon_bench.parse_workloads(str(p), None)
+    with pytest.raises(ValueError):
+        parse_workloads(str(p), None)

@@ -7,6 +7,7 @@ import math
 
 import pytest
 
+from falcon_mlir.bench import report
 from falcon_mlir.tools import falcon_bench
 
 
@@ -22,7 +23,7 @@ def _run(tmp_path, *extra):
 
 def test_bench_tiny(tmp_path, capsys):
     argv, rows, md = _run(tmp_path, "--numpy")
-    assert list(rows[0].keys()) == falcon_bench.COLUMNS
+    assert list(rows[0].keys()) == report.COLUMNS
     assert [r["candidate"] for r in rows] == ["classical", "scheme=strassen levels=1", "numpy"]
     for r in rows:
         assert r["status"] == "ok"
@@ -41,7 +42,7 @@ def test_bench_tiny(tmp_path, capsys):
     assert rows[1]["plan"].startswith("strassen x1")
     # markdown: the command line on top, the table with its header
     assert "falcon-bench --shapes 64x48x80" in md.split("```")[1]
-    header = "| " + " | ".join(h for h, _ in falcon_bench.MD_COLUMNS) + " |"
+    header = "| " + " | ".join(h for h, _ in report.MD_COLUMNS) + " |"
     assert header in md
     assert md.count("| 64x48x80 |") == 3
     printed = capsys.readouterr().out

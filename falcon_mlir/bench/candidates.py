@@ -1,0 +1,115 @@
+"""What falcon-bench compares: candidates (classical IREE, falcon's ``auto``,
+forced ``lcma-rewrite`` option strings, numpy, the cost model's ``top``
+plans) and the one-line plan text of falcon's report."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import List, Optional
+
+from falcon_mlir.bench.shapes import Shape
+
+__all__ = ["Candidate", "parse_candidates", "expand_top", "plan_text"]
+
+
+@dataclass
+class Candidate:
+    """A way to compute the product: ``kind`` is ``iree`` (with ``lcma``, the
+    option string handed to :func:`falcon_mlir.compile_str`; None: classical),
+    ``numpy`` or ``top`` (expanded per shape by :func:`expand_top`)."""
+
+    name: str
+    kind: str
+    lcma: Optional[str] = None
+
+
+def parse_candidates(text: str, numpy_peer: bool = False) -> List[Candidate]:
+    """Comma-separated candidates -> list, ``classical`` first (added when
+    absent), ``numpy`` last with ``numpy_peer``; duplicates dropped.
+
+    Raises:
+        ValueError: an empty list, or an lcma option string falcon rejects.
+    """
+    from falcon_mlir.api import make_lcma_rewrite
+
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    if not names:
+        raise ValueError("empty list")
+    cands: List[Candidate] = []
+    seen = set()
+    for name in ["classical"] + names + (["numpy"] if numpy_peer else []):
+        if name in seen:
+            continue
+        seen.add(name)
+        if name in ("classical", "none", "off"):
+            if "classical" in [c.name for c in cands]:
+                continue
+            cands.append(Candidate("classical", "iree", None))
+        elif name == "numpy":
+            cands.append(Candidate("numpy", "numpy"))
+        elif name == "top":
+            cands.append(Candidate("top", "top"))
+        else:
+            try:
+                make_lcma_rewrite(name)
+            except (ValueError, TypeError) as e:
+                msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                raise ValueError(f"bad lcma option {name!r}: {msg}") from None
+            cands.append(Candidate(name, "iree", name))
+    return cands
+
+
+def expand_top(shape: Shape, cands: List[Candidate], *, dtype: str, acc: str,
+               const_weights: bool, top: int) -> List[Candidate]:
+    """``cands`` with the ``top`` candidate replaced by the cost model's best
+    plans for ``shape`` on the host profile (at most ``top`` of them, forced
+    option strings): the choice's runners-up, or the best plans when the
+    choice is classical. ``acc`` is the accumulator type (not ``same``)."""
+    if not any(c.kind == "top" for c in cands):
+        return cands
+    from falcon_mlir import decision
+    from falcon_mlir.decision import numerics
+
+    pb = decision.Problem(shape.M, shape.N, shape.K, lhs=dtype, rhs=dtype, acc=acc,
+                          const_rhs=bool(const_weights))
+    d = decision.decide(pb, decision.load_profile(None), budget=numerics.default_max_error(acc))
+    plans = ([] if d.choice.is_classical else [d.choice]) + list(d.alternatives)
+    extra, seen = [], {c.lcma for c in cands}
+    for e in plans[1:] if not d.choice.is_classical else plans:
+        opt = (f"scheme={','.join(e.schemes)} levels={len(e.schemes)} form={e.form} "
+               f"edge={e.edge}")
+        if opt not in seen and len(extra) < top:
+            seen.add(opt)
+            extra.append(Candidate(opt, "iree", opt))
+    out: List[Candidate] = []
+    for c in cands:
+        out.extend(extra if c.kind == "top" else [c])
+    return out
+
+
+def plan_text(report: list) -> str:
+    """One-line plan from falcon's report (a list of per-contraction dicts):
+    ``classical`` or ``strassen x1 (7 products)``; entries joined by ``; ``."""
+    if not report:
+        return "classical"
+    parts = []
+    for e in report:
+        p = e.get("plan")
+        if not isinstance(p, dict):
+            parts.append("classical")
+            continue
+        schemes = p.get("schemes") or []
+        levels = p.get("levels", len(schemes))
+        if len(set(schemes)) == 1:
+            s = f"{schemes[0]} x{levels}"
+        else:
+            s = "+".join(schemes)
+        extra = []
+        if e.get("products"):
+            extra.append(f"{e['products']} products")
+        if p.get("form") == "grouped":
+            extra.append("grouped")
+        if p.get("edge") and p.get("edge") != "peel":
+            extra.append(p["edge"])
+        parts.append(s + (f" ({', '.join(extra)})" if extra else ""))
+    return "; ".join(parts)

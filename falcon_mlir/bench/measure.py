@@ -1,0 +1,261 @@
+"""Measuring one GEMM shape: compile every candidate once, check its result
+against a float64 product and against classical, then time the candidates
+round-robin (falcon-bench's measuring part).
+
+Times are wall-clock seconds of synchronous calls with the inputs already on
+the device (each call waits for the result and maps it to the host:
+:class:`falcon_mlir.runner.Module` semantics); errors are max-norm relative
+errors (:func:`falcon_mlir.compare.rel_err`).
+"""
+
+from __future__ import annotations
+
+import io
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional
+
+import numpy as np
+
+from falcon_mlir.bench.candidates import Candidate, expand_top, plan_text
+from falcon_mlir.bench.shapes import Shape
+from falcon_mlir.cli import error_line
+from falcon_mlir.compare import rel_err
+from falcon_mlir.ir.matmul_text import matmul_mlir
+from falcon_mlir.runner import BEST_CPU_FLAGS
+
+__all__ = ["FLAG_SETS", "BenchConfig", "Result", "bench_shape", "attach_weight", "openblas_core",
+           "np_dtype"]
+
+#: iree-compile flags per ``--flags`` choice (the target backend comes from
+#: ``compile_str(target_backends=["llvm-cpu"])``).
+FLAG_SETS = {
+    "default": ["--iree-llvmcpu-target-cpu=host"],
+    "best": list(BEST_CPU_FLAGS),
+}
+#: Name of the ``dense_resource`` blob that holds B with ``const_weights``.
+WEIGHT_BLOB = "falcon_bench_B"
+
+
+@dataclass
+class BenchConfig:
+    """How every shape of a run is measured (falcon-bench's options).
+
+    ``dtype``: element type of A and B (``f32``, ``f16``, ``bf16``); ``acc``:
+    C's (``same`` or ``f32``); ``flags``: a :data:`FLAG_SETS` key, plus
+    ``iree_flags``; ``const_weights``: B is a module constant; ``repeat``
+    timed rounds after ``warmup`` calls (the first call checks the result);
+    ``seed`` of the inputs; ``device``: IREE HAL driver; ``top``: plans for
+    the ``top`` candidate; ``blas_core``: the OpenBLAS kernel (for labels).
+    """
+
+    dtype: str = "f32"
+    acc: str = "same"
+    flags: str = "best"
+    iree_flags: tuple = ()
+    const_weights: bool = False
+    repeat: int = 5
+    warmup: int = 1
+    seed: int = 0
+    device: str = "local-task"
+    top: int = 2
+    blas_core: str = "?"
+    _runtime: object = field(default=None, repr=False, compare=False)
+
+    @property
+    def acc_type(self) -> str:
+        """C's element type (``dtype`` when ``acc`` is ``same``)."""
+        return self.dtype if self.acc == "same" else self.acc
+
+    def compile_flags(self) -> List[str]:
+        """The iree-compile flags of every candidate."""
+        return FLAG_SETS[self.flags] + list(self.iree_flags)
+
+    def runtime_config(self):
+        """One ``iree.runtime.Config`` for every module of the run: a device per
+        module keeps its own pool of transient buffers (the 2048 x 8192 x 8192
+        sweep grew past 24 GB that way)."""
+        if self._runtime is None:
+            import iree.runtime as rt
+
+            self._runtime = rt.Config(self.device)
+        return self._runtime
+
+
+@dataclass
+class Result:
+    """One row: times in seconds, errors dimensionless."""
+
+    shape: Shape
+    cand: Candidate
+    plan: str = ""
+    compile_s: float = float("nan")
+    times: list = field(default_factory=list)
+    rel_err_f64: float = float("nan")
+    rel_err_cls: float = float("nan")
+    status: str = "ok"
+
+
+def np_dtype(dtype: str):
+    """The numpy type of ``f32``, ``f16`` or ``bf16`` (ml_dtypes)."""
+    if dtype == "bf16":
+        import ml_dtypes
+
+        return ml_dtypes.bfloat16
+    return {"f32": np.float32, "f16": np.float16}[dtype]
+
+
+def attach_weight(text: str, b: np.ndarray, dtype: str) -> bytes:
+    """MLIR bytecode of ``text`` with B's bytes as the ``dense_resource`` blob.
+
+    The blob goes straight from the numpy buffer into the module (no hex text),
+    so a 4096 x 14336 f32 weight (235 MB) costs its size once more in memory.
+    """
+    from iree.compiler import ir
+
+    with ir.Context(), ir.Location.unknown():
+        mod = ir.Module.parse(text.replace(f"dense_resource<{WEIGHT_BLOB}>", "dense<1.0>"))
+        elt = {"f32": ir.F32Type.get, "f16": ir.F16Type.get, "bf16": ir.BF16Type.get}[dtype]()
+        ty = ir.RankedTensorType.get(list(b.shape), elt)
+        raw = np.ascontiguousarray(b).view(np.uint16 if dtype != "f32" else np.float32)
+        attr = ir.DenseResourceElementsAttr.get_from_buffer(memoryview(raw), WEIGHT_BLOB, ty)
+        target = str(ty)
+
+        def walk(op):
+            for region in op.regions:
+                for block in region.blocks:
+                    for o in block.operations:
+                        o = o.operation
+                        if o.name == "arith.constant" and str(o.results[0].type) == target:
+                            o.attributes["value"] = attr
+                        walk(o)
+
+        walk(mod.operation)
+        buf = io.BytesIO()
+        mod.operation.write_bytecode(buf)
+        return buf.getvalue()
+
+
+def openblas_core() -> str:
+    """Name of the OpenBLAS kernel numpy runs (e.g. ``SkylakeX``), or ``?``."""
+    import ctypes
+
+    np.ones(2) @ np.ones(2)
+    try:
+        libs = sorted({ln.split()[-1] for ln in open("/proc/self/maps") if "openblas" in ln.lower()})
+    except OSError:
+        return "?"
+    for path in libs:
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for sym in ("scipy_openblas_get_corename64_", "openblas_get_corename64_",
+                    "scipy_openblas_get_corename", "openblas_get_corename"):
+            f = getattr(lib, sym, None)
+            if f is not None:
+                f.restype = ctypes.c_char_p
+                return f().decode()
+    return "?"
+
+
+def _numpy_runner(a, b, config: BenchConfig, r: Result) -> Callable:
+    r.plan = f"numpy.matmul (OpenBLAS {config.blas_core}" + (", f32 upcast)" if config.dtype != "f32" else ")")
+    r.compile_s = 0.0
+    if config.dtype == "f32":
+        return lambda: a @ b
+    a32, b32 = a.astype(np.float32), b.astype(np.float32)
+    return lambda: a32 @ b32
+
+
+def _iree_runner(source, a, b, c: Candidate, config: BenchConfig, r: Result,
+                 log: Callable) -> Optional[Callable]:
+    """Compile ``source`` for candidate ``c`` and load it; None (``r.status``
+    says why) when either fails."""
+    from falcon_mlir import compile_str
+    from falcon_mlir.runner import Module
+
+    t0 = time.perf_counter()
+    try:
+        vmfb, report = compile_str(source, target_backends=["llvm-cpu"], extra_args=config.compile_flags(),
+                                   lcma=c.lcma, return_report=True)
+    except Exception as e:  # CompileError, RewriteError: keep going
+        r.compile_s = time.perf_counter() - t0
+        r.status = "compile failed: " + error_line(e, 200)
+        log(f"{r.shape.text()} {c.name}: {r.status}")
+        return None
+    r.compile_s = time.perf_counter() - t0
+    r.plan = plan_text(report)
+    run = None
+    try:
+        mod = Module(vmfb, driver=config.device, config=config.runtime_config())
+        dev_args = mod.on_device(*([a] if config.const_weights else [a, b]))
+        run = lambda: mod("mm", *dev_args)  # noqa: E731
+    except Exception as e:
+        r.status = "load failed: " + error_line(e, 200)
+        log(f"{r.shape.text()} {c.name}: {r.status}")
+    log(f"{r.shape.text()} {c.name}: compiled in {r.compile_s:.1f} s, plan {r.plan}")
+    return run
+
+
+def _check(runners: Dict[int, Callable], results: List[Result], ref: np.ndarray) -> None:
+    """First call of each runner (also a warm-up call): errors vs ``ref`` and
+    vs classical (index 0); a runner that fails is dropped."""
+    outs = {}
+    for i, run in list(runners.items()):
+        try:
+            outs[i] = run()
+            results[i].rel_err_f64 = rel_err(outs[i], ref)
+        except Exception as e:
+            results[i].status = "run failed: " + error_line(e, 200)
+            del runners[i]
+    cls = outs.get(0)
+    if cls is not None:
+        for i, out in outs.items():
+            results[i].rel_err_cls = rel_err(out, cls)
+
+
+def bench_shape(shape: Shape, cands: List[Candidate], config: BenchConfig,
+                log: Optional[Callable[[str], None]] = None) -> List[Result]:
+    """Compile, check and time every candidate on one shape.
+
+    Inputs are random normal (seeded by ``config.seed`` and the shape). IREE
+    candidates are timed round-robin (drift of a shared machine spreads over
+    all); the numpy peer after them in a block of its own, since OpenBLAS
+    threads keep spinning for a while after a call and would slow whichever
+    IREE call came next. A candidate that fails to compile, load or run is a
+    result with that ``status`` and no times.
+    """
+    log = log or (lambda msg: None)
+    rng = np.random.default_rng([config.seed, shape.M, shape.N, shape.K])
+    npd = np_dtype(config.dtype)
+    a = rng.standard_normal((shape.M, shape.K), dtype=np.float32).astype(npd)
+    b = rng.standard_normal((shape.K, shape.N), dtype=np.float32).astype(npd)
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    text = matmul_mlir(shape.M, shape.N, shape.K, config.dtype, config.acc_type,
+                       b_const=f"dense_resource<{WEIGHT_BLOB}>" if config.const_weights else None)
+    source = attach_weight(text, b, config.dtype) if config.const_weights else text
+
+    cands = expand_top(shape, cands, dtype=config.dtype, acc=config.acc_type,
+                       const_weights=config.const_weights, top=config.top)
+    results = [Result(shape, c) for c in cands]
+    runners: Dict[int, Callable] = {}  # index -> zero-arg callable returning a host array
+    for i, (c, r) in enumerate(zip(cands, results)):
+        run = _numpy_runner(a, b, config, r) if c.kind == "numpy" else _iree_runner(source, a, b, c, config, r, log)
+        if run is not None:
+            runners[i] = run
+    _check(runners, results, ref)
+    del ref
+
+    iree = {i: run for i, run in runners.items() if cands[i].kind == "iree"}
+    peers = {i: run for i, run in runners.items() if cands[i].kind != "iree"}
+    for block in (iree, peers):
+        for _ in range(max(config.warmup - 1, 0)):
+            for run in block.values():
+                run()
+        for _ in range(config.repeat):
+            for i, run in block.items():  # round-robin
+                t0 = time.perf_counter()
+                run()
+                results[i].times.append(time.perf_counter() - t0)
+    return results

@@ -1,0 +1,334 @@
+"""falcon-bench's outputs: result rows, the markdown table, CSV and markdown
+files (written atomically), the environment paragraph, the decision-quality
+table and the throughput plot."""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import os
+import platform
+import re
+import shlex
+import statistics
+from typing import Dict, List, Sequence, Tuple
+
+import numpy as np
+
+from falcon_mlir.bench.measure import BenchConfig, Result
+from falcon_mlir.files import write_atomic
+
+__all__ = ["COLUMNS", "MD_COLUMNS", "rows_of", "markdown_table", "command_line", "environment_text",
+           "write_csv", "read_csv", "write_md", "decision_quality", "plot"]
+
+#: Output columns (CSV header and markdown table), with units in the names.
+COLUMNS = [
+    "label", "M", "N", "K", "dtype", "flags", "const_weights", "candidate", "plan",
+    "compile_s", "median_s", "min_s", "gflops", "speedup_vs_classical",
+    "rel_err_f64", "rel_err_vs_classical", "status",
+]
+
+#: Markdown columns: (heading, row key; None: the MxNxK shape).
+MD_COLUMNS = [
+    ("shape MxNxK", None), ("weights", "label"), ("candidate", "candidate"), ("plan", "plan"),
+    ("median s", "median_s"), ("min s", "min_s"), ("eff. GFLOP/s", "gflops"),
+    ("vs classical", "speedup_vs_classical"), ("rel err (f64)", "rel_err_f64"),
+    ("rel err vs classical", "rel_err_vs_classical"), ("compile s", "compile_s"),
+    ("status", "status"),
+]
+
+
+def rows_of(results: List[Result], config: BenchConfig) -> List[dict]:
+    """Rows (dicts keyed by :data:`COLUMNS`): median and min seconds,
+    effective GFLOP/s = 2MNK / median / 1e9, speedup = classical median /
+    this median (NaN where nothing was timed)."""
+    rows = []
+    by_shape: Dict[tuple, List[Result]] = {}
+    for r in results:
+        by_shape.setdefault((r.shape.M, r.shape.N, r.shape.K, r.shape.label), []).append(r)
+    for group in by_shape.values():
+        cls = next((r for r in group if r.cand.name == "classical" and r.times), None)
+        t_cls = statistics.median(cls.times) if cls else float("nan")
+        for r in group:
+            med = statistics.median(r.times) if r.times else float("nan")
+            mn = min(r.times) if r.times else float("nan")
+            rows.append({
+                "label": r.shape.label, "M": r.shape.M, "N": r.shape.N, "K": r.shape.K,
+                "dtype": config.dtype + ("" if config.acc == "same" else f"->{config.acc}"),
+                "flags": config.flags, "const_weights": int(bool(config.const_weights)),
+                "candidate": r.cand.name, "plan": r.plan,
+                "compile_s": r.compile_s, "median_s": med, "min_s": mn,
+                "gflops": r.shape.flops / med / 1e9 if r.times else float("nan"),
+                "speedup_vs_classical": t_cls / med if r.times else float("nan"),
+                "rel_err_f64": r.rel_err_f64, "rel_err_vs_classical": r.rel_err_cls,
+                "status": r.status,
+            })
+    return rows
+
+
+def _fmt(key: str, v) -> str:
+    if isinstance(v, float):
+        if v != v:
+            return "-"
+        if key in ("rel_err_f64", "rel_err_vs_classical"):
+            return f"{v:.2e}"
+        if key in ("median_s", "min_s"):
+            return f"{v:.4f}" if v < 1 else f"{v:.3f}"
+        if key == "gflops":
+            return f"{v:.1f}"
+        if key == "speedup_vs_classical":
+            return f"{v:.3f}x"
+        if key == "compile_s":
+            return f"{v:.1f}"
+    return str(v)
+
+
+def markdown_table(rows: List[dict]) -> str:
+    """The rows as a GitHub markdown table (times in s, throughput in GFLOP/s)."""
+    out = ["| " + " | ".join(h for h, _ in MD_COLUMNS) + " |",
+           "|" + "|".join("---" for _ in MD_COLUMNS) + "|"]
+    for row in rows:
+        cells = []
+        for h, key in MD_COLUMNS:
+            if key is None:
+                cells.append(f"{row['M']}x{row['N']}x{row['K']}")
+            else:
+                cells.append(_fmt(key, row[key]).replace("|", "/"))
+        out.append("| " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
+def command_line(prog: str, argv: Sequence[str]) -> str:
+    """The exact command as typed (program name and quoted arguments), with
+    OPENBLAS variables unset in front when they were unset for this run."""
+    prefix = ""
+    if "OPENBLAS_CORETYPE" not in os.environ and "OPENBLAS_L2_SIZE" not in os.environ:
+        prefix = "env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE "
+    return prefix + " ".join(shlex.quote(a) for a in [prog, *argv])
+
+
+def environment_text(config: BenchConfig) -> str:
+    """One paragraph on the machine and software the numbers come from."""
+    try:
+        from importlib.metadata import version
+
+        iree_v = version("iree-base-compiler")
+    except Exception:
+        iree_v = "?"
+    cpu = "?"
+    try:
+        for ln in open("/proc/cpuinfo"):
+            if ln.startswith("model name"):
+                cpu = ln.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    load = ""
+    try:
+        load = ", load average at start " + " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        pass
+    return (f"{cpu}, {os.cpu_count()} cores{load}; Python {platform.python_version()}, "
+            f"iree-base-compiler {iree_v}, numpy {np.__version__} (OpenBLAS core {config.blas_core}); "
+            f"IREE flags ({config.flags}): `{' '.join(config.compile_flags())}`; "
+            f"device {config.device}; B {'a module constant (dense_resource)' if config.const_weights else 'a function argument'}; "
+            f"repeat {config.repeat}, warmup {config.warmup}, seed {config.seed}.")
+
+
+def _existing(path: str, append: bool) -> bytes:
+    """The file's bytes when appending to a non-empty file, else b""."""
+    if append and os.path.exists(path) and os.path.getsize(path) > 0:
+        with open(path, "rb") as f:
+            return f.read()
+    return b""
+
+
+def write_csv(path: str, rows: List[dict], append: bool) -> None:
+    """Write ``rows`` as CSV (floats as ``%.6g``), after the file's rows when
+    ``append`` (no second header); atomically (:func:`falcon_mlir.files.write_atomic`).
+
+    Raises:
+        OSError: the file cannot be written.
+    """
+    old = _existing(path, append)
+    buf = io.StringIO(newline="")
+    w = csv.DictWriter(buf, fieldnames=COLUMNS)
+    if not old:
+        w.writeheader()
+    for row in rows:
+        w.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in row.items()})
+    write_atomic(path, old + buf.getvalue().encode("utf-8"))
+
+
+def read_csv(path: str) -> List[dict]:
+    """The rows of a CSV written by :func:`write_csv` (values as strings)."""
+    with open(path, newline="", encoding="utf-8") as f:
+        return list(csv.DictReader(f))
+
+
+def write_md(path: str, section: str, append: bool) -> None:
+    """Write the markdown ``section``, after the file's text (and a blank
+    line) when ``append``; atomically.
+
+    Raises:
+        OSError: the file cannot be written.
+    """
+    old = _existing(path, append)
+    write_atomic(path, old + (b"\n" if old else b"") + section.encode("utf-8"))
+
+
+def _same_code(plan_a: str, plan_b: str, M: int, N: int, K: int) -> bool:
+    """Whether two plan texts (:func:`plan_text`) compile to the same code on M x N x K:
+    equal, or equal but for ``pad`` on a shape every level divides exactly."""
+    if plan_a == plan_b:
+        return True
+    strip = lambda t: re.sub(r",? ?pad\b", "", t).replace(" ()", "")  # noqa: E731
+    if strip(plan_a) != strip(plan_b):
+        return False
+    m = re.match(r"([^ ]+) x(\d+)", plan_a) or re.match(r"([^ ]+)", plan_a)
+    try:
+        from falcon_mlir.decision.cost import scheme_stats
+
+        names = m.group(1).split("+")
+        if m.lastindex and m.lastindex >= 2:
+            names = names * int(m.group(2))
+        for nm in names:
+            st = scheme_stats(nm)
+            if M % st.m or N % st.n or K % st.k:
+                return False
+            M, N, K = M // st.m, N // st.n, K // st.k
+        return True
+    except Exception:
+        return False
+
+
+def _num(v) -> float:
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return float("nan")
+
+
+def _quality_row(group: List[dict], M: int, N: int, K: int):
+    """``(auto row with its best time, best row, classical row)`` of one shape,
+    or None when auto or classical was not timed. The same plan under another
+    name (a forced candidate equal to auto's choice, or its "pad" twin on a
+    shape that needs no padding) is the same code: its best time counts for auto."""
+    timed = [r for r in group if r["candidate"] != "numpy"
+             and isinstance(r["median_s"], float) and r["median_s"] == r["median_s"]]
+    auto = next((r for r in timed if r["candidate"] == "auto"), None)
+    cls = next((r for r in timed if r["candidate"] == "classical"), None)
+    if not auto or not cls:
+        return None
+    same = [r for r in timed if _same_code(r["plan"], auto["plan"], M, N, K)]
+    t_auto = min(r["median_s"] for r in same)
+    if auto["plan"] == "classical":  # the very module classical runs: no difference but noise
+        t_auto = cls["median_s"]
+    timed = [r for r in timed if r is not auto and not _same_code(r["plan"], auto["plan"], M, N, K)]
+    auto = dict(auto, median_s=t_auto)
+    timed.append(auto)
+    return auto, min(timed, key=lambda r: r["median_s"]), cls
+
+
+def decision_quality(rows: List[dict], tolerance: float = 0.03) -> Tuple[str, dict]:
+    """Decision quality from measured rows: a markdown table and a summary dict.
+
+    Per shape: the best measured IREE candidate (lowest median), ``auto``'s
+    median, ``best / auto`` and ``classical / auto``. Summary: ``shapes``,
+    ``within`` (share of shapes where auto is within ``tolerance`` of the best,
+    i.e. best/auto >= 1 - tolerance; when auto keeps a shape classical its
+    module is classical's, so its time is classical's), ``worst_vs_classical``
+    (lowest classical/auto), ``geomean_vs_classical``.
+    """
+    by_shape: Dict[tuple, List[dict]] = {}
+    for r in rows:
+        r = dict(r, median_s=_num(r["median_s"]))
+        by_shape.setdefault((r["label"], int(r["M"]), int(r["N"]), int(r["K"])), []).append(r)
+    lines = ["| shape MxNxK | weights | auto's plan | best measured | best / auto | "
+             "classical / auto | within 3% |", "|---|---|---|---|---|---|---|"]
+    ok = total = 0
+    worst, logs = float("inf"), []
+    for (label, M, N, K), group in by_shape.items():
+        found = _quality_row(group, M, N, K)
+        if found is None:
+            continue
+        auto, best, cls = found
+        q = best["median_s"] / auto["median_s"]
+        vs = cls["median_s"] / auto["median_s"]
+        good = q >= 1.0 - tolerance
+        total += 1
+        ok += good
+        worst = min(worst, vs)
+        logs.append(math.log(vs))
+        best_name = best["candidate"] if best["candidate"] in ("classical", "auto") else best["plan"]
+        lines.append(f"| {M}x{N}x{K} | {label} | {auto['plan']} | {best_name} | {q:.3f} | "
+                     f"{vs:.3f} | {'yes' if good else 'NO'} |")
+    summary = {"shapes": total, "within": ok / total if total else float("nan"),
+               "worst_vs_classical": worst if total else float("nan"),
+               "geomean_vs_classical": math.exp(sum(logs) / len(logs)) if logs else float("nan")}
+    if total:
+        lines.append("")
+        lines.append(f"Decision quality: auto within {tolerance:.0%} of the best measured candidate "
+                     f"on {ok} of {total} shapes ({summary['within']:.0%}); worst classical/auto "
+                     f"{summary['worst_vs_classical']:.3f} (a slowdown of "
+                     f"{max(0.0, 1 - summary['worst_vs_classical']):.1%}); geometric mean "
+                     f"classical/auto {summary['geomean_vs_classical']:.3f}.")
+    return "\n".join(lines), summary
+
+
+def _panels(rows: List[dict]) -> Dict[tuple, Dict[str, list]]:
+    """(weight label, dtype/flags text) -> candidate -> [(M, GFLOP/s)]."""
+    panels: Dict[tuple, Dict[str, list]] = {}
+    for row in rows:
+        g = _num(row["gflops"])
+        if g != g:
+            continue
+        label = row["label"] if row["label"] == "square" else f"{row['label']} (K={row['K']}, N={row['N']})"
+        extra = f"{row['dtype']}, {row['flags']}" + (", const B" if str(row["const_weights"]) == "1" else "")
+        panels.setdefault((label, extra), {}).setdefault(row["candidate"], []).append((int(row["M"]), g))
+    return panels
+
+
+def plot(path: str, rows: List[dict]) -> None:
+    """PNG at ``path`` (written atomically): effective GFLOP/s vs M, one panel
+    per (weight shape, dtype, flags, const), one line per candidate.
+    ``square`` panels put M = N = K on x. Nothing is written without timed rows.
+
+    Raises:
+        ImportError: matplotlib is not installed.
+        OSError: the file cannot be written.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = _panels(rows)
+    if not panels:
+        return
+    n = len(panels)
+    cols = min(3, n)
+    nrows = (n + cols - 1) // cols
+    fig, axes = plt.subplots(nrows, cols, figsize=(5.2 * cols, 3.8 * nrows), squeeze=False)
+    names = sorted({c for lines in panels.values() for c in lines}, key=lambda c: (c != "classical", c))
+    palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    color = {c: palette[i % len(palette)] for i, c in enumerate(names)}  # same colour in every panel
+    for ax, ((label, extra), lines) in zip(axes.flat, sorted(panels.items())):
+        for cand, pts in sorted(lines.items(), key=lambda kv: (kv[0] != "classical", kv[0])):
+            pts = sorted(dict(pts).items())
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=cand, color=color[cand],
+                    linewidth=2.2 if cand == "classical" else 1.4)
+        ax.set_xscale("log", base=2)
+        ax.set_title(f"{label}\n{extra}", fontsize=9)
+        ax.set_xlabel("M = N = K" if label == "square" else "M (tokens)")
+        ax.set_ylabel("effective GFLOP/s (2MNK / t)")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
+    for ax in list(axes.flat)[n:]:
+        ax.axis("off")
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, dpi=110, format="png")
+    plt.close(fig)
+    write_atomic(path, buf.getvalue())

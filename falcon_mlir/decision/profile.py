@@ -313,11 +313,15 @@ class Profile:
                         _pos_int(d["max_levels"], "max_levels", where)))
 
     def save(self, path) -> None:
-        """Write the profile as JSON to ``path`` atomically (temp file + rename)."""
-        path = Path(path)
-        tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-        tmp.write_text(json.dumps(self.to_dict(), indent=1) + "\n")
-        os.replace(tmp, path)
+        """Write the profile as JSON to ``path`` atomically
+        (:func:`falcon_mlir.files.write_atomic`).
+
+        Raises:
+            OSError: the file cannot be written (no file is left behind).
+        """
+        from falcon_mlir.files import write_atomic
+
+        write_atomic(str(path), (json.dumps(self.to_dict(), indent=1) + "\n").encode())
 
 
 @lru_cache(maxsize=65536)

@@ -13,6 +13,7 @@ import sys
 import pytest
 
 from falcon_mlir.decision.profile import Profile
+from falcon_mlir.calibration.microbench import grouped_mlir, per_product_mlir
 from falcon_mlir.tools import falcon_calibrate as fc
 
 TINY = ["--quick", "--sizes", "128", "64", "--bandwidth-mb", "2", "--seconds", "0.03", "--no-progress",
@@ -144,13 +145,13 @@ def test_command_line_error_has_no_traceback(tmp_path):
 
 def test_grouped_module_shape():
     """The grouped combine is one generic over 4 blocks with 7-entry tables indexed by r."""
-    text = fc.grouped_mlir(4)
+    text = grouped_mlir(4)
     assert text.count("linalg.generic") == 1
     assert text.count("tensor.extract_slice") == 4
     assert text.count(": tensor<7xf32>") == 4
     assert "affine_map<(d0, d1, d2) -> (d0)>" in text
     assert "-> tensor<7x4x4xf32>" in text
-    assert fc.per_product_mlir(4).count("linalg.generic") == 1
+    assert per_product_mlir(4).count("linalg.generic") == 1
 
 
 def test_fit_solves_the_products_factor_exactly():

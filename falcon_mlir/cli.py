@@ -17,6 +17,7 @@ traceback).
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 from typing import Callable, Optional, Sequence
@@ -61,6 +62,12 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def error(self, message):
         raise ToolError(f"{self.prog}: error: {message} (see {self.prog} --help)", self.usage_status)
+
+    def add_subparsers(self, **kwargs):
+        """As argparse's, the subcommands' parsers reporting errors the same way
+        (one line, ``usage_status``)."""
+        kwargs.setdefault("parser_class", functools.partial(type(self), usage_status=self.usage_status))
+        return super().add_subparsers(**kwargs)
 
 
 def silence_stdout() -> None:

@@ -1,17 +1,17 @@
 """Mutation fuzzer for falcon-opt.
 
-Takes the valid inputs in ``test/lit/*.mlir`` (split at ``// -----``, comment
-lines dropped), mutates them (bytes and tokens: delete / duplicate / swap
-lines, flip characters, change the numbers of shapes, including to 0, 1 and
-huge, swap element types, drop tokens, truncate), and runs falcon-opt's
-``main()`` in worker processes (imported once, one case at a time, killed
-and replaced when a case runs past ``--timeout``) with an ``lcma-rewrite``
-option string drawn from a fixed list.
+Takes the valid inputs in ``test/lit/*.mlir`` (split at ``// -----``,
+comment lines dropped), mutates them (bytes and tokens: delete / duplicate /
+swap lines, flip characters, change the numbers of shapes, including to 0, 1
+and huge, swap element types, drop tokens, truncate; the cases are made in
+``scripts/fuzz_opt_cases.py``), and runs falcon-opt's command line on each
+(``python -m falcon_mlir.tools.falcon_opt``, one process per case,
+``--jobs`` at a time, killed when it runs past ``--timeout``) with an
+``lcma-rewrite`` option string drawn from a fixed list.
 
 A case fails when:
 
-* ``main()`` raises (any exception, SystemExit included) or the worker dies
-  (a crash in native code);
+* the process dies of a signal (a crash in native code);
 * stderr holds ``Traceback``, ``internal error``, or an exception class name
   (``lcma-rewrite: IndexError: ...``), i.e. a bug rather than a diagnosis;
 * it hangs (runs past ``--timeout`` seconds, default 20);
@@ -31,56 +31,20 @@ each failing input is saved as ``<save-dir>/<n>.mlir`` with ``<n>.txt``
 
 from __future__ import annotations
 
-import argparse
-import glob
-import multiprocessing as mp
 import os
-import random
 import re
+import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Optional
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-LIT_DIR = os.path.join(os.path.dirname(HERE), "test", "lit")
+from falcon_mlir.cli import ArgumentParser, ToolError, run_tool
+from falcon_mlir.files import write_files_atomic
+from fuzz_opt_cases import LIT_DIR, Case, load_seeds, make_cases  # noqa: F401 - Case: the tests' too
 
-#: Option strings of lcma-rewrite the cases are run with (all valid: invalid
-#: option strings are the business of test_bad_input.py). Product counts stay
-#: small (at most 48 or 7*7 per contraction) so no case is slow by design.
-OPTIONS = [
-    "scheme=strassen levels=2",
-    "scheme=strassen levels=1 edge=pad",
-    "scheme=strassen levels=2 edge=pad",
-    "scheme=3x3x3:23 levels=2 edge=pad",
-    "scheme=strassen",
-    "scheme=winograd",
-    "scheme=3x3x3:23",
-    "scheme=2x3x4:20 edge=pad",
-    "scheme=strassen,2x2x3:11 levels=2",
-    "scheme=4x4x4:48",
-    "scheme=strassen barriers=true",
-    "scheme=auto",
-    "",
-]
-
-#: Extra falcon-opt flags drawn now and then (all valid).
-EXTRA_FLAGS = [
-    [], [], [], ["--canonicalize"], ["--cse"], ["--split-input-file"], ["--mlir-print-debuginfo"],
-    ["--verify-each=false"], ["--allow-unregistered-dialect"],
-]
-
-ELEMENT_TYPES = ["f32", "f16", "bf16", "f64", "i8", "i32", "i64", "i1", "index", "f8E4M3FN",
-                 "complex<f32>", "i0", "si8", "ui8", "tf32"]
-HUGE = ["4611686018427387904", "9223372036854775807", "4294967296", "2147483648",
-        "18446744073709551616", "99999999999999999999"]
-PUNCT = list("{}()<>[],:%@=\"'#^!-") + ["\\", "\x00", "\xff", "\u00e9", "x", " ", "\n"]
-
-_SHAPE_NUM = re.compile(r"(?<=[<x])(\d+)(?=x)")
-_ANY_NUM = re.compile(r"\d+")
-_ETYPE = re.compile(r"\b(f16|bf16|f32|f64|i1|i8|i32|i64)\b")
-_TOKEN = re.compile(r"%[\w.]+|@\w+|[\w.]+|\S")
 #: Failures already known and pinned by a strict xfail in test/python/test_bad_input.py:
 #: reported on their own line, not counted as failures unless --strict.
 KNOWN_BUGS: dict = {
@@ -93,134 +57,16 @@ _EXC_NAME = re.compile(r"\b(?:[A-Z][a-zA-Z]*(?:Error|Exception)|KeyError|StopIte
 
 
 # --------------------------------------------------------------------------
-# Seeds and mutations
+# Running one case (a falcon-opt process)
 # --------------------------------------------------------------------------
 
-def load_seeds(lit_dir: str = LIT_DIR) -> list:
-    """Valid chunks of the lit tests (comment lines dropped), plus whole files."""
-    seeds = []
-    for path in sorted(glob.glob(os.path.join(lit_dir, "*.mlir"))):
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-        chunks = re.split(r"(?m)^// -----\s*$", text)
-        for ch in chunks:
-            body = "\n".join(l for l in ch.splitlines() if not l.lstrip().startswith("//"))
-            if body.strip():
-                seeds.append(body.strip() + "\n")
-        seeds.append(text)
-    if not seeds:
-        raise SystemExit(f"fuzz_opt: no seeds in {lit_dir}")
-    return seeds
-
-
-def _lines_op(text: str, rng: random.Random) -> str:
-    lines = text.split("\n")
-    if len(lines) < 2:
-        return text
-    i, j = rng.randrange(len(lines)), rng.randrange(len(lines))
-    op = rng.choice(["delete", "duplicate", "swap"])
-    if op == "delete":
-        del lines[i]
-    elif op == "duplicate":
-        lines.insert(j, lines[i])
-    else:
-        lines[i], lines[j] = lines[j], lines[i]
-    return "\n".join(lines)
-
-
-def _flip_char(text: str, rng: random.Random) -> str:
-    if not text:
-        return text
-    i = rng.randrange(len(text))
-    return text[:i] + rng.choice(PUNCT) + text[i + 1:]
-
-
-def _sub_nth(regex, text: str, rng: random.Random, repl) -> str:
-    matches = list(regex.finditer(text))
-    if not matches:
-        return text
-    m = rng.choice(matches)
-    return text[:m.start()] + repl(m) + text[m.end():]
-
-
-def _shape_num(text: str, rng: random.Random) -> str:
-    def repl(m):
-        return rng.choice(["0", "1", "2", "3", "5", "7", "64", "1024", rng.choice(HUGE),
-                           str(rng.randint(0, 40)), "?"])
-
-    if rng.random() < 0.5:  # change every occurrence of one size (keeps the IR consistent)
-        nums = sorted(set(_SHAPE_NUM.findall(text)))
-        if nums:
-            old, new = rng.choice(nums), repl(None)
-            return re.sub(r"(?<=[<x])" + old + r"(?=x)", new, text)
-    return _sub_nth(_SHAPE_NUM, text, rng, repl)
-
-
-def _any_num(text: str, rng: random.Random) -> str:
-    return _sub_nth(_ANY_NUM, text, rng,
-                    lambda m: rng.choice(["0", "1", "-1", str(int(m.group()) + 1), rng.choice(HUGE)]))
-
-
-def _elem_type(text: str, rng: random.Random) -> str:
-    if rng.random() < 0.4:  # swap one type everywhere (keeps the IR consistent)
-        found = sorted(set(_ETYPE.findall(text)))
-        if found:
-            old, new = rng.choice(found), rng.choice(ELEMENT_TYPES)
-            return re.sub(r"\b" + re.escape(old) + r"\b", new, text)
-    return _sub_nth(_ETYPE, text, rng, lambda m: rng.choice(ELEMENT_TYPES))
-
-
-def _token_op(text: str, rng: random.Random) -> str:
-    toks = list(_TOKEN.finditer(text))
-    if not toks:
-        return text
-    m = rng.choice(toks)
-    op = rng.choice(["delete", "duplicate", "replace"])
-    if op == "delete":
-        return text[:m.start()] + text[m.end():]
-    if op == "duplicate":
-        return text[:m.end()] + " " + m.group() + text[m.end():]
-    other = rng.choice(toks).group()
-    return text[:m.start()] + other + text[m.end():]
-
-
-def _truncate(text: str, rng: random.Random) -> str:
-    return text[:rng.randrange(len(text) + 1)] if text else text
-
-
-def _byte_flip(data: bytes, rng: random.Random) -> bytes:
-    if not data:
-        return data
-    b = bytearray(data)
-    for _ in range(rng.randint(1, 4)):
-        b[rng.randrange(len(b))] = rng.randrange(256)
-    return bytes(b)
-
-
-TEXT_MUTATORS = [_lines_op, _flip_char, _shape_num, _shape_num, _any_num, _elem_type, _elem_type,
-                 _token_op, _token_op, _truncate]
-
-
-def mutate(seed: str, rng: random.Random) -> bytes:
-    """One to three mutations of ``seed``; now and then a raw byte flip."""
-    text = seed
-    for _ in range(rng.choice([1, 1, 1, 2, 3])):
-        text = rng.choice(TEXT_MUTATORS)(text, rng)
-    data = text.encode("utf-8", "surrogatepass")
-    if rng.random() < 0.05:
-        data = _byte_flip(data, rng)
-    return data
-
-
-# --------------------------------------------------------------------------
-# Running one case (in a worker process)
-# --------------------------------------------------------------------------
-
-@dataclass
-class Case:
-    index: int
-    data: bytes
-    argv: list            # falcon-opt arguments after the input path
+def falcon_opt_command() -> list:
+    """How to start falcon-opt: the console script installed beside this
+    Python, else ``python -m falcon_mlir.tools.falcon_opt``."""
+    exe = os.path.join(os.path.dirname(sys.executable), "falcon-opt")
+    if os.path.exists(exe):
+        return [exe]
+    return [sys.executable, "-m", "falcon_mlir.tools.falcon_opt"]
 
 
 @dataclass
@@ -278,43 +124,29 @@ def _classify(rc, stderr: str, out_path: str, out_exists: bool, input_changed: b
     return None
 
 
-def run_case(case: Case, workdir: str) -> Outcome:
-    """Run falcon-opt's main() on one case, in this process; classify the outcome."""
-    import io
-
-    from falcon_mlir.tools import falcon_opt
-
+def run_case(case: Case, workdir: str, timeout: float = 20.0, command=None) -> Outcome:
+    """Run falcon-opt (``command``, default :func:`falcon_opt_command`) on one
+    case in a process of its own; classify the outcome."""
+    command = command or falcon_opt_command()
     if os.environ.get("FALCON_FUZZ_TEST_HANG") == str(case.index):  # test hook: hang on this case
-        time.sleep(3600)
+        command = [sys.executable, "-c", "import time; time.sleep(3600)"]
     inp = os.path.join(workdir, f"in{case.index}.mlir")
     out = os.path.join(workdir, f"out{case.index}.mlir")
     with open(inp, "wb") as f:
         f.write(case.data)
     st = os.stat(inp)
     argv = [inp, "-o", out] + case.argv
-    err_py = io.StringIO()
-    # Native code (LLVM's option parser, IR printing) writes to fd 2 directly.
-    saved_fd2 = os.dup(2)
-    native = tempfile.TemporaryFile(dir=workdir)
-    os.dup2(native.fileno(), 2)
-    old_err, old_out = sys.stderr, sys.stdout
-    sys.stderr = err_py
-    sys.stdout = io.TextIOWrapper(io.BytesIO())
     t0 = time.time()
     problem = None
     try:
-        rc = falcon_opt.main(list(argv))
-    except BaseException as e:  # noqa: BLE001 - anything escaping main() is a failure
-        rc = f"raised {type(e).__name__}"
-        problem = f"main() raised {type(e).__name__}: {e}"
-    finally:
-        sys.stderr, sys.stdout = old_err, old_out
-        os.dup2(saved_fd2, 2)
-        os.close(saved_fd2)
+        r = subprocess.run(command + argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE, timeout=timeout)
+        rc, stderr = r.returncode, r.stderr.decode("utf-8", "replace")
+        if rc < 0:
+            rc, problem = "crash", f"crashed (signal {-rc})"
+    except subprocess.TimeoutExpired:
+        rc, stderr, problem = "timeout", "", f"hang (> {timeout:g} s)"
     seconds = time.time() - t0
-    native.seek(0)
-    stderr = err_py.getvalue() + native.read().decode("utf-8", "replace")
-    native.close()
     with open(inp, "rb") as f:
         changed = f.read() != case.data or os.stat(inp).st_mtime_ns != st.st_mtime_ns
     if problem is None:
@@ -328,62 +160,9 @@ def run_case(case: Case, workdir: str) -> Outcome:
     return Outcome(case.index, rc, stderr, problem, seconds, argv[1:])
 
 
-def _worker(conn, workdir: str) -> None:
-    from falcon_mlir.tools import falcon_opt  # noqa: F401 - import once, up front
-
-    conn.send("ready")
-    while True:
-        case = conn.recv()
-        if case is None:
-            return
-        conn.send(run_case(case, workdir))
-
-
-class _Worker:
-    def __init__(self, ctx, workdir: str):
-        self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_worker, args=(child, workdir), daemon=True)
-        self.proc.start()
-        child.close()
-        if not self.conn.poll(120):
-            raise RuntimeError("fuzz_opt: worker did not start")
-        self.conn.recv()
-        self.case: Optional[Case] = None
-        self.started = 0.0
-
-    def submit(self, case: Case) -> None:
-        self.case, self.started = case, time.time()
-        self.conn.send(case)
-
-    def kill(self) -> None:
-        if self.proc.is_alive():
-            self.proc.kill()
-        self.proc.join(5)
-
-    def stop(self) -> None:
-        try:
-            self.conn.send(None)
-        except (BrokenPipeError, OSError):
-            pass
-        self.proc.join(5)
-        self.kill()
-
-
 # --------------------------------------------------------------------------
 # The campaign
 # --------------------------------------------------------------------------
-
-def make_cases(n: int, seed: int, seeds: list) -> list:
-    rng = random.Random(seed)
-    cases = []
-    for i in range(n):
-        data = mutate(rng.choice(seeds), rng)
-        argv = [f"--lcma-rewrite={rng.choice(OPTIONS)}"] + rng.choice(EXTRA_FLAGS)
-        if rng.random() < 0.2:
-            argv = rng.choice(EXTRA_FLAGS) + argv
-        cases.append(Case(i, data, argv))
-    return cases
-
 
 def signature(o: Outcome) -> str:
     first = next((l for l in o.stderr.splitlines() if l.strip()), "")
@@ -393,51 +172,156 @@ def signature(o: Outcome) -> str:
     return f"{o.problem.split(':')[0]} | {first[:140]}"
 
 
-def fuzz(cases: list, jobs: int, timeout: float, verbose: bool = False) -> list:
-    """Run every case; returns the list of :class:`Outcome` (failures have ``problem``)."""
-    ctx = mp.get_context("spawn")
-    results: list = []
-    with tempfile.TemporaryDirectory(prefix="falcon-fuzz-") as workdir:
-        workers = [_Worker(ctx, workdir) for _ in range(max(1, jobs))]
-        pending = list(reversed(cases))
+def _preload() -> None:
+    """Import what falcon-opt runs on (the IREE compiler's Python bindings and
+    falcon_mlir's passes and pipeline), so that a forked case starts warm."""
+    import importlib
+    import pkgutil
+
+    for name in ("iree.compiler.ir", "iree.compiler.dialects.linalg", "falcon_mlir.passes",
+                 "falcon_mlir.pipeline"):
         try:
-            while pending or any(w.case is not None for w in workers):
-                for i, w in enumerate(workers):
-                    if w.case is None and pending:
-                        w.submit(pending.pop())
-                    if w.case is None:
-                        continue
-                    if w.conn.poll(0.01):
-                        try:
-                            o = w.conn.recv()
-                        except (EOFError, OSError):
-                            o = Outcome(w.case.index, "crash", "", "worker died (native crash)",
-                                        time.time() - w.started, w.case.argv)
-                            workers[i] = _Worker(ctx, workdir)
-                        results.append(o)
-                        if verbose:
-                            print(f"[{o.index}] rc={o.rc} {o.seconds:.2f}s {o.problem or ''}",
-                                  flush=True)
-                        w.case = None
-                    elif not w.proc.is_alive():
-                        results.append(Outcome(w.case.index, "crash", "",
-                                               f"worker died (exit code {w.proc.exitcode})",
-                                               time.time() - w.started, w.case.argv))
-                        workers[i] = _Worker(ctx, workdir)
-                    elif time.time() - w.started > timeout:
-                        w.kill()
-                        results.append(Outcome(w.case.index, "timeout", "",
-                                               f"hang (> {timeout:g} s)", timeout, w.case.argv))
-                        workers[i] = _Worker(ctx, workdir)
+            mod = importlib.import_module(name)
+            for info in pkgutil.walk_packages(getattr(mod, "__path__", []), name + "."):
+                importlib.import_module(info.name)
+        except Exception:  # noqa: BLE001 - a module less preloaded is only slower
+            pass
+
+
+def _child(argv: list, err_fd: int) -> None:
+    """In a forked process: ``python -m falcon_mlir.tools.falcon_opt ARGV``
+    with stdin and stdout on /dev/null and stderr on ``err_fd``; never returns."""
+    import runpy
+    import traceback
+
+    null = os.open(os.devnull, os.O_RDWR)
+    os.dup2(null, 0)
+    os.dup2(null, 1)
+    os.dup2(err_fd, 2)
+    code = 1
+    try:
+        sys.argv = ["falcon-opt"] + argv
+        runpy.run_module("falcon_mlir.tools.falcon_opt", run_name="__main__", alter_sys=True)
+        code = 0
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        if isinstance(e.code, str):
+            print(e.code, file=sys.stderr)
+    except BaseException:  # as the interpreter would: the traceback, status 1
+        traceback.print_exc()
+    try:
+        sys.stderr.flush()
+    finally:
+        os._exit(code)
+
+
+def _serve(conn, workdir: str, jobs: int, timeout: float) -> None:
+    """The fork server: preload, then run the cases it is sent, ``jobs`` forked
+    processes at a time, and send back ``(index, rc, stderr, out exists,
+    input changed, seconds)`` per case. It never creates an MLIR context
+    itself (forking a process with compiler threads is not safe)."""
+    _preload()
+    conn.send("ready")
+    pending = list(reversed(conn.recv()))
+    running: dict = {}  # pid -> (case, start, stderr file, input path, output path, input stat)
+    while pending or running:
+        while pending and len(running) < jobs:
+            case = pending.pop()
+            inp = os.path.join(workdir, f"in{case.index}.mlir")
+            out = os.path.join(workdir, f"out{case.index}.mlir")
+            with open(inp, "wb") as f:
+                f.write(case.data)
+            err = tempfile.TemporaryFile(dir=workdir)
+            pid = os.fork()
+            if pid == 0:
+                if os.environ.get("FALCON_FUZZ_TEST_HANG") == str(case.index):  # test hook: hang
+                    time.sleep(3600)
+                _child([inp, "-o", out] + case.argv, err.fileno())
+            running[pid] = (case, time.time(), err, inp, out, os.stat(inp))
+        time.sleep(0.005)
+        for pid, (case, start, err, inp, out, st) in list(running.items()):
+            done, status = os.waitpid(pid, os.WNOHANG)
+            seconds = time.time() - start
+            if not done and seconds <= timeout:
+                continue
+            if not done:
+                os.kill(pid, 9)
+                os.waitpid(pid, 0)
+                rc = "timeout"
+            else:
+                rc = os.waitstatus_to_exitcode(status)
+                rc = "crash" if rc < 0 else rc
+            err.seek(0)
+            stderr = err.read().decode("utf-8", "replace")
+            err.close()
+            with open(inp, "rb") as f:
+                changed = f.read() != case.data or os.stat(inp).st_mtime_ns != st.st_mtime_ns
+            conn.send((case.index, rc, stderr, os.path.exists(out), changed, min(seconds, timeout)))
+            del running[pid]
+
+
+def fuzz(cases: list, jobs: int, timeout: float, verbose: bool = False) -> list:
+    """Run every case, ``jobs`` falcon-opt processes at a time; returns the
+    list of :class:`Outcome` in case order (failures have ``problem``).
+
+    Each case is a process of its own running ``python -m
+    falcon_mlir.tools.falcon_opt`` on it, forked from a server process that
+    imported the compiler bindings and falcon_mlir's passes once (a cold
+    start per case would cost about a second more); where ``os.fork`` is
+    missing, cold processes (:func:`run_case`)."""
+    if not hasattr(os, "fork"):
+        with tempfile.TemporaryDirectory(prefix="falcon-fuzz-") as workdir, \
+                ThreadPoolExecutor(max(1, jobs)) as pool:
+            return sorted(pool.map(lambda c: run_case(c, workdir, timeout), cases), key=lambda o: o.index)
+    import multiprocessing as mp
+
+    by_index = {c.index: c for c in cases}
+    results: list = []
+    ctx = mp.get_context("spawn")
+    with tempfile.TemporaryDirectory(prefix="falcon-fuzz-") as workdir:
+        conn, child = ctx.Pipe()
+        server = ctx.Process(target=_serve, args=(child, workdir, max(1, jobs), timeout), daemon=True)
+        server.start()
+        child.close()
+        try:
+            if not conn.poll(300):
+                raise RuntimeError("fuzz_opt: fork server did not start")
+            conn.recv()
+            conn.send(cases)
+            for _ in cases:
+                index, rc, stderr, out_exists, changed, seconds = conn.recv()
+                case = by_index[index]
+                out = os.path.join(workdir, f"out{index}.mlir")
+                if rc == "timeout":
+                    problem = f"hang (> {timeout:g} s)"
+                elif rc == "crash":
+                    problem = "crashed (killed by a signal)"
+                else:
+                    problem = _classify(rc, stderr, out, out_exists, changed,
+                                        "--allow-unregistered-dialect" in case.argv)
+                for p in (os.path.join(workdir, f"in{index}.mlir"), out):
+                    try:
+                        os.unlink(p)
+                    except OSError:
+                        pass
+                o = Outcome(index, rc, stderr, problem, seconds, ["-o", out] + case.argv)
+                results.append(o)
+                if verbose:
+                    print(f"[{o.index}] rc={o.rc} {o.seconds:.2f}s {o.problem or ''}", flush=True)
         finally:
-            for w in workers:
-                w.stop()
+            server.kill()
+            server.join(5)
     results.sort(key=lambda o: o.index)
     return results
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="fuzz_opt", description=__doc__.split("\n\n")[0])
+    """The command line (see the module docstring); returns the exit status."""
+    return run_tool("fuzz_opt", _main, argv)
+
+
+def _main(argv: list) -> int:
+    p = ArgumentParser(prog="fuzz_opt", description=__doc__.split("\n\n")[0])
     p.add_argument("--cases", type=int, default=200)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--jobs", type=int, default=min(4, os.cpu_count() or 1))
@@ -447,8 +331,12 @@ def main(argv=None) -> int:
     p.add_argument("--verbose", action="store_true")
     p.add_argument("--strict", action="store_true", help="count known bugs (KNOWN_BUGS) as failures")
     args = p.parse_args(argv)
+    try:
+        seeds = load_seeds(args.lit_dir)
+    except (OSError, ValueError) as e:
+        raise ToolError(f"fuzz_opt: error: {e}") from None
 
-    cases = make_cases(args.cases, args.seed, load_seeds(args.lit_dir))
+    cases = make_cases(args.cases, args.seed, seeds)
     t0 = time.time()
     results = fuzz(cases, args.jobs, args.timeout, args.verbose)
     failures = [o for o in results if o.problem and (args.strict or not o.known)]
@@ -460,12 +348,11 @@ def main(argv=None) -> int:
     if failures or known:
         os.makedirs(args.save_dir, exist_ok=True)
         for o in failures + known:
-            with open(os.path.join(args.save_dir, f"{o.index}.mlir"), "wb") as f:
-                f.write(by_index[o.index].data)
-            with open(os.path.join(args.save_dir, f"{o.index}.txt"), "w") as f:
-                f.write(f"argv: falcon-opt {o.index}.mlir {' '.join(repr(a) for a in o.argv)}\n"
-                        f"rc: {o.rc}\nproblem: {o.problem}\nseconds: {o.seconds:.2f}\n"
-                        f"stderr:\n{o.stderr}")
+            base = os.path.join(args.save_dir, str(o.index))
+            write_files_atomic([(base + ".mlir", by_index[o.index].data), (base + ".txt", (
+                f"argv: falcon-opt {o.index}.mlir {' '.join(repr(a) for a in o.argv)}\n"
+                f"rc: {o.rc}\nproblem: {o.problem}\nseconds: {o.seconds:.2f}\n"
+                f"stderr:\n{o.stderr}").encode())])
     rcs: dict = {}
     for o in results:
         rcs[str(o.rc)] = rcs.get(str(o.rc), 0) + 1

@@ -1,8 +1,8 @@
 """Fast profile of the falcon-opt mutation fuzzer (scripts/fuzz_opt.py).
 
-About 100 mutated lit inputs through falcon-opt's main() in two worker
-processes; none may raise, print a traceback or an internal error, hang,
-exit with a status other than 0/1, leave an output file after an error, or
+About 100 mutated lit inputs through falcon-opt, two processes at a time;
+none may crash, print a traceback or an internal error, hang, exit with a
+status other than 0/1, leave an output file after an error, or
 exit 0 with output that does not parse back.  Failures already pinned by a
 strict xfail in test_bad_input.py (fuzz_opt.KNOWN_BUGS) are tolerated here.
 Longer campaigns: ``python3 scripts/fuzz_opt.py --cases 2000 --seed N``.

@@ -30,7 +30,7 @@ both headed by the command that made them.
 
 from __future__ import annotations
 
-import argparse
+import io
 import json
 import math
 import os
@@ -43,6 +43,10 @@ from functools import lru_cache
 from typing import Dict, List, Optional
 
 import numpy as np
+
+from falcon_mlir.cli import ArgumentParser, ToolError, run_tool
+from falcon_mlir.compare import rel_err
+from falcon_mlir.files import write_atomic
 
 DEFAULT_SIZES = (64, 128, 256, 512)
 DEFAULT_PLANS = ("classical", "strassen", "winograd", "3x3x3:23", "2x3x4:20", "4x4x4:49",
@@ -70,14 +74,6 @@ def plan_schemes(plan: str) -> List[str]:
         name, _, levels = plan.partition("^")
         return [name] * int(levels)
     return plan.split("*")
-
-
-def matmul_mlir(M: int, N: int, K: int, lhs: str, acc: str) -> str:
-    """``@f(A: MxK lhs, B: KxN lhs, C: MxN acc) -> C + A @ B`` as one ``linalg.matmul``."""
-    ta, tb, tc = (f"tensor<{M}x{K}x{lhs}>", f"tensor<{K}x{N}x{lhs}>", f"tensor<{M}x{N}x{acc}>")
-    return (f"func.func @f(%a: {ta}, %b: {tb}, %c: {tc}) -> {tc} {{\n"
-            f"  %0 = linalg.matmul ins(%a, %b : {ta}, {tb}) outs(%c : {tc}) -> {tc}\n"
-            f"  return %0 : {tc}\n}}\n")
 
 
 def rewrite(text: str, schemes: List[str]) -> str:
@@ -118,19 +114,14 @@ def inputs(dtype: str, size: int, seed: int):
     return a, b, c, ref
 
 
-def rel_err(x, ref) -> float:
-    """Max-norm relative error ``max|x - ref| / max|ref|`` (in the reference's precision)."""
-    x = np.asarray(x).astype(ref.dtype)
-    return float(np.abs(x - ref).max() / np.abs(ref).max())
-
-
 def measure(dtype: str, size: int, plan: str, seeds: int) -> dict:
     """Compile one (dtype, size, plan) cell and return its errors over the seeds."""
+    from falcon_mlir.ir.matmul_text import matmul_mlir
     from falcon_mlir.runner import CPU_FLAGS, Module, compile_mlir
 
     lhs, acc = DTYPES[dtype]
     t0 = time.perf_counter()
-    text = matmul_mlir(size, size, size, lhs, acc)
+    text = matmul_mlir(size, size, size, lhs, acc, func="f", init="arg")  # @f(A, B, C) -> C + A @ B
     schemes = plan_schemes(plan)
     if schemes:
         text = rewrite(text, schemes)
@@ -140,7 +131,7 @@ def measure(dtype: str, size: int, plan: str, seeds: int) -> dict:
     for seed in range(seeds):
         a, b, c, ref = inputs(dtype, size, seed)
         got = module("f", a, b, c)
-        errs.append(rel_err(got, ref))
+        errs.append(rel_err(got, ref))  # in long double for f64 (the reference's type)
     return {"dtype": dtype, "size": size, "plan": plan, "errors": errs,
             "seconds": time.perf_counter() - t0}
 
@@ -263,8 +254,7 @@ def write_markdown(path: str, results: List[dict], command: str, wall: float, ar
         L.append(f"| {r['dtype']} | {r['plan']} | {r['size']} | {statistics.median(r['errors']):.3g} | "
                  f"{max(r['errors']):.3g} | {pred:.3g} | {r['seconds']:.1f} |")
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w") as f:
-        f.write("\n".join(L) + "\n")
+    write_atomic(path, ("\n".join(L) + "\n").encode())
 
 
 def write_plot(path: str, results: List[dict], command: str, args) -> None:
@@ -309,8 +299,10 @@ def write_plot(path: str, results: List[dict], command: str, args) -> None:
     fig.suptitle(f"falcon-mlir accuracy (IREE llvm-cpu): {command}", fontsize=8)
     fig.tight_layout(rect=(0, 0.08 if rows > 1 else 0.14, 1, 0.97))
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fig.savefig(path, dpi=110)
+    buf = io.BytesIO()
+    fig.savefig(buf, dpi=110, format="png")
     plt.close(fig)
+    write_atomic(path, buf.getvalue())
 
 
 # ----------------------------------------------------------------------------
@@ -321,8 +313,8 @@ def _csv(text: str) -> list:
     return [x for x in text.split(",") if x]
 
 
-def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="falcon-accuracy",
+def _parser() -> ArgumentParser:
+    ap = ArgumentParser(prog="falcon-accuracy", usage_status=2,
                                  description="measured vs predicted error of LCMA plans")
     ap.add_argument("--quick", action="store_true",
                     help="CI subset: sizes 64,128; classical, strassen, strassen^2, 3x3x3:23; 3 seeds")
@@ -341,8 +333,13 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    args = _parser().parse_args(argv)
-    argv_list = sys.argv[1:] if argv is None else list(argv)
+    """The command line (see the module docstring); returns the exit status
+    (2 for a bad command line)."""
+    return run_tool("falcon-accuracy", _main, argv)
+
+
+def _main(argv_list: list) -> int:
+    args = _parser().parse_args(argv_list)
     command = "python3 scripts/accuracy.py" + ("" if not argv_list else " " + shlex.join(argv_list))
     args.sizes = args.sizes or list(QUICK["sizes"] if args.quick else DEFAULT_SIZES)
     args.plans = args.plans or list(QUICK["plans"] if args.quick else DEFAULT_PLANS)
@@ -350,9 +347,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     args.seeds = args.seeds or (QUICK["seeds"] if args.quick else 5)
     for d in args.dtypes:
         if d not in DTYPES:
-            print(f"falcon-accuracy: error: unknown dtype {d!r} (expected {', '.join(DTYPES)})",
-                  file=sys.stderr)
-            return 2
+            raise ToolError(f"falcon-accuracy: error: unknown dtype {d!r} (expected {', '.join(DTYPES)})", 2)
     # Largest cells first, so the pool's tail is short.
     tasks = [(d, s, p, args.seeds) for d in args.dtypes for s in args.sizes for p in args.plans]
     tasks.sort(key=lambda t: (-t[1], args.dtypes.index(t[0]), -len(plan_schemes(t[2]))))
@@ -380,8 +375,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     if not args.from_json:
         wall = time.perf_counter() - t0
     if args.json and not args.from_json:
-        with open(args.json, "w") as f:
-            json.dump({"command": command, "wall_s": wall, "results": results}, f, indent=1)
+        write_atomic(args.json, json.dumps({"command": command, "wall_s": wall, "results": results},
+                                           indent=1).encode())
     write_markdown(args.md, results, command, wall, args)
     write_plot(args.png, results, command, args)
     st = summarize(results)

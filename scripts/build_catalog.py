@@ -21,7 +21,6 @@ arguments.
 
 from __future__ import annotations
 
-import argparse
 import gzip
 import json
 import os
@@ -30,24 +29,20 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 try:
-    from falcon_mlir.catalog.loaders import (
-        SchemeLoadError,
-        alphatensor_keys,
-        load_alphatensor_npz,
-        load_fast_matmul,
-        load_scheme_file,
-    )
-    from falcon_mlir.catalog.scheme import Scheme
+    import falcon_mlir  # noqa: F401
 except ImportError:  # running from a checkout without installing
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from falcon_mlir.catalog.loaders import (  # noqa: E402
-        SchemeLoadError,
-        alphatensor_keys,
-        load_alphatensor_npz,
-        load_fast_matmul,
-        load_scheme_file,
-    )
-    from falcon_mlir.catalog.scheme import Scheme  # noqa: E402
+
+from falcon_mlir.catalog.loaders import (  # noqa: E402
+    SchemeLoadError,
+    alphatensor_keys,
+    load_alphatensor_npz,
+    load_fast_matmul,
+    load_scheme_file,
+)
+from falcon_mlir.catalog.scheme import Scheme  # noqa: E402
+from falcon_mlir.cli import ArgumentParser, ToolError, run_tool  # noqa: E402
+from falcon_mlir.files import write_atomic  # noqa: E402
 
 FMM = "fastmatrixmultiplication"
 # short provenance labels (full credits: the data file's "sources" and NOTICE)
@@ -285,7 +280,12 @@ def build(shared: Path, log=print) -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    """The command line (see the module docstring); returns the exit status."""
+    return run_tool("build_catalog", _main, argv)
+
+
+def _main(argv: list) -> int:
+    ap = ArgumentParser(prog="build_catalog", description=__doc__.split("\n\n")[0], usage_status=2)
     ap.add_argument("--shared", required=True, type=Path, help="the shared folder (holds schemes/)")
     ap.add_argument("-o", "--output", required=True, type=Path, help="catalog.json or catalog.json.gz")
     ap.add_argument("-q", "--quiet", action="store_true")
@@ -294,8 +294,7 @@ def main(argv=None) -> int:
     try:
         data = build(args.shared, log)
     except BuildError as exc:
-        print(f"build_catalog: error: {exc}", file=sys.stderr)
-        return 1
+        raise ToolError(f"build_catalog: error: {exc}") from None
     text = json.dumps(data, separators=(",", ":"), ensure_ascii=True)
     out: Path = args.output
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -303,13 +302,11 @@ def main(argv=None) -> int:
         out = out.with_name(out.name + ".gz")
         log(f"  data larger than 3 MB: writing {out}")
     if str(out).endswith(".gz"):
-        with gzip.open(out, "wt", encoding="ascii") as fh:
-            fh.write(text)
+        write_atomic(str(out), gzip.compress(text.encode("ascii")))
     else:
-        out.write_text(text + "\n", encoding="ascii")
+        write_atomic(str(out), (text + "\n").encode("ascii"))
     log(f"wrote {out}: {len(data['schemes'])} schemes, {os.path.getsize(out)} bytes")
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

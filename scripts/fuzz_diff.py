@@ -40,7 +40,6 @@ after a greedy shrink towards a minimal input. Exit status 1 on any failure.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import random
@@ -59,7 +58,11 @@ sys.path.insert(0, os.path.join(ROOT, "test", "python"))
 from hypothesis import HealthCheck, Phase, given, seed as hyp_seed, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from cases import contraction_mlir, random_inputs, reference, rel_err, rewrite  # noqa: E402
+from cases import contraction_mlir, random_inputs, reference, rewrite  # noqa: E402  (test helpers)
+
+from falcon_mlir.cli import ArgumentParser, run_tool  # noqa: E402
+from falcon_mlir.compare import rel_err  # noqa: E402
+from falcon_mlir.files import write_files_atomic  # noqa: E402
 
 SCHEMES = ["strassen", "winograd", "2x2x3:11", "2x3x3:15", "3x3x3:23", "2x3x4:20", "3x2x4:20",
            "4x4x4:49", "4x4x4:48"]
@@ -276,23 +279,19 @@ def shrink(case: Case, signature: str, budget: int) -> tuple:
 
 
 def save(save_dir: str, idx: int, case: Case, out: Outcome, run_seed: int, minimal=None) -> str:
+    """Write a failing case (MLIR before/after, the minimal case if shrunk,
+    case.json) into a folder of ``save_dir``, all files or none; returns the folder."""
     d = os.path.join(save_dir, f"{idx:04d}-{out.signature.replace(':', '-')}")
     os.makedirs(d, exist_ok=True)
-    with open(os.path.join(d, "original.mlir"), "w") as f:
-        f.write(out.original)
-    with open(os.path.join(d, "rewritten.mlir"), "w") as f:
-        f.write(out.rewritten)
+    files = [("original.mlir", out.original), ("rewritten.mlir", out.rewritten)]
     info = {"run_seed": run_seed, "case": asdict(case), "options": case.options,
             "signature": out.signature, "detail": out.detail, "report": out.report}
     if minimal is not None:
         mcase, mout = minimal
         info["minimal"] = {"case": asdict(mcase), "options": mcase.options, "detail": mout.detail}
-        with open(os.path.join(d, "minimal.mlir"), "w") as f:
-            f.write(mout.original)
-        with open(os.path.join(d, "minimal.rewritten.mlir"), "w") as f:
-            f.write(mout.rewritten)
-    with open(os.path.join(d, "case.json"), "w") as f:
-        json.dump(info, f, indent=2, default=str)
+        files += [("minimal.mlir", mout.original), ("minimal.rewritten.mlir", mout.rewritten)]
+    files.append(("case.json", json.dumps(info, indent=2, default=str)))
+    write_files_atomic([(os.path.join(d, name), text.encode()) for name, text in files])
     return d
 
 
@@ -356,7 +355,12 @@ def summary_line(stats: dict) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    """The command line (see the module docstring); returns the exit status."""
+    return run_tool("fuzz_diff", _main, argv)
+
+
+def _main(argv: list) -> int:
+    p = ArgumentParser(prog="fuzz_diff", description=__doc__.split("\n")[0])
     p.add_argument("--cases", type=int, default=200)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--long", action="store_true", help="2000 cases")

@@ -20,13 +20,16 @@ Exit status 0; 2 for a bad command line (one line on stderr).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
 import subprocess
 import sys
 import tempfile
+
+from falcon_mlir.bench.shapes import parse_shapes
+from falcon_mlir.cli import ArgumentParser, ToolError, run_tool
+from falcon_mlir.files import write_atomic
 
 CHILD = r"""
 import json, resource, sys
@@ -60,6 +63,8 @@ print(json.dumps({"before": before, "peak": peak, "base_peak": base_peak}))
 
 
 def measure(vmfb: bytes, M: int, N: int, K: int, tmp: str, name: str) -> dict:
+    """Run the module's ``@mm`` twice in a fresh child process; its RSS
+    before the calls and peak RSS (bytes)."""
     path = os.path.join(tmp, re.sub(r"[^a-z0-9]+", "_", name.lower()) + ".vmfb")
     with open(path, "wb") as f:
         f.write(vmfb)
@@ -69,18 +74,24 @@ def measure(vmfb: bytes, M: int, N: int, K: int, tmp: str, name: str) -> dict:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="peak_memory", description=__doc__.split("\n\n")[0])
+    """The command line (see the module docstring); returns the exit status."""
+    return run_tool("peak_memory", _main, argv)
+
+
+def _main(argv: list) -> int:
+    p = ArgumentParser(prog="peak_memory", description=__doc__.split("\n\n")[0], usage_status=2)
     p.add_argument("--shape", default="4096x4096x4096", help="MxNxK")
     p.add_argument("--candidates", default="auto", help="comma-separated lcma option strings")
     p.add_argument("--md", help="append the table to this markdown file")
     args = p.parse_args(argv)
-    m = re.fullmatch(r"(\d+)x(\d+)x(\d+)", args.shape)
-    if not m or 0 in [int(g) for g in m.groups()]:
-        print(f"peak_memory: error: --shape {args.shape!r} is not MxNxK", file=sys.stderr)
-        return 2
-    M, N, K = (int(g) for g in m.groups())
+    try:
+        [shape] = parse_shapes(args.shape)
+    except ValueError:
+        raise ToolError(f"peak_memory: error: --shape {args.shape!r} is not MxNxK", 2) from None
+    M, N, K = shape.mnk
     from falcon_mlir import compile_str
-    from falcon_mlir.runner import BEST_CPU_FLAGS, matmul_mlir
+    from falcon_mlir.ir.matmul_text import matmul_mlir
+    from falcon_mlir.runner import BEST_CPU_FLAGS
 
     text = matmul_mlir(M, N, K)
     rows = []
@@ -110,8 +121,8 @@ def main(argv=None) -> int:
     out = "\n".join(lines)
     print(out)
     if args.md:
-        with open(args.md, "a", encoding="utf-8") as f:
-            f.write(out + "\n")
+        old = open(args.md, "rb").read() if os.path.exists(args.md) else b""
+        write_atomic(args.md, old + (out + "\n").encode())
     return 0
 
 

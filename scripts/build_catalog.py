@@ -143,13 +143,18 @@ def pick(root: Path, cands: List[dict], fmt: Tuple[int, int, int], log) -> Tuple
 
 
 def build(shared: Path, log=print) -> dict:
+    """The catalog data (the dict written as catalog.json): the best scheme of
+    each format up to 6 from the shared sources, checked exactly.
+
+    Raises:
+        BuildError: a missing index, a scheme that fails verification, a
+            duplicate or missing name, or an AlphaTensor scheme that beats the catalog.
+    """
     root = shared / "schemes"
     index_path = root / FMM / "status_upto6.json"
     if not index_path.exists():
         raise BuildError(f"index not found: {index_path}")
     index = json.loads(index_path.read_text())
-    entries: List[Scheme] = []
-    best_over: Dict[str, List[str]] = {}
 
     # ---- classics -------------------------------------------------------
     strassen = load_fast_matmul(root / "fast-matmul" / "strassen")
@@ -160,6 +165,26 @@ def build(shared: Path, log=print) -> dict:
         log("  strassen: fast-matmul/strassen == FMM classic/Strassen-222-7-18.m (same 7 products)")
     winograd = load_rel(root, f"{FMM}/schemes/results/addition_reduced_ZT/2x2x2_m7_cr15_cn24_ZT_reduced.json")
 
+    entries, best_over = _per_format(root, index, strassen, log)
+    # Strassen-Winograd
+    entries.append(renamed(
+        winograd, "2x2x2:7-winograd",
+        f"{FMM_CREDIT}: schemes/results/addition_reduced_ZT/2x2x2_m7_cr15_cn24_ZT_reduced.json",
+        tag="winograd", aliases=("winograd", "strassen-winograd"),
+        notes="Strassen-Winograd variant (Winograd 1971): 24 naive additions, 15 after "
+              "common-subexpression reduction; E=18",
+    ))
+    best_over[entries[-1].name] = ["ZT", "Z", "Q"]
+    _check(entries, strassen, winograd)
+    _cross_check_alphatensor(root, entries, log)
+    return _data(entries, best_over)
+
+
+def _per_format(root: Path, index: dict, strassen: Scheme, log) -> Tuple[List[Scheme], Dict[str, List[str]]]:
+    """The best ZT scheme of every format 2..6 (and the best over Q where its
+    rank is lower), with the rings each is best over."""
+    entries: List[Scheme] = []
+    best_over: Dict[str, List[str]] = {}
     # ---- per format -----------------------------------------------------
     for key in sorted(index, key=lambda f: tuple(int(x) for x in f.split("x"))):
         fmt = tuple(int(x) for x in key.split("x"))
@@ -200,17 +225,11 @@ def build(shared: Path, log=print) -> dict:
             f"{e.name} [{e.coefficient_set}, {e.naive_additions} adds]" for e in entries
             if e.format == key))
 
-    # Strassen-Winograd
-    entries.append(renamed(
-        winograd, "2x2x2:7-winograd",
-        f"{FMM_CREDIT}: schemes/results/addition_reduced_ZT/2x2x2_m7_cr15_cn24_ZT_reduced.json",
-        tag="winograd", aliases=("winograd", "strassen-winograd"),
-        notes="Strassen-Winograd variant (Winograd 1971): 24 naive additions, 15 after "
-              "common-subexpression reduction; E=18",
-    ))
-    best_over[entries[-1].name] = ["ZT", "Z", "Q"]
+    return entries, best_over
 
-    # ---- verification and checks ---------------------------------------
+
+def _check(entries: List[Scheme], strassen: Scheme, winograd: Scheme) -> None:
+    """Exact verification, unique and required names, strassen (x) strassen, the classics' figures."""
     names = set()
     for s in entries:
         if not s.verify():
@@ -231,8 +250,11 @@ def build(shared: Path, log=print) -> dict:
         if s.stability_e != e or s.naive_additions != adds:
             raise BuildError(f"{nm}: E={s.stability_e} adds={s.naive_additions}, expected {e}/{adds}")
 
-    # cross-check against AlphaTensor's own npz (every scheme there must verify
-    # and none may beat the catalog's rank)
+
+
+def _cross_check_alphatensor(root: Path, entries: List[Scheme], log) -> None:
+    """Every scheme of AlphaTensor's own npz (formats up to 6) must verify and
+    none may beat the catalog's rank."""
     npz = root / "alphatensor" / "factorizations_r.npz"
     if npz.exists():
         best_rank = {}
@@ -251,6 +273,10 @@ def build(shared: Path, log=print) -> dict:
                 raise BuildError(f"alphatensor[{akey}] rank {a.R} beats catalog {best_rank.get(key)}")
         log("  alphatensor factorizations_r.npz (formats <= 6): all verify, none beats the catalog")
 
+
+
+def _data(entries: List[Scheme], best_over: Dict[str, List[str]]) -> dict:
+    """The catalog.json dict: convention, sources, schemes sorted by format and rank."""
     entries.sort(key=lambda s: (sorted((s.m, s.k, s.n)), s.R, s.tag or ""))
     schemes = []
     for s in entries:

@@ -117,41 +117,36 @@ def fill(rng, shape, t: str) -> np.ndarray:
     return arr.reshape(shape).astype(np_type(t))
 
 
-def time_calls(fn, args, seconds: float, min_reps: int = 3, max_reps: int = 100000) -> list:
-    """Call times in seconds: one warm-up call, then enough calls for ``seconds``."""
-    res = fn(*args)
-    del res
+def _timed(fn, args) -> float:
+    """Seconds of one call (its result dropped at once: it may hold device memory)."""
     t0 = time.perf_counter()
     res = fn(*args)
-    est = time.perf_counter() - t0
+    t = time.perf_counter() - t0
     del res
-    reps = int(min(max_reps, max(min_reps, math.ceil(seconds / max(est, 1e-7)))))
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        res = fn(*args)
-        times.append(time.perf_counter() - t0)
-        del res
-    return times
+    return t
+
+
+def _reps(est: float, seconds: float, min_reps: int, max_reps: int = 100000) -> int:
+    """Calls of ``est`` seconds each that fill ``seconds``, within [min_reps, max_reps]."""
+    return int(min(max_reps, max(min_reps, math.ceil(seconds / max(est, 1e-7)))))
+
+
+def time_calls(fn, args, seconds: float, min_reps: int = 3, max_reps: int = 100000) -> list:
+    """Call times in seconds: one warm-up call, then enough calls for ``seconds``."""
+    _timed(fn, args)
+    reps = _reps(_timed(fn, args), seconds, min_reps, max_reps)
+    return [_timed(fn, args) for _ in range(reps)]
 
 
 def time_pair(fa, fb, args, seconds: float, min_reps: int = 5) -> tuple:
     """Alternating calls of ``fa`` and ``fb`` (drift hits both): two lists of seconds."""
-    for f in (fa, fb):
-        r = f(*args)
-        del r
-    t0 = time.perf_counter()
-    r = fb(*args)
-    est = time.perf_counter() - t0
-    del r
-    reps = int(min(100000, max(min_reps, math.ceil(seconds / 2 / max(est, 1e-7)))))
+    _timed(fa, args)
+    _timed(fb, args)
+    reps = _reps(_timed(fb, args), seconds / 2, min_reps)
     ta, tb = [], []
     for _ in range(reps):
-        for f, ts in ((fa, ta), (fb, tb)):
-            t0 = time.perf_counter()
-            r = f(*args)
-            ts.append(time.perf_counter() - t0)
-            del r
+        ta.append(_timed(fa, args))
+        tb.append(_timed(fb, args))
     return ta, tb
 
 

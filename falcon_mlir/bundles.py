@@ -30,6 +30,7 @@ __all__ = ["STANDALONE", "copy_standalone"]
 STANDALONE = {
     "falcon_mlir.cli": "falcon_cli.py",
     "falcon_mlir.compare": "falcon_compare.py",
+    "falcon_mlir.dtypes": "falcon_dtypes.py",
     "falcon_mlir.files": "falcon_files.py",
     "falcon_mlir.bench.shapes": "falcon_shapes.py",
     "falcon_mlir.calibration.assemble": "falcon_calibrate_assemble.py",

@@ -46,6 +46,7 @@ import numpy as np
 
 from falcon_mlir.cli import ArgumentParser, ToolError, run_tool
 from falcon_mlir.compare import rel_err
+from falcon_mlir.dtypes import np_type
 from falcon_mlir.files import write_atomic
 
 DEFAULT_SIZES = (64, 128, 256, 512)
@@ -91,14 +92,6 @@ def rewrite(text: str, schemes: List[str]) -> str:
         if not module.operation.verify():
             raise RuntimeError("rewritten module does not verify")
         return str(module)
-
-
-def np_type(name: str):
-    if name == "bf16":
-        import ml_dtypes
-
-        return ml_dtypes.bfloat16
-    return {"f32": np.float32, "f16": np.float16, "f64": np.float64}[name]
 
 
 @lru_cache(maxsize=None)

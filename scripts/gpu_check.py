@@ -113,7 +113,8 @@ VARIANTS = {
 #: What a bundle carries besides the modules: the GPU half (this script and
 #: gpu_check_run.py) and the standalone library modules they import.
 BUNDLED_SCRIPTS = ("gpu_check.py", "gpu_check_run.py")
-BUNDLED_LIBRARY = ("falcon_mlir.cli", "falcon_mlir.compare", "falcon_mlir.files", "falcon_mlir.bench.shapes")
+BUNDLED_LIBRARY = ("falcon_mlir.cli", "falcon_mlir.compare", "falcon_mlir.dtypes", "falcon_mlir.files",
+                   "falcon_mlir.bench.shapes")
 
 
 def parse_shapes(tokens) -> list:

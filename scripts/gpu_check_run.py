@@ -6,7 +6,7 @@ Runs where falcon_mlir may be missing: it needs only numpy and the
 ``iree-base-runtime`` wheel (torch for the cuBLAS peer, matplotlib for the
 plot). A bundle carries this file, ``gpu_check.py`` (the command line) and
 unmodified copies of the standalone library modules imported below
-(:mod:`falcon_mlir.cli`, :mod:`falcon_mlir.compare`, :mod:`falcon_mlir.files`,
+(:mod:`falcon_mlir.cli`, :mod:`falcon_mlir.compare`, :mod:`falcon_mlir.dtypes`, :mod:`falcon_mlir.files`,
 :mod:`falcon_mlir.bench.shapes`; see :mod:`falcon_mlir.bundles`), so
 ``python gpu_bundle/gpu_check.py run gpu_bundle`` works there. See
 ``gpu_check.py``'s docstring for what is measured.
@@ -25,18 +25,19 @@ from pathlib import Path
 import numpy as np
 
 try:  # falcon_mlir installed
-    from falcon_mlir import cli, compare, files
+    from falcon_mlir import cli, compare, dtypes, files
     from falcon_mlir.bench import shapes
 except ImportError:  # in a bundle: the copies beside this file
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import falcon_cli as cli
     import falcon_compare as compare
+    import falcon_dtypes as dtypes
     import falcon_files as files
     import falcon_shapes as shapes
 
 rel_err = compare.rel_err
 #: For gpu_check.py, which imports them from here in a bundle as well.
-__all__ = ["cli", "shapes", "rel_err", "MANIFEST", "FORMAT", "TOLERANCE", "CUDA_RUNTIME_FLAGS", "NP_DTYPE",
+__all__ = ["cli", "shapes", "rel_err", "MANIFEST", "FORMAT", "TOLERANCE", "CUDA_RUNTIME_FLAGS",
            "TORCH_VARIANT", "shape_str", "entry_mnk", "make_inputs", "make_config", "run_bundle",
            "markdown", "write_results", "load_rows", "summary_table", "plot_results"]
 
@@ -50,7 +51,6 @@ TOLERANCE = {"f32": 1e-4, "f16": 3e-2}
 #: IREE runtime flags of falcon's CUDA runtime settings (the same as
 #: falcon_mlir.runner.CUDA_RUNTIME_FLAGS; with the caching allocator).
 CUDA_RUNTIME_FLAGS = ("--cuda_async_allocations=false",)
-NP_DTYPE = {"f32": np.float32, "f16": np.float16}
 TORCH_VARIANT = "torch (cuBLAS)"
 
 
@@ -79,8 +79,8 @@ def make_inputs(M: int, N, K=None, dtype=None, seed=None):
     if isinstance(N, str):                      # old form: (n, dtype, seed)
         dtype, seed, N, K = N, K, M, M
     rng = np.random.default_rng(seed)
-    a = rng.standard_normal((M, K), dtype=np.float32).astype(NP_DTYPE[dtype])
-    b = rng.standard_normal((K, N), dtype=np.float32).astype(NP_DTYPE[dtype])
+    a = rng.standard_normal((M, K), dtype=np.float32).astype(dtypes.np_type(dtype))
+    b = rng.standard_normal((K, N), dtype=np.float32).astype(dtypes.np_type(dtype))
     return a, b
 
 

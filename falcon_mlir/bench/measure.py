@@ -21,11 +21,11 @@ from falcon_mlir.bench.candidates import Candidate, expand_top, plan_text
 from falcon_mlir.bench.shapes import Shape
 from falcon_mlir.cli import error_line
 from falcon_mlir.compare import rel_err
+from falcon_mlir.dtypes import np_type
 from falcon_mlir.ir.matmul_text import matmul_mlir
 from falcon_mlir.runner import BEST_CPU_FLAGS
 
-__all__ = ["FLAG_SETS", "BenchConfig", "Result", "bench_shape", "attach_weight", "openblas_core",
-           "np_dtype"]
+__all__ = ["FLAG_SETS", "BenchConfig", "Result", "bench_shape", "attach_weight", "openblas_core"]
 
 #: iree-compile flags per ``--flags`` choice (the target backend comes from
 #: ``compile_str(target_backends=["llvm-cpu"])``).
@@ -94,15 +94,6 @@ class Result:
     rel_err_f64: float = float("nan")
     rel_err_cls: float = float("nan")
     status: str = "ok"
-
-
-def np_dtype(dtype: str):
-    """The numpy type of ``f32``, ``f16`` or ``bf16`` (ml_dtypes)."""
-    if dtype == "bf16":
-        import ml_dtypes
-
-        return ml_dtypes.bfloat16
-    return {"f32": np.float32, "f16": np.float16}[dtype]
 
 
 def attach_weight(text: str, b: np.ndarray, dtype: str) -> bytes:
@@ -228,7 +219,7 @@ def bench_shape(shape: Shape, cands: List[Candidate], config: BenchConfig,
     """
     log = log or (lambda msg: None)
     rng = np.random.default_rng([config.seed, shape.M, shape.N, shape.K])
-    npd = np_dtype(config.dtype)
+    npd = np_type(config.dtype)
     a = rng.standard_normal((shape.M, shape.K), dtype=np.float32).astype(npd)
     b = rng.standard_normal((shape.K, shape.N), dtype=np.float32).astype(npd)
     ref = a.astype(np.float64) @ b.astype(np.float64)

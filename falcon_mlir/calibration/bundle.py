@@ -172,6 +172,6 @@ def prepare_bundle(outdir, *, device: str, dtypes, sizes, bandwidth_mb: int, sec
     runner = Path(measure.__file__).resolve()
     if (out / RUNNER).resolve() != runner:
         shutil.copyfile(runner, out / RUNNER)
-    copy_standalone(out, ["falcon_mlir.cli", "falcon_mlir.compare", "falcon_mlir.files",
+    copy_standalone(out, ["falcon_mlir.cli", "falcon_mlir.compare", "falcon_mlir.dtypes", "falcon_mlir.files",
                           "falcon_mlir.calibration.assemble"])
     return manifest

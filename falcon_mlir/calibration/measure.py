@@ -6,7 +6,7 @@ Runs where falcon_mlir may be missing (the GPU machine of ``falcon-calibrate
 --prepare DIR``): it needs only Python, numpy and ``iree.runtime``. The
 bundle carries this file as ``calibrate_run.py`` and unmodified copies of the
 standalone library modules it imports (:mod:`falcon_mlir.cli`,
-:mod:`falcon_mlir.compare`, :mod:`falcon_mlir.files`,
+:mod:`falcon_mlir.compare`, :mod:`falcon_mlir.dtypes`, :mod:`falcon_mlir.files`,
 :mod:`falcon_mlir.calibration.assemble`, see :mod:`falcon_mlir.bundles`);
 there::
 
@@ -36,12 +36,14 @@ try:  # falcon_mlir installed
                                                   summary)
     from falcon_mlir.cli import ArgumentParser, ToolError, error_line, run_tool
     from falcon_mlir.compare import rel_err
+    from falcon_mlir.dtypes import np_type
     from falcon_mlir.files import unwritable_reason, write_atomic
 except ImportError:  # calibrate_run.py in a bundle: the copies beside this file
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from falcon_calibrate_assemble import FORMAT, CalibrationError, check_profile, profile_dict, summary
     from falcon_cli import ArgumentParser, ToolError, error_line, run_tool
     from falcon_compare import rel_err
+    from falcon_dtypes import np_type
     from falcon_files import unwritable_reason, write_atomic
 
 PROG = "falcon-calibrate"
@@ -92,15 +94,6 @@ class Progress:
 def is_int(t: str) -> bool:
     """Whether MLIR element type ``t`` is an integer (``i8``, ``i32``)."""
     return t.startswith("i")
-
-
-def np_type(t: str):
-    """The numpy type of MLIR element type ``t``."""
-    if t == "bf16":
-        import ml_dtypes
-        return ml_dtypes.bfloat16
-    return {"f32": np.float32, "f16": np.float16, "f64": np.float64, "i8": np.int8,
-            "i32": np.int32}[t]
 
 
 def fill(rng, shape, t: str) -> np.ndarray:

@@ -150,7 +150,7 @@ def _tiles_options(tiles: TilesSpec, flags: Sequence[str]):
     Raises:
         OptionError (a ValueError): an unknown target or option.
     """
-    from .passes.tiles import TilesOptions
+    from .passes.falcon_tiles import TilesOptions
 
     if tiles is None or tiles is False:
         return None
@@ -174,7 +174,7 @@ def targets_cuda(flags: Sequence[str]) -> bool:
 def _with_tiles(rewrite, options, tiles_report: Optional[list]):
     """``rewrite`` (or nothing) followed by falcon-tiles with ``options``; the
     callback returns the rewrite's report, the tile entries go to ``tiles_report``."""
-    from .passes.tiles import run_falcon_tiles
+    from .passes.falcon_tiles import run_falcon_tiles
 
     def rewrite_and_tile(module_op):
         report = rewrite(module_op) if rewrite is not None else []

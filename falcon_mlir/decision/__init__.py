@@ -38,8 +38,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence
 
-from .cost import (EDGES, FORMS, MAX_GROUPED_TERMS, MAX_PRODUCTS, CostModel, Estimate,
-                   Problem, scheme_stats, single_level_names)
+from falcon_mlir.dialects.plan import EDGES, FORMS  # the plan's edge strategies and forms
+
+from .cost import (MAX_GROUPED_TERMS, MAX_PRODUCTS, CostModel, Estimate, Problem, scheme_stats,
+                   single_level_names)
 from .profile import Profile, ProfileError, load_profile, preset_names
 
 __all__ = ["decide", "Decision", "Problem", "Estimate", "Profile", "ProfileError",

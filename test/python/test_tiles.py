@@ -174,7 +174,7 @@ def _gpu_check():
     import importlib.util
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[2] / "tools" / "gpu_check.py"
+    path = Path(__file__).resolve().parents[2] / "scripts" / "gpu_check.py"
     spec = importlib.util.spec_from_file_location("gpu_check_t", path)
     gc = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(gc)

@@ -84,7 +84,8 @@ def test_target_option_errors_are_option_errors():
 
     with pytest.raises(OptionError, match="target: unknown target profile"):
         LcmaOptions.parse("target=nope")
-    assert LcmaOptions.parse("target=h200").target == "h200"
+    assert LcmaOptions.parse("target=h200").profile == "h200"  # target= is profile='s alias
+    assert LcmaOptions.parse("profile=h200").profile == "h200"
 
 
 def test_profile_save_round_trips(tmp_path):

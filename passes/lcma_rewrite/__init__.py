@@ -32,7 +32,7 @@ from iree.compiler import ir
 from falcon_mlir import decision
 from falcon_mlir.dialects.plan import PLAN_ATTR
 from falcon_mlir.ir.contraction import analyze, find_contractions, format_location
-from falcon_mlir.pipeline.session import RewriteError
+from falcon_mlir.pipeline.diagnostics import RewriteError
 
 from .dispatch import DYNAMIC_CHUNK_CANDIDATES, DYNAMIC_CHUNK_M, dynamic_choice, dynamic_entry, \
     emit_dispatch
@@ -43,7 +43,7 @@ from .planning import plan_for, predicted_errors, predicted_time
 __all__ = ["run_lcma_rewrite", "LcmaOptions", "plan_for", "OptionError", "RewriteError",
            "DYNAMIC_CHUNK_M", "DYNAMIC_CHUNK_CANDIDATES", "MAX_LEVELS"]
 
-# RewriteError (re-exported from falcon_mlir.pipeline.session) is what
+# RewriteError (re-exported from falcon_mlir.pipeline.diagnostics) is what
 # compile_str/compile_file raise when this pass fails inside IREE's pipeline;
 # the pass's own exception is its __cause__.
 

@@ -166,7 +166,7 @@ def lcma_options(spec) -> Optional[LcmaOptions]:
     if spec is None or spec is False:
         return None
     if spec is True:
-        return LcmaOptions()
+        return LcmaOptions.parse("")  # the defaults, checked as text options are
     if isinstance(spec, LcmaOptions):
         return spec
     if isinstance(spec, str):

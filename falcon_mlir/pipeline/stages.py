@@ -258,8 +258,9 @@ class Pipeline:
                 self.exceptions.append(e)
                 pass_.signal_pass_failure()
                 return
-            for e in entries:
-                e.update(st.report_extra)
+            for e in entries:  # a copy each: entries are the caller's to change
+                e.update({k: dict(v) if isinstance(v, dict) else v
+                          for k, v in st.report_extra.items()})
             self.report.extend(entries)
             self.stage_reports.append((st, entries))
 

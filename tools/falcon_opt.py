@@ -14,7 +14,6 @@ message`` on stderr, exit status 1, and no output file is written.
 from __future__ import annotations
 
 import json
-import re
 import sys
 
 from falcon_mlir.cli import ArgumentParser, ToolError, run_tool, write_stdout
@@ -106,22 +105,6 @@ def _pass_flag_to_element(flag: str) -> str:
     return f"{name}{{{opts}}}"
 
 
-def _diag_lines(err, filename: str) -> list:
-    """One ``file:line:col: error: message`` line per MLIR diagnostic."""
-    from falcon_mlir.ir.contraction import format_location
-
-    lines = []
-    diags = getattr(err, "error_diagnostics", None) or []
-    for d in diags:
-        lines.append(f"{format_location(d.location, filename)}: error: {d.message}")
-        for n in d.notes:
-            lines.append(f"{format_location(n.location, filename)}: note: {n.message}")
-    if not lines:
-        msg = str(err).strip().splitlines()
-        lines.append(f"{filename}: error: {msg[0] if msg else type(err).__name__}")
-    return lines
-
-
 def _read_input(path: str) -> bytes:
     if path == "-":
         return sys.stdin.buffer.read()
@@ -148,52 +131,6 @@ def _check_output_writable(path: str) -> None:
     why = None if path == "-" else unwritable_reason(path)
     if why:
         raise ToolError(f"{TOOL}: error: cannot write '{path}': {why}")
-
-
-def _chunks(text: str) -> list:
-    """Split at ``// -----`` lines; each chunk is padded so line numbers match the file."""
-    out, start, cur = [], 0, []
-    lines = text.splitlines(keepends=True)
-    for i, line in enumerate(lines):
-        if re.match(r"^// -----\s*$", line):
-            out.append("\n" * start + "".join(cur))
-            start, cur = i + 1, []
-        else:
-            cur.append(line)
-    out.append("\n" * start + "".join(cur))
-    return out
-
-
-def process(source, filename: str, stages: list, args, report: list) -> tuple:
-    """Parse ``source`` (str or bytes), run ``stages``; return (ok, output, error lines)."""
-    from iree.compiler import ir
-
-    from falcon_mlir.pipeline.stages import Pipeline
-
-    with ir.Context() as ctx:
-        ctx.allow_unregistered_dialects = args.allow_unregistered_dialect
-        try:
-            module = ir.Module.parse(source)
-        except ir.MLIRError as e:
-            return False, None, _diag_lines(e, filename)
-        pipe = Pipeline(stages)
-        try:
-            pipe.run(module.operation, verify_each=args.verify_each in ("true", "1"),
-                     print_after_all=args.mlir_print_ir_after_all,
-                     print_before_all=args.mlir_print_ir_before_all)
-        except ir.MLIRError as e:
-            lines = [f"{filename}: error: {m}" for m in pipe.errors]
-            if lines and not getattr(e, "error_diagnostics", None):
-                return False, None, lines
-            return False, None, lines + _diag_lines(e, filename)
-        report.extend(pipe.report)
-        if args.emit_bytecode:
-            import io
-
-            buf = io.BytesIO()
-            module.operation.write_bytecode(buf)
-            return True, buf.getvalue(), []
-        return True, module.operation.get_asm(enable_debug_info=args.mlir_print_debuginfo), []
 
 
 def _remarks(report: list) -> list:
@@ -243,7 +180,9 @@ def _input_chunks(args, filename: str) -> list:
                         f"{e.start}) nor MLIR bytecode") from None
     if "\x00" in text:
         raise ToolError(f"{filename}: error: input is neither MLIR text (NUL byte) nor MLIR bytecode")
-    return _chunks(text) if args.split_input_file else [text]
+    from falcon_mlir.pipeline.opt import split_input_file
+
+    return split_input_file(text) if args.split_input_file else [text]
 
 
 def run(argv: list) -> int:
@@ -263,9 +202,16 @@ def run(argv: list) -> int:
     if args.lcma_report:
         _check_output_writable(args.lcma_report)
     chunks = _input_chunks(args, filename)
+    from falcon_mlir.pipeline.opt import run_on_source
+
     outputs, report, failed = [], [], False
     for chunk in chunks:
-        ok, out, errs = process(chunk, filename, stages, args, report)
+        ok, out, errs = run_on_source(
+            chunk, filename, stages, report, verify_each=args.verify_each in ("true", "1"),
+            print_after_all=args.mlir_print_ir_after_all,
+            print_before_all=args.mlir_print_ir_before_all,
+            allow_unregistered=args.allow_unregistered_dialect,
+            debug_info=args.mlir_print_debuginfo, bytecode=args.emit_bytecode)
         for line in errs:
             print(line, file=sys.stderr)
         if not ok:

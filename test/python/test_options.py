@@ -103,3 +103,21 @@ def test_falcon_opt_help_lists_every_declared_option(capfd):
     for cls in (LcmaOptions, TilesOptions):
         for line in format_help(cls):
             assert line in out
+
+
+def test_new_and_old_keys_give_the_same_ir(capfd, tmp_path):
+    """profile= / target= (lcma-rewrite) and table= / target= (falcon-tiles) are one option."""
+    from falcon_mlir.tools import falcon_opt
+
+    src = tmp_path / "mm.mlir"
+    src.write_text("func.func @mm(%a: tensor<256x256xf32>, %b: tensor<256x256xf32>,"
+                   " %c: tensor<256x256xf32>) -> tensor<256x256xf32> {\n"
+                   "  %0 = linalg.matmul ins(%a, %b : tensor<256x256xf32>, tensor<256x256xf32>)"
+                   " outs(%c : tensor<256x256xf32>) -> tensor<256x256xf32>\n"
+                   "  return %0 : tensor<256x256xf32>\n}\n")
+    outs = []
+    for lcma, tiles in (("profile", "table"), ("target", "target")):
+        assert falcon_opt.main([str(src), f"--lcma-rewrite=scheme=strassen {lcma}=h200-iree",
+                                f"--falcon-tiles={tiles}=cuda-sm80"]) == 0
+        outs.append(capfd.readouterr().out)
+    assert outs[0] == outs[1] and "compilation_info" in outs[0] and "falcon.combine" in outs[0]

@@ -32,7 +32,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
+#: Name of the discardable attribute that carries a plan.
 PLAN_ATTR = "falcon.plan"
+#: Edge strategies and forms of a plan: the one list the options, the
+#: decision and the cost model use.
 EDGES = ("peel", "pad")
 FORMS = ("per-product", "grouped")
 

@@ -12,7 +12,7 @@ __all__ = ["compile_str", "compile_file", "CompileError", "__version__"]
 _LAZY = {
     "compile_str": ("falcon_mlir.api", "compile_str"),
     "compile_file": ("falcon_mlir.api", "compile_file"),
-    "CompileError": ("falcon_mlir.pipeline.session", "CompileError"),
+    "CompileError": ("falcon_mlir.pipeline.diagnostics", "CompileError"),
 }
 
 

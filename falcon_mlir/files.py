@@ -64,7 +64,7 @@ def write_files_atomic(files: Iterable[Tuple[str, bytes]]) -> None:
                 os.unlink(path)
             except OSError:
                 pass
-        if isinstance(e, OSError) and not e.filename:
+        if isinstance(e, OSError):  # name the file asked for, not a temporary one
             e.filename = current
         raise
 

@@ -13,36 +13,15 @@ message`` on stderr, exit status 1, and no output file is written.
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
-import re
 import sys
-import tempfile
+
+from falcon_mlir.cli import ArgumentParser, ToolError, run_tool, write_stdout
+from falcon_mlir.files import unwritable_reason, write_files_atomic
 
 TOOL = "falcon-opt"
 
-_HELP_EPILOG = """\
-pass flags (run in command-line order):
-  --lcma-rewrite[=OPTIONS]  rewrite contractions with LCMA schemes; OPTIONS is a
-                            space-separated list of key=value:
-                              scheme=auto|NAME|NAME,NAME,...  (catalog names:
-                                      `falcon-catalog list`; default auto)
-                              levels=auto|L   (L in 1..4; default auto)
-                              edge=auto|peel|pad (default auto: the model picks)
-                              form=auto|per-product|grouped (default auto)
-                              max-error=auto|E  (relative error budget)
-                              target=host|h200|a100|...|PROFILE.json (cost
-                                      model's hardware profile; default host)
-                              barriers=false|true
-                              dispatch=true|false (run-time dispatch, dynamic M)
-                              chunk=auto|ROWS  (rows per chunk of that dispatch)
-  --falcon-tiles[=OPTIONS]  attach CUDA tile choices (compilation_info) to
-                            contractions and to the rewrite's combines:
-                              target=cuda-sm80|none|auto  prefer=NAME,...
-                              combine-max=N (elements per combine thread)
-  --NAME[=OPTIONS]          any upstream MLIR or IREE pass, e.g. --canonicalize, --cse
-
+_AUTO_NOTE = """\
 auto: the cost model (falcon_mlir.decision) predicts the time of classical GEMM
 and of every fitting plan on the target profile and rewrites only where a plan
 within the error budget is predicted faster by the profile's margin (3% unless
@@ -51,21 +30,22 @@ products stay classical. --lcma-explain says why, per contraction.
 """
 
 
-class ToolError(Exception):
-    """A user-facing error: printed as one line, exit status 1."""
+def _epilog() -> str:
+    """The pass flags and their options (generated from the passes' declarations)."""
+    from falcon_mlir.passes.registry import pass_help
+
+    lines = ["pass flags (run in command-line order):"] + pass_help() + [
+        "  --NAME[=OPTIONS]          any upstream MLIR or IREE pass, e.g. --canonicalize, --cse",
+        ""]
+    return "\n".join(lines) + "\n" + _AUTO_NOTE
 
 
-class _ArgumentParser(argparse.ArgumentParser):
-    """argparse without the usage dump: a bad command line is one error line."""
+def _parser() -> ArgumentParser:
+    import argparse
 
-    def error(self, message):
-        raise ToolError(f"{TOOL}: error: {message} (see {TOOL} --help)")
-
-
-def _parser() -> argparse.ArgumentParser:
-    p = _ArgumentParser(
+    p = ArgumentParser(
         prog=TOOL, description="Run falcon-mlir passes (and upstream MLIR/IREE passes) on MLIR.",
-        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=_HELP_EPILOG)
+        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=_epilog())
     p.add_argument("input", nargs="?", default="-", help="input file (MLIR text or bytecode; - = stdin)")
     p.add_argument("-o", dest="output", default="-", help="output file (default: stdout); written atomically")
     p.add_argument("--pass-pipeline", help="textual pipeline, e.g. "
@@ -125,22 +105,6 @@ def _pass_flag_to_element(flag: str) -> str:
     return f"{name}{{{opts}}}"
 
 
-def _diag_lines(err, filename: str) -> list:
-    """One ``file:line:col: error: message`` line per MLIR diagnostic."""
-    from falcon_mlir.ir.contraction import format_location
-
-    lines = []
-    diags = getattr(err, "error_diagnostics", None) or []
-    for d in diags:
-        lines.append(f"{format_location(d.location, filename)}: error: {d.message}")
-        for n in d.notes:
-            lines.append(f"{format_location(n.location, filename)}: note: {n.message}")
-    if not lines:
-        msg = str(err).strip().splitlines()
-        lines.append(f"{filename}: error: {msg[0] if msg else type(err).__name__}")
-    return lines
-
-
 def _read_input(path: str) -> bytes:
     if path == "-":
         return sys.stdin.buffer.read()
@@ -151,107 +115,22 @@ def _read_input(path: str) -> bytes:
         raise ToolError(f"{TOOL}: error: cannot read '{path}': {e.strerror}") from None
 
 
-def write_atomically(path: str, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temp file in the same folder and ``os.replace``.
+def _write_files(files: list) -> None:
+    """Write every ``(path, data)`` or none (:func:`falcon_mlir.files.write_files_atomic`).
 
     Raises:
-        ToolError: the folder is missing or not writable.
+        ToolError: a folder is missing or not writable, or the disk is full.
     """
-    folder = os.path.dirname(os.path.abspath(path))
     try:
-        fd, tmp = tempfile.mkstemp(prefix=".falcon-", dir=folder)
+        write_files_atomic(files)
     except OSError as e:
-        raise ToolError(f"{TOOL}: error: cannot write '{path}': {e.strerror}") from None
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except OSError as e:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise ToolError(f"{TOOL}: error: cannot write '{path}': {e.strerror}") from None
-
-
-def write_stdout(data: bytes) -> None:
-    """Write all of ``data`` to stdout.
-
-    ``BufferedWriter.write`` returns a short count, without raising, when the
-    reader goes away or the disk fills up in the middle of a large write; the
-    rest is written again until it raises.
-
-    Raises:
-        BrokenPipeError: the reader closed the pipe (not an error of ours).
-        OSError: any other write error (disk full, ...).
-    """
-    out = sys.stdout.buffer
-    view = memoryview(data)
-    while view:
-        n = out.write(view)
-        if not n:
-            raise OSError(0, "short write to stdout")
-        view = view[n:]
-    out.flush()
+        raise ToolError(f"{TOOL}: error: cannot write '{e.filename}': {e.strerror}") from None
 
 
 def _check_output_writable(path: str) -> None:
-    if path == "-":
-        return
-    folder = os.path.dirname(os.path.abspath(path)) or "."
-    if not os.path.isdir(folder):
-        raise ToolError(f"{TOOL}: error: cannot write '{path}': no such directory")
-    if os.path.isdir(path):
-        raise ToolError(f"{TOOL}: error: cannot write '{path}': is a directory")
-    if not os.access(folder, os.W_OK):
-        raise ToolError(f"{TOOL}: error: cannot write '{path}': permission denied")
-
-
-def _chunks(text: str) -> list:
-    """Split at ``// -----`` lines; each chunk is padded so line numbers match the file."""
-    out, start, cur = [], 0, []
-    lines = text.splitlines(keepends=True)
-    for i, line in enumerate(lines):
-        if re.match(r"^// -----\s*$", line):
-            out.append("\n" * start + "".join(cur))
-            start, cur = i + 1, []
-        else:
-            cur.append(line)
-    out.append("\n" * start + "".join(cur))
-    return out
-
-
-def process(source, filename: str, stages: list, args, report: list) -> tuple:
-    """Parse ``source`` (str or bytes), run ``stages``; return (ok, output, error lines)."""
-    from iree.compiler import ir
-
-    from falcon_mlir.passes.registry import Pipeline
-
-    with ir.Context() as ctx:
-        ctx.allow_unregistered_dialects = args.allow_unregistered_dialect
-        try:
-            module = ir.Module.parse(source)
-        except ir.MLIRError as e:
-            return False, None, _diag_lines(e, filename)
-        pipe = Pipeline(stages)
-        pm = pipe.build(verify_each=args.verify_each in ("true", "1"),
-                        print_after_all=args.mlir_print_ir_after_all,
-                        print_before_all=args.mlir_print_ir_before_all)
-        try:
-            pm.run(module.operation)
-        except ir.MLIRError as e:
-            lines = [f"{filename}: error: {m}" for m in getattr(pipe, "errors", [])]
-            if lines and not getattr(e, "error_diagnostics", None):
-                return False, None, lines
-            return False, None, lines + _diag_lines(e, filename)
-        report.extend(pipe.report)
-        if args.emit_bytecode:
-            import io
-
-            buf = io.BytesIO()
-            module.operation.write_bytecode(buf)
-            return True, buf.getvalue(), []
-        return True, module.operation.get_asm(enable_debug_info=args.mlir_print_debuginfo), []
+    why = None if path == "-" else unwritable_reason(path)
+    if why:
+        raise ToolError(f"{TOOL}: error: cannot write '{path}': {why}")
 
 
 def _remarks(report: list) -> list:
@@ -259,13 +138,14 @@ def _remarks(report: list) -> list:
             for e in report if e.get("remark")]
 
 
-def run(argv: list) -> int:
-    """falcon-opt's body; returns the exit status (raises ToolError for one-line errors)."""
-    from falcon_mlir.passes.registry import PipelineError, parse_element, parse_pipeline
+def _stages(args, pass_flags: list, filename: str) -> list:
+    """The stages of ``--pass-pipeline`` or of the pass flags, in order.
 
-    own, pass_flags = _split_argv(argv)
-    args = _parser().parse_args(own)
-    filename = "<stdin>" if args.input == "-" else args.input
+    Raises:
+        ToolError: a pipeline or an option that does not parse (one line).
+    """
+    from falcon_mlir.pipeline.stages import PipelineError, parse_element, parse_pipeline
+
     stages: list = []
     try:
         if args.pass_pipeline:
@@ -281,6 +161,36 @@ def run(argv: list) -> int:
             raise ToolError(f"{TOOL}: error: unknown pass or option '--{bad.split('=')[0]}' "
                             f"(see {TOOL} --help)") from None
         raise ToolError(f"{TOOL}: error: {e}") from None
+    return stages
+
+
+def _input_chunks(args, filename: str) -> list:
+    """The input as one module (text or bytecode), or its ``// -----`` chunks.
+
+    Raises:
+        ToolError: unreadable input, or neither UTF-8 text nor MLIR bytecode.
+    """
+    data = _read_input(args.input)
+    if data.startswith(b"ML\xefR"):  # MLIR bytecode
+        return [data]
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ToolError(f"{filename}: error: input is neither MLIR text (invalid UTF-8 at byte "
+                        f"{e.start}) nor MLIR bytecode") from None
+    if "\x00" in text:
+        raise ToolError(f"{filename}: error: input is neither MLIR text (NUL byte) nor MLIR bytecode")
+    from falcon_mlir.pipeline.opt import split_input_file
+
+    return split_input_file(text) if args.split_input_file else [text]
+
+
+def run(argv: list) -> int:
+    """falcon-opt's body; returns the exit status (raises ToolError for one-line errors)."""
+    own, pass_flags = _split_argv(argv)
+    args = _parser().parse_args(own)
+    filename = "<stdin>" if args.input == "-" else args.input
+    stages = _stages(args, pass_flags, filename)
     if args.emit_bytecode and args.split_input_file:
         raise ToolError(f"{TOOL}: error: --emit-bytecode cannot be combined with --split-input-file "
                         "(bytecode holds one module)")
@@ -291,22 +201,17 @@ def run(argv: list) -> int:
     _check_output_writable(args.output)
     if args.lcma_report:
         _check_output_writable(args.lcma_report)
-    data = _read_input(args.input)
-    is_bytecode = data.startswith(b"ML\xefR")
-    if is_bytecode:
-        chunks = [data]
-    else:
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise ToolError(f"{filename}: error: input is neither MLIR text (invalid UTF-8 at byte "
-                            f"{e.start}) nor MLIR bytecode") from None
-        if "\x00" in text:
-            raise ToolError(f"{filename}: error: input is neither MLIR text (NUL byte) nor MLIR bytecode")
-        chunks = _chunks(text) if args.split_input_file else [text]
+    chunks = _input_chunks(args, filename)
+    from falcon_mlir.pipeline.opt import run_on_source
+
     outputs, report, failed = [], [], False
     for chunk in chunks:
-        ok, out, errs = process(chunk, filename, stages, args, report)
+        ok, out, errs = run_on_source(
+            chunk, filename, stages, report, verify_each=args.verify_each in ("true", "1"),
+            print_after_all=args.mlir_print_ir_after_all,
+            print_before_all=args.mlir_print_ir_before_all,
+            allow_unregistered=args.allow_unregistered_dialect,
+            debug_info=args.mlir_print_debuginfo, bytecode=args.emit_bytecode)
         for line in errs:
             print(line, file=sys.stderr)
         if not ok:
@@ -327,8 +232,12 @@ def run(argv: list) -> int:
         payload = outputs[0]
     else:
         payload = "// -----\n".join(o if o.endswith("\n") else o + "\n" for o in outputs).encode()
+    files = []
     if args.lcma_report:
-        write_atomically(args.lcma_report, (json.dumps(report, indent=2) + "\n").encode())
+        files.append((args.lcma_report, (json.dumps(report, indent=2) + "\n").encode()))
+    if args.output != "-":
+        files.append((args.output, payload))
+    _write_files(files)
     if args.output == "-":
         try:
             write_stdout(payload)
@@ -336,43 +245,12 @@ def run(argv: list) -> int:
             raise
         except OSError as e:
             raise ToolError(f"{TOOL}: error: cannot write to stdout: {e.strerror or e}") from None
-    else:
-        write_atomically(args.output, payload)
     return 0
-
-
-def _silence_stdout() -> None:
-    """Point fd 1 at /dev/null so that Python's final flush of a closed pipe
-    does not print "Exception ignored ... BrokenPipeError" at exit."""
-    try:
-        fd = sys.stdout.fileno()
-        null = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(null, fd)
-        os.close(null)
-    except (OSError, ValueError, AttributeError):
-        pass
 
 
 def main(argv=None) -> int:
     """Console entry point: ``falcon-opt [options] [input]``; returns the exit status."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    try:
-        return run(argv)
-    except ToolError as e:
-        print(str(e), file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print(f"{TOOL}: interrupted", file=sys.stderr)
-        return 130
-    except BrokenPipeError:  # the reader went away (`falcon-opt ... | head`)
-        _silence_stdout()
-        return 1
-    except SystemExit as e:  # --help
-        return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-    except Exception as e:  # a bug of ours: still one line, never a traceback
-        print(f"{TOOL}: internal error: {type(e).__name__}: {' '.join(str(e).split())} "
-              "(please report this with the input)", file=sys.stderr)
-        return 2
+    return run_tool(TOOL, run, argv)
 
 
 if __name__ == "__main__":

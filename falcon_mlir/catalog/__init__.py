@@ -29,7 +29,7 @@ from typing import Dict, Iterator, List, Optional
 
 from .scheme import Scheme
 
-__all__ = ["Scheme", "Catalog", "load_catalog", "get_scheme", "UnknownSchemeError"]
+__all__ = ["Scheme", "Catalog", "load_catalog", "get_scheme", "permuted_name", "UnknownSchemeError"]
 
 _NAME_RE = re.compile(r"^(\d+)x(\d+)x(\d+):(\d+)(?:-([a-z0-9_.+-]+))?$")
 
@@ -185,7 +185,7 @@ class Catalog:
             fm = (self._raw_field(i, "m"), self._raw_field(i, "k"), self._raw_field(i, "n"))
             if sorted(fm) == sorted((m, k, n)):
                 s = self._get(i)
-                out.append(s.permuted(m, k, n, name=_permuted_name(s, m, k, n)))
+                out.append(s.permuted(m, k, n, name=permuted_name(s, m, k, n)))
         out.sort(key=lambda s: (s.R, s.naive_additions))
         return out
 
@@ -199,7 +199,9 @@ class Catalog:
         return None
 
 
-def _permuted_name(s: Scheme, m: int, k: int, n: int) -> str:
+def permuted_name(s: Scheme, m: int, k: int, n: int) -> str:
+    """The catalog name of scheme ``s`` in the order <m,k,n> (``s.name`` in its
+    own order, else ``MxKxN:R`` with ``s``'s tag), as :meth:`Catalog.find` names it."""
     if (s.m, s.k, s.n) == (m, k, n):
         return s.name
     base = f"{m}x{k}x{n}:{s.R}"

@@ -38,8 +38,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence
 
-from .cost import (EDGES, FORMS, MAX_GROUPED_TERMS, MAX_PRODUCTS, CostModel, Estimate,
-                   Problem, scheme_stats, single_level_names)
+from falcon_mlir.dialects.plan import EDGES, FORMS  # the plan's edge strategies and forms
+
+from .cost import (MAX_GROUPED_TERMS, MAX_PRODUCTS, CostModel, Estimate, Problem, scheme_stats,
+                   single_level_names)
 from .profile import Profile, ProfileError, load_profile, preset_names
 
 __all__ = ["decide", "Decision", "Problem", "Estimate", "Profile", "ProfileError",
@@ -160,103 +162,147 @@ def decide(pb: Problem, profile: Optional[Profile] = None, *, levels: Optional[i
 def _decide(pb, profile, levels, forms, edges, budget, forced, min_gain) -> Decision:
     cm = CostModel(profile)
     classical = cm.classical(pb)
-    ms = lambda e: f"{e.seconds * 1e3:.3g} ms"
+    dec = Decision(classical, classical, profile=profile.name)
+    if _settled(dec, cm, pb, profile, forms, edges, forced):
+        return dec
+    seen = _Search(cm, pb, profile, forms, edges).run(levels)
+    allowed_levels = [levels] if levels else list(range(1, _max_auto(profile) + 1))
+    cands = sorted((e for (s, f, _), e in seen.items() if len(s) in allowed_levels
+                    and f in forms), key=lambda e: (e.seconds, len(e.schemes)))
+    dec.candidates = len(seen)
+    _pick(dec, cands, pb, profile, budget, min_gain)
+    return dec
+
+
+def _ms(e: Estimate) -> str:
+    return f"{e.seconds * 1e3:.3g} ms"
+
+
+def _max_auto(profile: Profile) -> int:
+    return min(MAX_AUTO_LEVELS, profile.max_levels or MAX_AUTO_LEVELS)
+
+
+def _settled(dec: Decision, cm: CostModel, pb: Problem, profile: Profile, forms, edges,
+             forced) -> bool:
+    """Decide without a search where none is needed (a forced scheme, integer
+    or f64 accumulators, a memory-bound contraction); ``dec`` is filled in."""
     acc = str(pb.acc)
     is_float = acc.startswith(("f", "bf"))
-    dec = Decision(classical, classical, profile=profile.name)
-
+    classical = dec.classical
     if forced:
         form = forms[0] if len(forms) == 1 else "per-product"
         est = cm.plan(pb, tuple(forced), edges[0], form)
         est.error = _error(forced, pb) if is_float else None
         dec.choice = est
-        dec.reason = (f"scheme forced by option ({', '.join(forced)}); predicted {ms(est)} "
-                      f"vs classical {ms(classical)}")
-        return dec
+        dec.reason = (f"scheme forced by option ({', '.join(forced)}); predicted {_ms(est)} "
+                      f"vs classical {_ms(classical)}")
+        return True
     if not is_float:
         dec.reason = "auto: integer contractions stay classical unless a scheme is forced"
-        return dec
+        return True
     if acc == "f64":
         dec.reason = "auto: f64 stays classical unless a scheme is forced"
-        return dec
+        return True
     balance = profile.peak_rate(pb.lhs) / profile.bandwidth
     intensity = pb.intensity()
     if intensity <= balance:
         dec.reason = (f"memory-bound: intensity {intensity:.3g} FLOP/byte <= machine balance "
                       f"{balance:.3g} FLOP/byte on {profile.name}; classical")
-        return dec
+        return True
+    return False
 
-    seen = {}
 
-    best: Dict[tuple, Estimate] = {}   # fastest estimate per scheme tuple
-    rprod: Dict[tuple, int] = {}       # products of a scheme tuple
+class _Search:
+    """The candidate plans of one contraction: every scheme and order at level
+    1, then deeper levels from the best :data:`BEAM` of the level before, in
+    the allowed forms and edge strategies (``seen``: (schemes, form, edge) ->
+    estimate)."""
 
-    align = profile.align
-    aligned = lambda s: _aligned(pb, s, align, profile.pow2_blocks, profile.min_block_k)
+    def __init__(self, cm: CostModel, pb: Problem, profile: Profile, forms, edges):
+        self.cm, self.pb, self.profile, self.forms, self.edges = cm, pb, profile, forms, edges
+        self.seen: Dict[tuple, Estimate] = {}
+        self.best: Dict[tuple, Estimate] = {}   # fastest estimate per scheme tuple
+        self.rprod: Dict[tuple, int] = {}       # products of a scheme tuple
 
-    def consider(schemes: tuple, form: str, edge_list=None) -> None:
-        if not aligned(schemes):
+    def aligned(self, schemes) -> bool:
+        p = self.profile
+        return _aligned(self.pb, schemes, p.align, p.pow2_blocks, p.min_block_k)
+
+    def consider(self, schemes: tuple, form: str, edge_list=None) -> None:
+        if not self.aligned(schemes):
             return
-        for edge in edge_list or edges:
+        for edge in edge_list or self.edges:
             k = (schemes, form, edge)
-            if k in seen:
-                if not seen[k].parts.get("edges"):
+            if k in self.seen:
+                if not self.seen[k].parts.get("edges"):
                     break  # divisible: the other edge strategy would be the same code
                 continue
-            est = cm.plan(pb, schemes, edge, form)
-            seen[k] = est
-            if schemes not in best or est.seconds < best[schemes].seconds:
-                best[schemes] = est
+            est = self.cm.plan(self.pb, schemes, edge, form)
+            self.seen[k] = est
+            if schemes not in self.best or est.seconds < self.best[schemes].seconds:
+                self.best[schemes] = est
             if not est.parts.get("edges"):
                 break  # divisible at every level: the other edge strategy is the same plan
 
-    def r_of(s: tuple) -> int:
-        if s not in rprod:
-            rprod[s] = math.prod(scheme_stats(x).R for x in s)
-        return rprod[s]
+    def r_of(self, s: tuple) -> int:
+        if s not in self.rprod:
+            self.rprod[s] = math.prod(scheme_stats(x).R for x in s)
+        return self.rprod[s]
 
-    max_auto = min(MAX_AUTO_LEVELS, profile.max_levels or MAX_AUTO_LEVELS)
-    allowed_levels = [levels] if levels else list(range(1, max_auto + 1))
-    max_l = max(allowed_levels)
-    names = [n for n in single_level_names() if _fits(pb, (n,))]
-    # Level 1: every scheme and order with the first edge strategy; the
-    # other edge strategy and the grouped form for the best ones.
-    names = [n for n in names if aligned((n,))]
-    if "per-product" in forms:
-        for n in names:
-            consider((n,), "per-product", edges[:1])
-        ranked = sorted(names, key=lambda n: best[(n,)].seconds)
-    else:
-        ranked = sorted(names, key=lambda n: scheme_stats(n).R / (scheme_stats(n).m *
-                                                                  scheme_stats(n).k *
-                                                                  scheme_stats(n).n))
-    top = list(dict.fromkeys(ranked[:BEAM] + [n for n in ("strassen", "winograd") if n in names]))
-    for n in top:
+    def level_one(self) -> list:
+        """Level 1: every scheme and order with the first edge strategy; the
+        other edge strategy and the grouped form for the best ones (returned)."""
+        forms = self.forms
+        names = [n for n in single_level_names() if _fits(self.pb, (n,))]
+        names = [n for n in names if self.aligned((n,))]
         if "per-product" in forms:
-            consider((n,), "per-product")
-        if "grouped" in forms and _grouped_ok((n,)):
-            consider((n,), "grouped")
-    prefixes = [(n,) for n in top]
-    for L in range(2, max_l + 1):
-        if not top:
-            break
-        for pre in prefixes:
-            for n in top:
-                s = pre + (n,)
-                if r_of(s) > MAX_PRODUCTS:
-                    continue
-                if "per-product" in forms:
-                    consider(s, "per-product")
-                if "grouped" in forms and _grouped_ok(s):
-                    consider(s, "grouped")
-        min_r = min(scheme_stats(n).R for n in top)
-        level_l = sorted((s for s in best if len(s) == L and r_of(s) * min_r <= MAX_PRODUCTS),
-                         key=lambda s: best[s].seconds)
-        prefixes = level_l[:BEAM]
+            for n in names:
+                self.consider((n,), "per-product", self.edges[:1])
+            ranked = sorted(names, key=lambda n: self.best[(n,)].seconds)
+        else:
+            ranked = sorted(names, key=lambda n: scheme_stats(n).R / (scheme_stats(n).m *
+                                                                      scheme_stats(n).k *
+                                                                      scheme_stats(n).n))
+        top = list(dict.fromkeys(ranked[:BEAM] + [n for n in ("strassen", "winograd")
+                                                  if n in names]))
+        for n in top:
+            if "per-product" in forms:
+                self.consider((n,), "per-product")
+            if "grouped" in forms and _grouped_ok((n,)):
+                self.consider((n,), "grouped")
+        return top
 
-    cands = sorted((e for (s, f, _), e in seen.items() if len(s) in allowed_levels
-                    and f in forms), key=lambda e: (e.seconds, len(e.schemes)))
-    dec.candidates = len(seen)
+    def run(self, levels: Optional[int]) -> Dict[tuple, Estimate]:
+        """Search up to ``levels`` (or the profile's auto maximum) levels."""
+        allowed_levels = [levels] if levels else list(range(1, _max_auto(self.profile) + 1))
+        max_l = max(allowed_levels)
+        top = self.level_one()
+        prefixes = [(n,) for n in top]
+        for L in range(2, max_l + 1):
+            if not top:
+                break
+            for pre in prefixes:
+                for n in top:
+                    s = pre + (n,)
+                    if self.r_of(s) > MAX_PRODUCTS:
+                        continue
+                    if "per-product" in self.forms:
+                        self.consider(s, "per-product")
+                    if "grouped" in self.forms and _grouped_ok(s):
+                        self.consider(s, "grouped")
+            min_r = min(scheme_stats(n).R for n in top)
+            level_l = sorted((s for s in self.best
+                              if len(s) == L and self.r_of(s) * min_r <= MAX_PRODUCTS),
+                             key=lambda s: self.best[s].seconds)
+            prefixes = level_l[:BEAM]
+        return self.seen
+
+
+def _pick(dec: Decision, cands: list, pb: Problem, profile: Profile, budget, min_gain) -> None:
+    """Fill ``dec`` from the candidates (fastest first): the fastest within the
+    error budget if it beats classical by the margin, else classical."""
+    classical = dec.classical
+    align = profile.align
     ok = []
     over = 0
     for e in cands:
@@ -276,17 +322,16 @@ def _decide(pb, profile, levels, forms, edges, budget, forced, min_gain) -> Deci
                        + f" (the {profile.name} profile's block rules); classical"
                        if align > 1 or profile.pow2_blocks or profile.min_block_k > 1
                        else "auto: no plan fits the shape; classical"))
-        return dec
+        return
     best = ok[0]
     if profile.min_gain is not None and min_gain == MIN_GAIN:
         min_gain = profile.min_gain
     if best.seconds * (1.0 + min_gain) > classical.seconds:
         dec.alternatives = ok[:3]
-        dec.reason = (f"auto: best plan {best.label()} predicted {ms(best)} vs classical "
-                      f"{ms(classical)} on {profile.name} (not {min_gain:.0%} faster); classical")
-        return dec
+        dec.reason = (f"auto: best plan {best.label()} predicted {_ms(best)} vs classical "
+                      f"{_ms(classical)} on {profile.name} (not {min_gain:.0%} faster); classical")
+        return
     dec.choice = best
     dec.alternatives = ok[1:4]
-    dec.reason = (f"auto: {best.label()} predicted {ms(best)} vs classical {ms(classical)} "
+    dec.reason = (f"auto: {best.label()} predicted {_ms(best)} vs classical {_ms(classical)} "
                   f"({classical.seconds / best.seconds:.2f}x) on {profile.name}")
-    return dec

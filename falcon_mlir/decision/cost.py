@@ -40,9 +40,6 @@ from typing import Dict, Optional, Sequence, Tuple
 
 from .profile import ELEMENT_BYTES, Profile
 
-FORMS = ("per-product", "grouped")
-EDGES = ("peel", "pad")
-
 #: Most products (R_1 * ... * R_L) one contraction may be rewritten into:
 #: two levels of a rank-49 scheme (2401) fit; 153^2 does not. Larger plans
 #: would take minutes and gigabytes to emit and compile for no gain.
@@ -221,14 +218,14 @@ def single_level_names() -> Tuple[str, ...]:
     The 2x2x2 schemes appear under their aliases ``strassen`` and ``winograd``.
     """
     from falcon_mlir.catalog import load_catalog
-    from falcon_mlir.catalog import _permuted_name  # same naming as Catalog.find
+    from falcon_mlir.catalog import permuted_name  # same naming as Catalog.find
 
     cat = load_catalog()
     alias = {v.lower(): k for k, v in cat.aliases().items() if k in ("strassen", "winograd")}
     names = []
     for s in cat:
         for perm in sorted(set(itertools.permutations((s.m, s.k, s.n)))):
-            nm = _permuted_name(s, *perm).lower()
+            nm = permuted_name(s, *perm).lower()
             names.append(alias.get(nm, nm))
     return tuple(dict.fromkeys(names))
 

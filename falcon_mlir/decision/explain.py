@@ -15,6 +15,19 @@ def _ms(seconds) -> str:
     return f"{seconds * 1e6:.3g} us"
 
 
+def _ratio(classical, seconds) -> str:
+    """Predicted speedup ``classical / seconds`` as ``1.83x``; a plan more than
+    10x slower reads ``240x slower`` (3 significant digits, whole numbers from
+    1000x; two decimals would show ``0.00x``)."""
+    if not classical or not seconds:
+        return "?x"
+    sp = classical / seconds
+    if sp >= 0.1:
+        return f"{sp:.2f}x"
+    slower = 1 / sp
+    return f"{slower:.3g}x slower" if slower < 1000 else f"{slower:.0f}x slower"
+
+
 def _mib(nbytes) -> str:
     return f"{nbytes / 2 ** 20:.1f} MiB"
 
@@ -23,7 +36,8 @@ def explain_entry(e: dict) -> str:
     """Explain one report entry (see ``run_lcma_rewrite``) in a few indented lines.
 
     The first line is ``LOCATION: OP M x N x K [batch] (lhs x rhs -> acc): DECISION``;
-    then the reason, the predicted times (classical, the plan, the next best
+    then the reason, the defaults falcon-compile or the target implied (if
+    any), the predicted times (classical, the plan, the next best
     alternatives, with the profile used) and the predicted errors.
     """
     et = e.get("element_types") or {}
@@ -41,12 +55,13 @@ def explain_entry(e: dict) -> str:
         what = "classical"
     lines = [f"{e.get('location')}: {e.get('op')} {shape}{types}: {what}",
              f"  why: {e.get('reason')}"]
+    if e.get("defaults"):  # what falcon-compile / the API / the target implied
+        lines.append("  defaults: " + "; ".join(f"{k}={v}" for k, v in e["defaults"].items()))
     pt = e.get("predicted_time")
     if pt:
         line = f"  predicted on {pt['profile']}: classical {_ms(pt['classical'])}"
         if isinstance(plan, dict):
-            sp = pt["classical"] / pt["plan"] if pt.get("plan") else 0
-            line += f", this plan {_ms(pt['plan'])} ({sp:.2f}x)"
+            line += f", this plan {_ms(pt['plan'])} ({_ratio(pt['classical'], pt.get('plan'))})"
             if pt.get("dispatches"):
                 line += f", {pt['dispatches']} dispatches"
             if pt.get("temp_bytes"):
@@ -56,8 +71,8 @@ def explain_entry(e: dict) -> str:
             lines.append("  time by part: " + ", ".join(f"{k} {_ms(v)}" for k, v in
                                                         sorted(pt["parts"].items())))
         for a in pt.get("alternatives", []):
-            sp = pt["classical"] / a["seconds"] if a["seconds"] else 0
-            lines.append(f"  alternative: {a['plan']}: {_ms(a['seconds'])} ({sp:.2f}x)")
+            lines.append(f"  alternative: {a['plan']}: {_ms(a['seconds'])} "
+                         f"({_ratio(pt['classical'], a['seconds'])})")
     pe = e.get("predicted_error")
     if pe:
         line = f"  predicted error: classical {pe['classical']:.1e}"
@@ -78,5 +93,5 @@ def explain(report: List[dict]) -> str:
     summary = f"lcma-explain: {rewritten} of {len(blocks)} contractions rewritten"
     if total_p:
         summary += (f"; predicted {_ms(total_p)} vs {_ms(total_c)} classical "
-                    f"({total_c / total_p:.2f}x over these contractions)")
+                    f"({_ratio(total_c, total_p)} over these contractions)")
     return "\n".join(blocks + [summary])

@@ -2,6 +2,7 @@
 
 import json
 import math
+import re
 import subprocess
 import sys
 
@@ -83,7 +84,8 @@ def test_target_option_errors_are_option_errors():
 
     with pytest.raises(OptionError, match="target: unknown target profile"):
         LcmaOptions.parse("target=nope")
-    assert LcmaOptions.parse("target=h200").target == "h200"
+    assert LcmaOptions.parse("target=h200").profile == "h200"  # target= is profile='s alias
+    assert LcmaOptions.parse("profile=h200").profile == "h200"
 
 
 def test_profile_save_round_trips(tmp_path):
@@ -221,6 +223,29 @@ def test_explain_says_what_and_why():
     assert ": linalg.matmul M=96 N=96 K=96 (f32 x f32 -> f32): rewritten:" in first
     assert "predicted on flat: classical" in out and "alternative:" in out
     assert out.splitlines()[-1].startswith("lcma-explain: 1 of 1 contractions rewritten")
+
+
+def test_explain_says_how_much_slower_a_slow_pinned_plan_is(tmp_path):
+    """Used to print "(0.00x)" for a forced plan over 100x slower than classical."""
+    text, _ = contraction_mlir(16, 16, 16)
+    src = tmp_path / "x.mlir"
+    src.write_text(text)
+    r = subprocess.run([sys.executable, "-m", "falcon_mlir.tools.falcon_opt", str(src),
+                        "--lcma-rewrite=scheme=strassen levels=3", "--lcma-explain", "-o",
+                        str(tmp_path / "o.mlir")], capture_output=True, text=True)
+    assert r.returncode == 0 and "0.00x" not in r.stderr, r.stderr
+    assert re.search(r"this plan [0-9.]+ ms \(\d+x slower\)", r.stderr), r.stderr
+    entry = {"location": "x:1:1", "op": "linalg.matmul", "M": 8, "N": 8, "K": 8, "batch": [],
+             "plan": {"schemes": ["strassen"], "levels": 1, "edge": "peel", "form": "per-product"},
+             "reason": "forced", "defaults": {"barriers": "true (inside IREE's pipeline)"},
+             "predicted_time": {"profile": "host", "classical": 1e-5, "plan": 2.4e-3,
+                                "alternatives": [{"plan": "a", "seconds": 2e-5},
+                                                 {"plan": "b", "seconds": 5e-5}]}}
+    out = explain([entry])
+    assert "this plan 2.4 ms (240x slower)" in out
+    assert "alternative: a: 20 us (0.50x)" in out and "alternative: b: 50 us (0.20x)" in out
+    assert "  defaults: barriers=true (inside IREE's pipeline)" in out
+    assert out.endswith("(240x slower over these contractions)")
 
 
 def test_falcon_opt_lcma_explain_goes_to_stderr(tmp_path):

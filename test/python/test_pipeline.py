@@ -21,7 +21,7 @@ from iree import runtime as rt
 from iree.compiler import ir
 
 import falcon_mlir
-from falcon_mlir import api
+from falcon_mlir.pipeline import assemble
 from falcon_mlir.pipeline import (
     CompileError,
     CompilerSession,
@@ -372,11 +372,11 @@ def stub_lcma(monkeypatch):
     rec = Recorder(fill=0.5)
     made = []
 
-    def make(lcma="auto"):
+    def make(lcma="auto", *args, **kwargs):
         made.append(lcma)
         return None if lcma is None else rec
 
-    monkeypatch.setattr(api, "make_lcma_rewrite", make)
+    monkeypatch.setattr(assemble, "make_rewrite", make)
     rec.made = made
     return rec
 
@@ -497,3 +497,77 @@ def test_real_lcma_rewrite_strassen_numerics():
     )
     assert isinstance(report, list) and len(report) == 1
     assert_close(run_vmfb(vmfb, "mm", a, b), ref(a, b))
+
+
+# --------------------------------------------------------------------------
+# Defaults: the compile target, and what the pipeline and the target imply
+# --------------------------------------------------------------------------
+
+
+def test_default_target_is_the_host_cpu():
+    from falcon_mlir import targets
+
+    host = targets.target_flags("host")
+    assert assemble.DEFAULT_TARGET == "host" and "--iree-llvmcpu-target-cpu=host" in host
+    assert assemble.with_default_target([]) == host
+    assert assemble.with_default_target(["--compile-to=flow"]) == host + ["--compile-to=flow"]
+    cuda = ["--iree-hal-target-device=cuda", "--iree-cuda-target=sm_80"]
+    assert assemble.with_default_target(cuda) == cuda                       # theirs wins
+    old = ["--iree-hal-target-backends=vmvx"]
+    assert assemble.with_default_target(old) == old
+    mine = assemble.with_default_target(["--iree-llvmcpu-target-cpu=znver3"])
+    assert [f for f in mine if "target-cpu" in f] == ["--iree-llvmcpu-target-cpu=znver3"]
+
+
+def test_cli_without_target_flag_builds_for_the_host(tmp_path, capsys):
+    """Used to fail with "no HAL devices defined" where compile_file built for the host."""
+    src = tmp_path / "mm.mlir"
+    src.write_text(LINALG_MM)
+    out = tmp_path / "mm.vmfb"
+    assert falcon_compile.main([str(src), "-o", str(out), "--no-lcma"]) == 0, capsys.readouterr().err
+    g = rng()
+    a, b = rand(g, M, K), rand(g, K, N)
+    assert_close(run_vmfb(out.read_bytes(), "mm", a, b), ref(a, b))
+    api_out = falcon_mlir.compile_file(src, lcma=None)
+    assert_close(run_vmfb(api_out, "mm", a, b), ref(a, b))
+
+
+def test_report_lists_the_pipeline_default():
+    _, rep = falcon_mlir.compile_str(LINALG_MM, lcma="scheme=strassen", return_report=True,
+                                     extra_args=CPU)
+    assert list(rep[0]["defaults"]) == ["barriers"]
+    assert rep[0]["defaults"]["barriers"].startswith("true (inside IREE's pipeline")
+    _, rep = falcon_mlir.compile_str(LINALG_MM, lcma="scheme=strassen barriers=false",
+                                     return_report=True, extra_args=CPU)
+    assert "defaults" not in rep[0]  # the user's choice is not a default
+
+
+def test_cuda_defaults_are_applied_visibly_and_never_over_the_user():
+    cuda = ["--iree-cuda-target=sm_80", "--compile-to=global-optimization"]
+    tiles = []
+    _, rep = falcon_mlir.compile_str(LINALG_MM, target_backends=["cuda"], extra_args=cuda,
+                                     lcma="scheme=strassen", return_report=True,
+                                     tiles_report=tiles)
+    d = rep[0]["defaults"]
+    assert sorted(d) == ["barriers", "dispatch", "edge", "profile"]
+    assert d["profile"].startswith("h200-iree (cuda target")
+    assert d["edge"].startswith("pad (") and d["dispatch"].startswith("false (")
+    assert rep[0]["plan"]["edge"] == "pad" and rep[0]["predicted_time"]["profile"] == "h200-iree"
+    assert tiles and tiles[0]["defaults"]["table"].startswith("cuda-sm80 (cuda target")
+    _, rep = falcon_mlir.compile_str(LINALG_MM, target_backends=["cuda"], extra_args=cuda,
+                                     lcma="scheme=strassen profile=h200 edge=peel",
+                                     return_report=True, tiles="none")
+    assert sorted(rep[0]["defaults"]) == ["barriers", "dispatch"]
+    assert rep[0]["plan"]["edge"] == "peel" and rep[0]["predicted_time"]["profile"] == "h200"
+
+
+def test_cli_lcma_explain_shows_the_defaults(tmp_path, capsys):
+    src = tmp_path / "mm.mlir"
+    src.write_text(LINALG_MM)
+    rc = falcon_compile.main([str(src), "-o", str(tmp_path / "o.mlir"), "--lcma-explain",
+                              "--lcma-rewrite=scheme=strassen", "--iree-hal-target-device=cuda",
+                              "--iree-cuda-target=sm_80", "--compile-to=global-optimization"])
+    err = capsys.readouterr().err
+    assert rc == 0, err
+    assert "rewritten: strassen" in err and "  defaults: barriers=true (" in err
+    assert "profile=h200-iree (cuda target" in err and "edge=pad (" in err

@@ -8,7 +8,8 @@ import pytest
 
 from cases import contraction_mlir
 from falcon_mlir import targets
-from falcon_mlir.api import _tiles_options, compile_str
+from falcon_mlir.api import compile_str
+from falcon_mlir.pipeline.assemble import tiles_options
 from falcon_mlir.passes.falcon_tiles import TABLES, TilesOptions, choose
 from falcon_mlir.passes.lcma_rewrite import OptionError
 
@@ -110,15 +111,16 @@ def test_cuda_combine_c_is_one_dispatch(lcma):
 def test_tiles_target_resolution():
     cuda = ["--iree-hal-target-device=cuda", "--iree-cuda-target=sm_80"]
     cpu = ["--iree-hal-target-device=local", "--iree-hal-local-target-device-backends=llvm-cpu"]
-    assert _tiles_options("auto", cuda).target == "cuda-sm80"
-    assert _tiles_options("auto", cpu) is None
-    assert _tiles_options("none", cuda) is None and _tiles_options(None, cuda) is None
-    assert _tiles_options("target=cuda-sm80", cpu).target == "cuda-sm80"
-    assert _tiles_options("auto prefer=simt64x64,mma64x64", cuda).prefer == ("simt64x64", "mma64x64")
+    assert tiles_options("auto", cuda).table == "cuda-sm80"
+    assert tiles_options("auto", cpu) is None
+    assert tiles_options("none", cuda) is None and tiles_options(None, cuda) is None
+    assert tiles_options("target=cuda-sm80", cpu).table == "cuda-sm80"
+    assert tiles_options("table=cuda-sm80", cpu).table == "cuda-sm80"
+    assert tiles_options("auto prefer=simt64x64,mma64x64", cuda).prefer == ("simt64x64", "mma64x64")
     with pytest.raises(OptionError):
-        _tiles_options("sm_90", cuda)
+        tiles_options("sm_90", cuda)
     with pytest.raises(OptionError):
-        _tiles_options("prefer=huge", cuda)
+        tiles_options("prefer=huge", cuda)
 
 
 def test_cpu_compile_untouched():
@@ -145,7 +147,7 @@ def test_table_choices():
         for choices in table.values():
             for c in choices:
                 assert c.threads % 32 == 0 and c.threads <= 1024, c
-    assert TilesOptions.parse("cuda-sm80").target == "cuda-sm80"
+    assert TilesOptions.parse("cuda-sm80").table == "cuda-sm80"
     with pytest.raises(OptionError):
         TilesOptions.parse("tile=1")
 

@@ -1,0 +1,209 @@
+"""Small IR builders on ranked tensors (upstream ``linalg``/``tensor``/``arith``).
+
+Every builder inserts at the current ``ir.InsertionPoint`` and location, in
+the current context (call them inside ``with ctx, loc, InsertionPoint(...)``).
+
+Slicing helpers take ``dims``: the loop dimensions (of the contraction being
+rewritten) that index the tensor's positions, so one call can slice A, B or
+C "along M" whatever their layout; ``ranges`` maps a loop dim to
+``(offset, size)`` and dims not named keep their whole extent.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional, Sequence
+
+from iree.compiler import ir
+from iree.compiler.dialects import arith, linalg, tensor
+
+__all__ = ["tensor_type", "bit_width", "is_float", "cast", "constant", "index", "zeros",
+           "slice_along", "slice_accumulator", "insert_along", "pad_along",
+           "dynamic_slice", "dynamic_insert", "parallel_generic", "weighted_sum",
+           "optimization_barrier", "defining_op_name"]
+
+
+def tensor_type(v: ir.Value) -> ir.RankedTensorType:
+    """The ranked tensor type of ``v`` (raises ``ValueError`` for other types)."""
+    return ir.RankedTensorType(v.type)
+
+
+def bit_width(t: ir.Type) -> int:
+    """Bits of an integer or float type ``t`` (raises ``ValueError`` for others)."""
+    if isinstance(t, ir.IntegerType):
+        return ir.IntegerType(t).width
+    return ir.FloatType(t).width
+
+
+def is_float(t: ir.Type) -> bool:
+    """Whether ``t`` is a float type (f16, bf16, f32, f64, ...)."""
+    return isinstance(t, ir.FloatType)
+
+
+def cast(v: ir.Value, to: ir.Type) -> ir.Value:
+    """Scalar cast of ``v`` to ``to``: extf/truncf, extsi/trunci (sign-extending
+    integers) or sitofp; ``v`` itself when the types agree.
+
+    Raises:
+        ValueError: float to integer (never needed by the rewrite).
+    """
+    src = v.type
+    if src == to:
+        return v
+    if is_float(src) and is_float(to):
+        if bit_width(src) < bit_width(to):
+            return arith.extf(to, v)
+        return arith.truncf(to, v)
+    if not is_float(src) and not is_float(to):
+        if bit_width(src) < bit_width(to):
+            return arith.extsi(to, v)
+        return arith.trunci(to, v)
+    if not is_float(src) and is_float(to):
+        return arith.sitofp(to, v)
+    raise ValueError(f"cannot cast {src} to {to}")
+
+
+def constant(t: ir.Type, value) -> ir.Value:
+    """A scalar ``arith.constant`` of type ``t`` (float or integer)."""
+    if is_float(t):
+        return arith.constant(t, float(value))
+    return arith.constant(t, int(value))
+
+
+def index(n: int) -> ir.Value:
+    """An ``index`` constant."""
+    return arith.constant(ir.IndexType.get(), n)
+
+
+def zeros(shape, elem: ir.Type) -> ir.Value:
+    """``linalg.fill`` of 0 into a ``tensor.empty`` of ``shape`` x ``elem``."""
+    empty = tensor.empty(list(shape), elem)
+    return linalg.fill(constant(elem, 0), outs=[empty])
+
+
+def slice_along(v: ir.Value, dims: Sequence[int], ranges: dict) -> ir.Value:
+    """Static ``tensor.extract_slice`` of ``v`` to ``ranges`` (``v`` itself when
+    the slice is the whole tensor)."""
+    t = tensor_type(v)
+    shape = list(t.shape)
+    offs, sizes = [0] * len(shape), list(shape)
+    for pos, d in enumerate(dims):
+        if d in ranges:
+            offs[pos], sizes[pos] = ranges[d]
+    if offs == [0] * len(shape) and sizes == shape:
+        return v
+    rt = ir.RankedTensorType.get(sizes, t.element_type)
+    return tensor.ExtractSliceOp(rt, v, [], [], [], offs, sizes, [1] * len(shape)).result
+
+
+def slice_accumulator(v: ir.Value, dims: Sequence[int], ranges: dict) -> ir.Value:
+    """Slice an accumulator; a ``linalg.fill`` is re-emitted at the slice's shape.
+
+    Re-filling instead of slicing a shared fill keeps each product's
+    accumulator independent, which IREE's dispatch formation needs (a slice
+    of one fill shared by a product and an insert_slice chain fails to
+    distribute on llvm-cpu).
+    """
+    owner = v.owner
+    if isinstance(owner, ir.OpResult) or not hasattr(owner, "name"):
+        return slice_along(v, dims, ranges)
+    if owner.name == "linalg.fill":
+        sliced_type = tensor_type(slice_along(v, dims, ranges)) if ranges else tensor_type(v)
+        empty = tensor.empty(list(sliced_type.shape), sliced_type.element_type)
+        return linalg.fill(owner.operands[0], outs=[empty])
+    return slice_along(v, dims, ranges)
+
+
+def insert_along(src: ir.Value, dest: ir.Value, dims: Sequence[int], offsets: dict) -> ir.Value:
+    """Static ``tensor.insert_slice`` of ``src`` into ``dest`` at ``offsets``
+    (loop dim -> offset; others 0)."""
+    shape = list(tensor_type(src).shape)
+    offs = [offsets.get(d, 0) for d in dims]
+    return tensor.InsertSliceOp(src, dest, [], [], [], offs, shape, [1] * len(shape)).result
+
+
+def pad_along(v: ir.Value, dims: Sequence[int], new_sizes: dict) -> ir.Value:
+    """Zero-pad ``v`` at the high end of each loop dim in ``new_sizes`` (loop
+    dim -> new extent); ``v`` itself when nothing grows."""
+    t = tensor_type(v)
+    shape = [new_sizes.get(d, s) for d, s in zip(dims, t.shape)]
+    if shape == list(t.shape):
+        return v
+    return insert_along(v, zeros(shape, t.element_type), dims, {})
+
+
+def dynamic_slice(v: ir.Value, dims: Sequence[int], d: int, offset: ir.Value, size) -> ir.Value:
+    """Slice ``v`` along loop dim ``d`` (if ``v`` has it) at ``offset`` (an index
+    value) with ``size`` (an int, or an index value for a dynamic size)."""
+    if d not in dims:
+        return v
+    t, pos = tensor_type(v), dims.index(d)
+    marker = ir.ShapedType.get_dynamic_size()
+    shape = list(t.shape)
+    offs = [marker if p == pos else 0 for p in range(t.rank)]
+    sizes = shape[:pos] + [size if isinstance(size, int) else marker] + shape[pos + 1:]
+    rt = ir.RankedTensorType.get(sizes, t.element_type)
+    return tensor.ExtractSliceOp(rt, v, [offset], [] if isinstance(size, int) else [size], [],
+                                 offs, sizes, [1] * t.rank).result
+
+
+def dynamic_insert(src: ir.Value, dest: ir.Value, dims: Sequence[int], d: int,
+                   offset: ir.Value, size) -> ir.Value:
+    """Insert ``src`` into ``dest`` at ``offset`` along loop dim ``d`` (``size``
+    as in :func:`dynamic_slice`)."""
+    t, pos = tensor_type(src), dims.index(d)
+    marker = ir.ShapedType.get_dynamic_size()
+    offs = [marker if p == pos else 0 for p in range(t.rank)]
+    sizes = list(t.shape)
+    return tensor.InsertSliceOp(src, dest, [offset], [] if isinstance(size, int) else [size], [],
+                                offs, sizes, [1] * t.rank).result
+
+
+def parallel_generic(inputs: list, init: ir.Value, body: Callable[[list], ir.Value]) -> ir.Value:
+    """Elementwise ``linalg.generic`` over same-shaped tensors (identity maps).
+
+    ``body(args)`` gets the scalar block arguments (inputs..., init) and
+    returns the scalar to yield.
+    """
+    rank = tensor_type(init).rank
+    ident = ir.AffineMap.get_identity(rank)
+    maps = ir.ArrayAttr.get([ir.AffineMapAttr.get(ident)] * (len(inputs) + 1))
+    iters = ir.ArrayAttr.get([ir.Attribute.parse("#linalg.iterator_type<parallel>")] * rank)
+    op = linalg.GenericOp([init.type], inputs, [init], maps, iters)
+    block = op.regions[0].blocks.append(*[tensor_type(v).element_type for v in inputs + [init]])
+    with ir.InsertionPoint(block):
+        linalg.YieldOp([body(list(block.arguments))])
+    return op.result
+
+
+def weighted_sum(terms: list, acc: ir.Type, start: Optional[ir.Value] = None) -> ir.Value:
+    """Scalar ``start + sum c * cast(x)`` over ``terms = [(c, x)]`` in type ``acc``
+    (coefficients ``+-1`` become adds and subtracts, others a multiply)."""
+    fl = is_float(acc)
+    add = arith.addf if fl else arith.addi
+    sub = arith.subf if fl else arith.subi
+    mul = arith.mulf if fl else arith.muli
+    total = start
+    for coef, x in terms:
+        x = cast(x, acc)
+        if coef == 1 or coef == -1:
+            if total is None:
+                total = x if coef == 1 else (arith.negf(x) if fl else sub(constant(acc, 0), x))
+            else:
+                total = add(total, x) if coef == 1 else sub(total, x)
+        else:
+            term = mul(constant(acc, coef), x)
+            total = term if total is None else add(total, term)
+    return total
+
+
+def optimization_barrier(v: ir.Value) -> ir.Value:
+    """``v`` behind IREE's ``util.optimization_barrier`` (same type)."""
+    return ir.Operation.create("util.optimization_barrier", results=[v.type], operands=[v]).result
+
+
+def defining_op_name(v: ir.Value) -> str:
+    """Name of the op defining ``v`` (``""`` for a block argument)."""
+    owner = v.owner
+    if isinstance(owner, ir.Block):
+        return ""
+    return getattr(owner, "name", "")

@@ -1,0 +1,289 @@
+"""Pipeline assembly for falcon-compile and the Python API: what runs between IREE phases.
+
+One function builds it for both (:func:`make_rewrite`, and
+:func:`compile_source` around it): from the user's lcma spec, tiles spec and
+iree-compile flags it makes the stage list (:mod:`falcon_mlir.pipeline.stages`,
+the same machinery falcon-opt runs)::
+
+    lcma-rewrite{...}      the user's options, plus the defaults below
+    canonicalize,cse       only when something was rewritten: folds the
+                           rewrite's slices of fills and shares its constants
+                           (without it llvm-cpu codegen of the products can
+                           exceed the stack allocation limit, IREE 3.13, 2048^3)
+    falcon-tiles{...}      when the target device is cuda (or tiles are asked for)
+
+Defaults. What falcon-compile and the API imply beyond the user's options
+is written here, in two tables, and never applied silently: each applies
+only to an option the user left at ``auto``, and each report entry of the
+pass it changed lists it under ``"defaults"`` (``--lcma-explain`` shows it).
+
+* :data:`PIPELINE_DEFAULTS`: inside IREE's pipeline, whatever the target.
+* :data:`TARGET_DEFAULTS`: what a compile target implies.
+
+The compile target itself defaults to this machine's CPU
+(:data:`DEFAULT_TARGET`) when the flags name no device.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Sequence
+
+from falcon_mlir import targets
+from falcon_mlir.options import option_specs, to_text
+from falcon_mlir.passes.falcon_tiles import TilesOptions
+from falcon_mlir.passes.lcma_rewrite import LcmaOptions
+
+from .session import DEFAULT_REWRITE_PHASE, CompileResult, compile_module
+from .stages import Pipeline, Stage
+
+__all__ = ["Default", "PIPELINE_DEFAULTS", "TARGET_DEFAULTS", "DEFAULT_TARGET",
+           "target_devices", "targets_cuda", "with_default_target", "lcma_options",
+           "tiles_options", "rewrite_stages", "make_rewrite", "compile_source"]
+
+
+@dataclass(frozen=True)
+class Default:
+    """One implied option value.
+
+    Attributes:
+        option: the options field (``profile``, ``edge``, ...).
+        value: the value it gets where the user left it at ``auto``.
+        why: the reason, as the report shows it.
+        when: an extra condition on the options (``None``: always).
+    """
+
+    option: str
+    value: Any
+    why: str
+    when: Optional[Callable[[Any], bool]] = None
+
+
+def _forced(options: LcmaOptions) -> bool:
+    return options.forced_schemes() is not None
+
+
+#: Defaults inside IREE's pipeline (falcon-compile, the API), whatever the target.
+PIPELINE_DEFAULTS = {
+    "lcma-rewrite": (
+        Default("barriers", True, "inside IREE's pipeline: data tiling on llvm-cpu needs bare "
+                                  "blocks and products behind util.optimization_barrier"),
+    ),
+}
+
+#: What a target device implies (device name as in ``--iree-hal-target-device``).
+TARGET_DEFAULTS = {
+    "cuda": {
+        "lcma-rewrite": (
+            Default("profile", "h200-iree", "cuda target: the profile measured under IREE's "
+                                            "CUDA code"),
+            Default("edge", "pad", "cuda target, forced scheme: peeled strips fail to "
+                                   "bufferize on CUDA, IREE 3.13", when=_forced),
+            Default("dispatch", False, "cuda target: the run-time dispatch's dynamic slices "
+                                       "fail to bufferize on CUDA, IREE 3.13"),
+        ),
+        "falcon-tiles": (
+            Default("table", "cuda-sm80", "cuda target: IREE's own CUDA tile choices are "
+                                          "slow on large matmuls"),
+        ),
+    },
+}
+
+#: The compile target (:data:`falcon_mlir.targets.TARGETS`) when the flags name
+#: no device (no ``--iree-hal-target-device`` / ``--iree-hal-target-backends``):
+#: llvm-cpu for this machine's CPU (``--iree-llvmcpu-target-cpu=host``).
+DEFAULT_TARGET = "host"
+
+_DEVICE_FLAGS = ("iree-hal-target-device", "iree-hal-target-backends")
+
+
+def _flag_name(flag) -> str:
+    return str(flag).lstrip("-").partition("=")[0]
+
+
+def target_devices(flags: Sequence[str]) -> list:
+    """The devices iree-compile ``flags`` select (``--iree-hal-target-device``
+    or the older ``--iree-hal-target-backends``, comma lists included)."""
+    out = []
+    for f in flags:
+        name, _, value = str(f).lstrip("-").partition("=")
+        if name in _DEVICE_FLAGS:
+            out += [v.strip() for v in value.split(",") if v.strip()]
+    return out
+
+
+def targets_cuda(flags: Sequence[str]) -> bool:
+    """Whether iree-compile ``flags`` select the cuda device."""
+    return any(d.startswith("cuda") for d in target_devices(flags))
+
+
+def with_default_target(flags: Sequence[str]) -> list:
+    """``flags`` with :data:`DEFAULT_TARGET`'s flags in front when they select
+    no device (flags the user gave, e.g. ``--iree-llvmcpu-target-cpu``, are
+    not given twice); ``flags`` unchanged otherwise."""
+    flags = [str(f) for f in flags]
+    if target_devices(flags):
+        return flags
+    given = {_flag_name(f) for f in flags}
+    return [f for f in targets.target_flags(DEFAULT_TARGET) if _flag_name(f) not in given] + flags
+
+
+def _apply(options, defaults, applied: dict):
+    """``options`` with each of ``defaults`` set where the option is still
+    ``auto`` (``None`` or ``"auto"``); ``applied`` gets ``key: "value (why)"``."""
+    specs = {s.name: s for s in option_specs(type(options))}
+    for d in defaults:
+        if getattr(options, d.option) not in (None, "auto") or (d.when and not d.when(options)):
+            continue
+        options = dataclasses.replace(options, **{d.option: d.value})
+        spec = specs[d.option]
+        applied[spec.key] = f"{spec.text_of(d.value)} ({d.why})"
+    return options
+
+
+def _with_defaults(options, pass_name: str, flags: Sequence[str]):
+    """``(options, applied)``: :data:`PIPELINE_DEFAULTS` and the
+    :data:`TARGET_DEFAULTS` of every device ``flags`` select, for ``pass_name``."""
+    applied: dict = {}
+    options = _apply(options, PIPELINE_DEFAULTS.get(pass_name, ()), applied)
+    devices = {d.split(":")[0] for d in target_devices(flags)}
+    for device, per_pass in TARGET_DEFAULTS.items():
+        if any(d.startswith(device) for d in devices):
+            options = _apply(options, per_pass.get(pass_name, ()), applied)
+    return options, applied
+
+
+def lcma_options(spec) -> Optional[LcmaOptions]:
+    """The user's lcma spec as options (before any default), or ``None`` when
+    the rewrite is off: ``None``/``False`` off; ``True``, ``"auto"`` or ``""``
+    the defaults; option text; an :class:`LcmaOptions` (used as is).
+
+    Raises:
+        OptionError: bad option text.
+        TypeError: another kind of spec (a callable is :func:`make_rewrite`'s).
+    """
+    if spec is None or spec is False:
+        return None
+    if spec is True:
+        return LcmaOptions.parse("")  # the defaults, checked as text options are
+    if isinstance(spec, LcmaOptions):
+        return spec
+    if isinstance(spec, str):
+        text = spec.strip()
+        return LcmaOptions.parse("" if text == "auto" else text)
+    raise TypeError(
+        f"lcma must be None, 'auto', an option string or LcmaOptions, not {type(spec).__name__}")
+
+
+def _tiles(spec, flags: Sequence[str]) -> tuple:
+    """``(TilesOptions or None, applied defaults)``; see :func:`tiles_options`."""
+    if spec is None or spec is False:
+        return None, {}
+    if isinstance(spec, TilesOptions):
+        options = spec
+    else:
+        options = TilesOptions.parse("auto" if spec is True else str(spec))
+    options, applied = _with_defaults(options, "falcon-tiles", flags)
+    if options.table in ("auto", "none"):  # no target implies a table, or turned off
+        return None, {}
+    return options, applied
+
+
+def tiles_options(spec, flags: Sequence[str] = ()) -> Optional[TilesOptions]:
+    """falcon-tiles' options for ``spec`` given the iree-compile ``flags``, or
+    ``None`` when the pass does not run: ``None``/``False``/``"none"`` off;
+    ``True``/``"auto"`` the table the target implies (:data:`TARGET_DEFAULTS`;
+    none off cuda); option text (``"cuda-sm80"``, ``"table=cuda-sm80
+    prefer=simt64x64"``); a :class:`TilesOptions`.
+
+    Raises:
+        OptionError: an unknown table or option.
+    """
+    return _tiles(spec, flags)[0]
+
+
+def _rewritten(report: list) -> bool:
+    return any(e.get("plan") != "classical" for e in report)
+
+
+def rewrite_stages(lcma, tiles, flags: Sequence[str]) -> list:
+    """The stages run between IREE phases for ``lcma`` (see :func:`lcma_options`;
+    not a callable), ``tiles`` (see :func:`tiles_options`) and ``flags``.
+
+    Raises:
+        OptionError: bad option text.
+    """
+    stages = []
+    options = lcma_options(lcma)
+    if options is not None:
+        options, applied = _with_defaults(options, "lcma-rewrite", flags)
+        extra = {"defaults": applied} if applied else {}
+        stages.append(Stage("lcma-rewrite", f"lcma-rewrite{{{to_text(options)}}}", options,
+                            report_extra=extra))
+        stages.append(Stage("canonicalize", "canonicalize,cse", when=_rewritten))
+    topts, applied = _tiles(tiles, flags)
+    if topts is not None:
+        stages.append(Stage("falcon-tiles", f"falcon-tiles{{{to_text(topts)}}}", topts,
+                            report_extra={"defaults": applied} if applied else {}))
+    return stages
+
+
+def make_rewrite(lcma="auto", tiles="auto", flags: Sequence[str] = (),
+                 tiles_report: Optional[list] = None):
+    """The ``rewrite(module_op) -> report`` callback that IREE's session runs
+    between phases, or ``None`` when nothing is to run. Options are parsed
+    here, before any compilation.
+
+    ``lcma`` may also be a callable ``rewrite(module_op) -> list[dict]``: it
+    runs in place of lcma-rewrite (and its cleanup), falcon-tiles after it.
+    The callback returns the lcma-rewrite report; falcon-tiles' entries go
+    to ``tiles_report`` when given. It has ``options`` (the lcma-rewrite
+    options with defaults, or ``None``) and ``stages`` attributes.
+
+    Raises:
+        OptionError (a ValueError): bad option text.
+    """
+    custom = lcma if callable(lcma) and not isinstance(lcma, (str, bool)) else None
+    stages = rewrite_stages(None if custom else lcma, tiles, flags)
+    if custom is None and not stages:
+        return None
+    if custom is not None and not stages:
+        return custom
+
+    def rewrite(module_op):
+        report = list(custom(module_op) or []) if custom is not None else []
+        pipe = Pipeline(stages)
+        pipe.run(module_op, reraise=True)
+        for st, entries in pipe.stage_reports:
+            if st.name == "falcon-tiles":
+                if tiles_report is not None:
+                    tiles_report.extend(entries)
+            else:
+                report.extend(entries)
+        return report
+
+    rewrite.options = next((s.options for s in stages if s.name == "lcma-rewrite"), None)
+    rewrite.stages = stages
+    return rewrite
+
+
+def compile_source(source, *, flags: Sequence[str] = (), lcma="auto", tiles="auto",
+                   phase: str = DEFAULT_REWRITE_PHASE, input_name: Optional[str] = None,
+                   tiles_report: Optional[list] = None) -> CompileResult:
+    """Compile ``source`` (MLIR text or bytecode, or a path) with falcon's
+    rewrite between IREE phases; the target defaults to :data:`DEFAULT_TARGET`
+    when ``flags`` name no device (:func:`with_default_target`).
+
+    Returns:
+        The session's :class:`CompileResult` (output bytes, report of
+        lcma-rewrite, warnings).
+
+    Raises:
+        OptionError: bad lcma or tiles option text (before compiling).
+        CompileError: IREE or the rewrite failed (``RewriteError`` for the latter).
+    """
+    flags = with_default_target(flags)
+    rewrite = make_rewrite(lcma, tiles, flags, tiles_report)
+    return compile_module(source, flags=flags, rewrite=rewrite, phase=phase,
+                          input_name=input_name, result=True)

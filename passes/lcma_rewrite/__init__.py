@@ -1,0 +1,157 @@
+"""lcma-rewrite: rewrite contractions with lower-complexity schemes <m,k,n;R>.
+
+For each contraction the pass finds (:func:`falcon_mlir.ir.contraction.find_contractions`)
+it takes a plan (:mod:`.planning`: a ``falcon.plan`` attribute if one is
+attached, else a scheme forced by the options, else the cost-model decision
+on the options' profile) and replaces the op by combine A, combine B, R
+products (recursively for further levels) and combine C (:mod:`.emit`,
+:mod:`.grouped`). Contractions with a dynamic M (or one dynamic batch
+dimension) and static N, K get a run-time dispatch (:mod:`.dispatch`).
+Everything emitted is upstream ``linalg``/``tensor``/``arith``/``scf`` (plus
+``util.optimization_barrier`` with ``barriers=true``).
+
+Integer contractions are rewritten only with integer-coefficient schemes and
+only where :func:`falcon_mlir.decision.numerics.integer_bound_ok` proves that no
+intermediate can overflow the accumulator type.
+
+The scheme convention (U: R x m x k, V: R x k x n, W: R x m x n, C not
+transposed) is the catalog's; see :mod:`falcon_mlir.catalog`.
+
+Options: :class:`LcmaOptions` (``--lcma-rewrite="scheme=NAME levels=L ..."``,
+``falcon-opt --help`` lists them).
+
+Public names: :func:`run_lcma_rewrite`, :class:`LcmaOptions`,
+:func:`plan_for`, :class:`OptionError`, :class:`RewriteError`,
+:data:`DYNAMIC_CHUNK_CANDIDATES`.
+"""
+
+from __future__ import annotations
+
+from iree.compiler import ir
+
+from falcon_mlir import decision
+from falcon_mlir.dialects.plan import PLAN_ATTR
+from falcon_mlir.ir.contraction import analyze, find_contractions, format_location
+from falcon_mlir.pipeline.diagnostics import RewriteError
+
+from .dispatch import DYNAMIC_CHUNK_CANDIDATES, DYNAMIC_CHUNK_M, dynamic_choice, dynamic_entry, \
+    emit_dispatch
+from .emit import Emitter
+from .options import MAX_LEVELS, LcmaOptions, OptionError
+from .planning import plan_for, predicted_errors, predicted_time
+
+__all__ = ["run_lcma_rewrite", "LcmaOptions", "plan_for", "OptionError", "RewriteError",
+           "DYNAMIC_CHUNK_M", "DYNAMIC_CHUNK_CANDIDATES", "MAX_LEVELS"]
+
+# RewriteError (re-exported from falcon_mlir.pipeline.diagnostics) is what
+# compile_str/compile_file raise when this pass fails inside IREE's pipeline;
+# the pass's own exception is its __cause__.
+
+
+def _strip_stray_plans(root, report: list, options: LcmaOptions) -> None:
+    """Remove ``falcon.plan`` from ops that are not contractions, with a remark entry."""
+    stray = []
+
+    def visit(op):
+        op = op.operation if hasattr(op, "operation") else op
+        if PLAN_ATTR in op.attributes and analyze(op) is None:
+            stray.append(op)
+        return ir.WalkResult.ADVANCE
+
+    root.walk(visit, ir.WalkOrder.PRE_ORDER)
+    for op in stray:
+        del op.attributes[PLAN_ATTR]
+        report.append({"location": format_location(op.location, options.filename), "op": op.name,
+                       "kind": "not a contraction", "M": None, "N": None, "K": None,
+                       "batch": [], "element_types": None, "plan": "classical",
+                       "reason": f"{PLAN_ATTR} on an op that is not a contraction; removed",
+                       "remark": True})
+
+
+def _entry(c, plan, reason: str, options: LcmaOptions) -> dict:
+    """The report entry of contraction ``c`` before it is rewritten."""
+    entry = {
+        "location": format_location(c.op.location, options.filename),
+        "op": c.op.name,
+        "kind": c.describe_kind(),
+        "M": c.M, "N": c.N, "K": c.K, "batch": list(c.batch),
+        "element_types": {"lhs": str(c.lhs_type), "rhs": str(c.rhs_type),
+                          "acc": str(c.acc_type)},
+        "plan": plan.to_json() if plan else "classical",
+        "reason": reason,
+        "predicted_error": predicted_errors(c, plan),
+        "predicted_time": predicted_time(c, options, plan),
+    }
+    # A remark is due when the user asked for something we did not do, or
+    # when the op is a contraction we cannot serve at all.
+    entry["remark"] = plan is None and (c.unsupported is not None
+                                        or options.forced_schemes() is not None
+                                        or PLAN_ATTR in c.op.attributes)
+    return entry
+
+
+def run_lcma_rewrite(module_op, options: LcmaOptions) -> list:
+    """Run the lcma-rewrite pass on ``module_op`` in place.
+
+    Args:
+        module_op: the ``ir.Operation`` (or OpView) of a module; its context
+            must be current. Contractions are found anywhere below it
+            (func.func, util.func, inside scf regions).
+        options: :class:`LcmaOptions`.
+
+    Returns:
+        The report: one dict per contraction found, with ``location``
+        (``file:line:col``), ``op``, ``kind``, ``M``, ``N``, ``K``, ``batch``,
+        ``element_types`` (lhs, rhs, acc), ``plan`` (dict, or ``"classical"``),
+        ``reason``, ``predicted_error`` (``{"classical": e, "plan": e}`` for
+        float contractions, see :mod:`falcon_mlir.decision.numerics`), ``predicted_time``
+        (seconds from the cost model, :mod:`falcon_mlir.decision`:
+        ``{"profile", "classical", "plan", "alternatives": [{"plan", "seconds"}],
+        "dispatches", "temp_bytes", "parts"}``; ``None`` where unsupported), ``remark``
+        (whether the user should be told), and for rewritten ones
+        ``products`` and ``combines`` (the number of contractions and combine
+        ops emitted). Dynamic sizes are ``None``; a contraction with a
+        run-time dispatch (:func:`.dispatch.dynamic_choice`) also has ``dispatch``
+        (``{"threshold_M": T, "chunk_M": Mc}``, or ``_batch``), its plan is
+        the chunk's and ``products`` counts the chunk's plan plus the
+        classical remainder op.
+
+    Raises:
+        ProfileError: the options' profile does not load (checked by
+            :meth:`LcmaOptions.parse` for text options).
+    """
+    root = module_op.operation if hasattr(module_op, "operation") else module_op
+    report = []
+    contractions = find_contractions(root)
+    _strip_stray_plans(root, report, options)
+    try:  # GPU targets: one combine-C dispatch (Profile.fused_combine_c)
+        fuse_c = decision.load_profile(options.profile).fused_combine_c
+    except decision.ProfileError:
+        fuse_c = False
+    for c in contractions:
+        plan, reason = plan_for(c, options)
+        disp = None
+        if plan is None and c.dynamic and options.dispatch is not False:
+            disp, reason = dynamic_choice(c, options)
+        elif plan is None and c.dynamic:
+            reason += " (run-time dispatch off: dispatch=false)"
+        entry = _entry(c, plan, reason, options)
+        if c.dynamic:
+            dynamic_entry(entry, c, disp, options)
+        if PLAN_ATTR in c.op.attributes:
+            del c.op.attributes[PLAN_ATTR]
+        if disp is not None or plan is not None:
+            em = Emitter(c, barriers=bool(options.barriers), fuse_c=fuse_c)
+            with c.op.location, ir.InsertionPoint(c.op):
+                if disp is not None:
+                    emit_dispatch(c, disp, em)
+                else:
+                    a, b, init = c.op.operands
+                    new = em.emit(a, b, init, plan)
+            if disp is None:
+                c.op.results[0].replace_all_uses_with(new)
+                c.op.erase()
+            entry["products"] = em.products
+            entry["combines"] = em.combines
+        report.append(entry)
+    return report

@@ -1,0 +1,261 @@
+"""The emitter: one contraction's plan as upstream ``linalg``/``tensor``/``arith`` IR.
+
+For a plan of scheme <m,k,n;R> the op is replaced by:
+
+* combine A: for each product r, ``A_r = sum_ij U[r,i,j] A_ij`` over blocks of
+  A (one ``linalg.generic`` per combined operand, in the accumulator type),
+* combine B likewise with V,
+* products: ``P_r = A_r B_r``, a contraction of the same kind as the original
+  (same indexing maps, batch dimensions kept), itself rewritten again for the
+  next level if the plan has one,
+* combine C: ``C_il = C0_il + sum_r W[r,i,l] P_r`` (one ``linalg.generic`` per
+  block of C, reading the live accumulator C0), inserted into C; on GPU
+  profiles one op over all blocks (:mod:`.grouped`).
+
+Sizes not divisible by (m, k, n) are peeled (the divisible core through the
+scheme, the strips classical) or padded (zero-padded operands, result sliced
+back), as the plan says. The grouped form and the coefficient-table ops live
+in :mod:`.grouped`. Every combine op is tagged ``falcon.combine``
+(:mod:`falcon_mlir.dialects.combine`).
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Optional
+
+from iree.compiler import ir
+from iree.compiler.dialects import arith, linalg, tensor
+
+from falcon_mlir.dialects.combine import mark_combine
+from falcon_mlir.dialects.plan import Plan
+from falcon_mlir.ir.builders import (cast, defining_op_name, insert_along, is_float,
+                                     optimization_barrier, pad_along, parallel_generic,
+                                     slice_accumulator, slice_along, tensor_type, weighted_sum,
+                                     zeros)
+from falcon_mlir.ir.contraction import Contraction
+
+from .grouped import GroupedForm
+
+__all__ = ["Emitter"]
+
+
+class Emitter(GroupedForm):
+    """Emits one contraction's plan in front of the original op.
+
+    Args:
+        c: the contraction (its op's operands are A, B and the accumulator C0).
+        barriers: put bare block operands and products behind
+            ``util.optimization_barrier`` (see ``LcmaOptions.barriers``).
+        fuse_c: combine C as one op over all output blocks (GPU profiles).
+
+    Attributes:
+        products: contractions emitted so far (the report's ``products``).
+        combines: combine ops emitted so far (the report's ``combines``).
+    """
+
+    def __init__(self, c: Contraction, barriers: bool = False, fuse_c: bool = False):
+        self.c = c
+        self.barriers = barriers
+        self.fuse_c = fuse_c
+        self.kind = c.kind
+        self.acc = c.acc_type
+        self.n_loops = 3 + len(c.batch_dims)
+        self.maps = [ir.AffineMap.get(self.n_loops, 0, [ir.AffineDimExpr.get(d) for d in dims])
+                     for dims in (c.lhs_dims, c.rhs_dims, c.out_dims)]
+        self.products = 0
+        self.combines = 0
+
+    # -- classical contraction of the original kind --------------------------
+    def classical(self, a: ir.Value, b: ir.Value, init: ir.Value) -> ir.Value:
+        """``init + a b`` as one contraction of the original op's kind and maps."""
+        self.products += 1
+        if self.kind == "matmul":
+            return linalg.matmul(a, b, outs=[init], indexing_maps=self.maps)
+        if self.kind == "batch_matmul":
+            return linalg.batch_matmul(a, b, outs=[init], indexing_maps=self.maps)
+        return self.generic_contraction(a, b, init, self.maps, batch_prefix=0)
+
+    def generic_contraction(self, a, b, init, maps, batch_prefix: int) -> ir.Value:
+        """``init + a * b`` as a ``linalg.generic`` contraction, computed in the accumulator type.
+
+        ``maps`` index ``batch_prefix`` extra leading parallel loops followed by
+        the original op's loops (its K loop is the reduction).
+        """
+        c = self.c
+        kinds = ["parallel"] * batch_prefix + ["reduction" if d == c.k_dim else "parallel"
+                                               for d in range(self.n_loops)]
+        iters = [ir.Attribute.parse(f"#linalg.iterator_type<{k}>") for k in kinds]
+        op = linalg.GenericOp([init.type], [a, b], [init],
+                              ir.ArrayAttr.get([ir.AffineMapAttr.get(m) for m in maps]),
+                              ir.ArrayAttr.get(iters))
+        block = op.regions[0].blocks.append(tensor_type(a).element_type,
+                                            tensor_type(b).element_type,
+                                            tensor_type(init).element_type)
+        acc = self.acc
+        with ir.InsertionPoint(block):
+            x, y, o = block.arguments
+            fl = is_float(acc)
+            prod = (arith.mulf if fl else arith.muli)(cast(x, acc), cast(y, acc))
+            linalg.YieldOp([(arith.addf if fl else arith.addi)(o, prod)])
+        return op.result
+
+    # -- one plan (possibly several levels) -----------------------------------
+    def emit(self, a: ir.Value, b: ir.Value, init: ir.Value, plan: Optional[Plan]) -> ir.Value:
+        """``init + a b`` through ``plan`` (classical for ``None``), edges handled
+        as the plan says; returns the value that replaces the op's result."""
+        if plan is None:
+            return self.classical(a, b, init)
+        from falcon_mlir.catalog import get_scheme
+
+        c = self.c
+        if plan.form == "grouped":
+            # All levels at once: the Kronecker product of the levels' schemes.
+            s = get_scheme("*".join(plan.schemes))
+            level, inner = self.level_grouped, None
+        else:
+            s = get_scheme(plan.schemes[0])
+            level, inner = self.level, plan.inner()
+        M = tensor_type(a).shape[c.lhs_dims.index(c.m_dim)]
+        K = tensor_type(a).shape[c.lhs_dims.index(c.k_dim)]
+        N = tensor_type(b).shape[c.rhs_dims.index(c.n_dim)]
+        if M < s.m or K < s.k or N < s.n:
+            return self.classical(a, b, init)
+        md, kd, nd = c.m_dim, c.k_dim, c.n_dim
+        Mp, Kp, Np = (-(-M // s.m) * s.m, -(-K // s.k) * s.k, -(-N // s.n) * s.n)
+        if plan.edge == "pad" and max(Mp, Kp, Np) < 2 ** 62:  # else peel: no int64 overflow
+            ap = pad_along(a, c.lhs_dims, {md: Mp, kd: Kp})
+            bp = pad_along(b, c.rhs_dims, {kd: Kp, nd: Np})
+            cp = pad_along(init, c.out_dims, {md: Mp, nd: Np})
+            res = level(ap, bp, cp, s, inner)
+            return slice_along(res, c.out_dims, {md: (0, M), nd: (0, N)})
+        return self._peeled(a, b, init, s, level, inner, (M, K, N))
+
+    def _peeled(self, a, b, init, s, level, inner, sizes) -> ir.Value:
+        """Peeling: the divisible core through ``level``, the K, row and column strips classical."""
+        c = self.c
+        md, kd, nd = c.m_dim, c.k_dim, c.n_dim
+        M, K, N = sizes
+        M0, K0, N0 = M // s.m * s.m, K // s.k * s.k, N // s.n * s.n
+        core_init = slice_accumulator(init, c.out_dims, {md: (0, M0), nd: (0, N0)})
+        if K0 < K:
+            core_init = self.classical(
+                self._fence(slice_along(a, c.lhs_dims, {md: (0, M0), kd: (K0, K - K0)})),
+                self._fence(slice_along(b, c.rhs_dims, {kd: (K0, K - K0), nd: (0, N0)})),
+                core_init)
+        core = level(slice_along(a, c.lhs_dims, {md: (0, M0), kd: (0, K0)}),
+                     slice_along(b, c.rhs_dims, {kd: (0, K0), nd: (0, N0)}),
+                     core_init, s, inner)
+        if M0 == M and N0 == N:
+            return core
+        result = insert_along(core, init, c.out_dims, {})
+        if M0 < M:
+            rows = self.classical(self._fence(slice_along(a, c.lhs_dims, {md: (M0, M - M0)})), b,
+                                  slice_accumulator(init, c.out_dims, {md: (M0, M - M0)}))
+            result = insert_along(rows, result, c.out_dims, {md: M0})
+        if N0 < N:
+            cols = self.classical(self._fence(slice_along(a, c.lhs_dims, {md: (0, M0)})),
+                                  self._fence(slice_along(b, c.rhs_dims, {nd: (N0, N - N0)})),
+                                  slice_accumulator(init, c.out_dims,
+                                                    {md: (0, M0), nd: (N0, N - N0)}))
+            result = insert_along(cols, result, c.out_dims, {nd: N0})
+        return result
+
+    def _fence(self, x: ir.Value) -> ir.Value:
+        """``x`` behind ``util.optimization_barrier`` if it is a bare slice and barriers are on.
+
+        IREE's data tiling otherwise pulls the packing of the slice into the
+        consuming contraction's dispatch; for a narrow strip with a long K
+        (the peeled column strip of a 4096 x 14336 weight: K = 4096, 2
+        columns) that packs the whole strip on the stack and llvm-cpu fails
+        ("exceeded stack allocation limit", IREE 3.13; iree-notes.md).
+        """
+        if self.barriers and defining_op_name(x) == "tensor.extract_slice":
+            return optimization_barrier(x)
+        return x
+
+    def fence_product(self, p: ir.Value) -> ir.Value:
+        """A product's result behind ``util.optimization_barrier`` when barriers are on."""
+        return optimization_barrier(p) if self.barriers else p
+
+    def _combine(self, terms: list) -> ir.Value:
+        """``sum c * X`` over ``terms = [(c, block)]`` as a tensor in the accumulator type.
+
+        A single block with coefficient 1 is used as it is; with the
+        ``barriers`` option it is put behind ``util.optimization_barrier``:
+        IREE's data tiling otherwise pulls the packing of a bare slice into the
+        product's dispatch, which fails on llvm-cpu ("exceeded stack
+        allocation limit", IREE 3.13; iree-notes.md). An identity copy would
+        not do: canonicalization erases it.
+        """
+        if len(terms) == 1 and terms[0][0] == 1:
+            return self._fence(terms[0][1])
+        self.combines += 1
+        first = terms[0][1]
+        init = tensor.empty(list(tensor_type(first).shape), self.acc)
+        acc = self.acc
+        return mark_combine(parallel_generic(
+            [x for _, x in terms], init,
+            lambda args: weighted_sum([(coef, x) for (coef, _), x in zip(terms, args[:-1])], acc)))
+
+    def level(self, a, b, init, s, inner: Optional[Plan]) -> ir.Value:
+        """One per-product level of scheme ``s`` on divisible operands (``inner``:
+        the plan of each product, ``None`` for classical products)."""
+        c = self.c
+        md, kd, nd = c.m_dim, c.k_dim, c.n_dim
+        M = tensor_type(a).shape[c.lhs_dims.index(md)]
+        K = tensor_type(a).shape[c.lhs_dims.index(kd)]
+        N = tensor_type(b).shape[c.rhs_dims.index(nd)]
+        Mb, Kb, Nb = M // s.m, K // s.k, N // s.n
+        a_blk, b_blk = {}, {}
+
+        def A(i, j):
+            if (i, j) not in a_blk:
+                a_blk[i, j] = slice_along(a, c.lhs_dims, {md: (i * Mb, Mb), kd: (j * Kb, Kb)})
+            return a_blk[i, j]
+
+        def B(j, l):
+            if (j, l) not in b_blk:
+                b_blk[j, l] = slice_along(b, c.rhs_dims, {kd: (j * Kb, Kb), nd: (l * Nb, Nb)})
+            return b_blk[j, l]
+
+        out_shape = list(tensor_type(init).shape)
+        blk_shape = [Mb if d == md else Nb if d == nd else sz
+                     for d, sz in zip(c.out_dims, out_shape)]
+        products = []
+        for r in range(s.R):
+            ta = [(Fraction(s.U[r][i][j]), A(i, j)) for i in range(s.m) for j in range(s.k)
+                  if s.U[r][i][j] != 0]
+            tb = [(Fraction(s.V[r][j][l]), B(j, l)) for j in range(s.k) for l in range(s.n)
+                  if s.V[r][j][l] != 0]
+            ar, br = self._combine(ta), self._combine(tb)
+            p = self.emit(ar, br, zeros(blk_shape, self.acc), inner)
+            products.append(self.fence_product(p))
+        return self.combine_c(products.__getitem__, s, init, Mb, Nb)
+
+    def combine_c(self, product, s, init: ir.Value, Mb: int, Nb: int) -> ir.Value:
+        """Combine C of both forms: ``C[i,l] = C0[i,l] + sum_r W[r][i][l] * product(r)``.
+
+        One op per output block written back with ``tensor.insert_slice`` (CPU),
+        or :meth:`fused_combine_c` on GPU targets (``fuse_c``). ``product(r)``
+        gives the r-th product (``Mb x Nb`` in the output's dims).
+        """
+        if self.fuse_c:
+            return self.fused_combine_c([product(r) for r in range(s.R)], s, init, Mb, Nb)
+        c = self.c
+        md, nd = c.m_dim, c.n_dim
+        result, acc = init, self.acc
+        for i in range(s.m):
+            for l in range(s.n):
+                terms = [(Fraction(s.W[r][i][l]), r) for r in range(s.R) if s.W[r][i][l] != 0]
+                if not terms:
+                    continue
+                c0 = slice_accumulator(init, c.out_dims, {md: (i * Mb, Mb), nd: (l * Nb, Nb)})
+                self.combines += 1
+                blk = mark_combine(parallel_generic(
+                    [product(r) for _, r in terms], c0,
+                    lambda args, terms=terms: weighted_sum(
+                        [(coef, x) for (coef, _), x in zip(terms, args[:-1])],
+                        acc, start=args[-1])))
+                result = insert_along(blk, result, c.out_dims, {md: i * Mb, nd: l * Nb})
+        return result

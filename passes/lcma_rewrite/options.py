@@ -1,0 +1,190 @@
+"""Options of ``lcma-rewrite``, declared once (see :mod:`falcon_mlir.options`).
+
+Text form (mlir-opt style): ``--lcma-rewrite="scheme=strassen levels=2
+edge=pad"`` or ``lcma-rewrite{scheme=strassen levels=2}`` in a pipeline;
+:meth:`LcmaOptions.parse` reads it, ``falcon-opt --help`` shows the
+declarations below.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Optional
+
+from falcon_mlir.dialects.plan import EDGES, FORMS
+from falcon_mlir.options import OptionError, option, parse_options
+
+__all__ = ["LcmaOptions", "OptionError", "MAX_LEVELS"]
+
+#: Most levels a plan may have (``levels=``, or schemes listed in ``scheme=``).
+MAX_LEVELS = 4
+
+
+def _parse_scheme(text: str):
+    """``"auto"``, or the tuple of catalog names in ``"a,b"`` (checked in
+    :meth:`LcmaOptions.validate`, after every option is read)."""
+    if text == "auto":
+        return "auto"
+    names = tuple(n for n in text.split(",") if n)
+    if not names:
+        raise OptionError("lcma-rewrite option scheme= needs a value (auto, or a name "
+                          "from `falcon-catalog list`)")
+    return names
+
+
+def _parse_profile(text: str) -> str:
+    """A profile preset name or JSON path that loads (``ProfileError`` otherwise)."""
+    from falcon_mlir.decision.profile import load_profile
+
+    load_profile(text)
+    return text
+
+
+@dataclass
+class LcmaOptions:
+    """Options of the lcma-rewrite pass (see each field's help for the text form).
+
+    Attributes:
+        scheme: ``"auto"`` or a tuple of catalog names, one per level.
+        levels: ``None`` (auto) or L in 1..:data:`MAX_LEVELS`.
+        edge: ``"auto"``, ``"peel"`` or ``"pad"``.
+        form: ``"auto"`` (the decision picks; per-product for a forced
+            scheme), ``"per-product"`` or ``"grouped"`` (see
+            :mod:`falcon_mlir.dialects.plan`).
+        barriers: put products' bare block operands, and the products'
+            results, behind ``util.optimization_barrier`` (IREE's util
+            dialect). Data tiling on llvm-cpu needs both: without the first
+            a slice's packing is pulled into the product dispatch (stack
+            allocation limit), without the second the unpacks of several
+            products fuse into the combine-C dispatch and vectorize whole
+            ("large vector sizes"), IREE 3.13. ``None`` (auto): on inside
+            IREE's pipeline (falcon-compile and the Python API apply it as a
+            visible default, :mod:`falcon_mlir.pipeline.assemble`), off in
+            falcon-opt so its output stays upstream-only.
+        max_error: error budget (max-norm relative) per contraction, or
+            ``None`` (auto): plans whose predicted error
+            (:func:`falcon_mlir.decision.numerics.predicted_error`) exceeds it
+            are not chosen. With auto, the per-type default
+            (:func:`falcon_mlir.decision.numerics.default_max_error`) applies
+            to auto plans; a forced scheme is applied unless ``max-error`` is
+            given.
+        profile: hardware profile of the cost model: ``None`` (the host
+            preset, or ``$FALCON_PROFILE``), a preset name or a profile path
+            (text key ``profile=``, also ``target=``).
+        chunk: rows per chunk of the run-time dispatch on a dynamic M, or
+            ``None`` (auto: chosen by the cost model for ``scheme=auto``,
+            ``DYNAMIC_CHUNK_M`` for a forced scheme); rounded up to a multiple
+            of the plan's blocks along M (see
+            :func:`falcon_mlir.passes.lcma_rewrite.dispatch.dynamic_choice`).
+        dispatch: emit the run-time dispatch for dynamic sizes; ``None``
+            (auto) means on (falcon-compile and the API turn it off for
+            CUDA, where IREE 3.13 cannot bufferize the dispatch's dynamic
+            slices; shown in the report's ``defaults``).
+        filename: name used for the ``"-"`` buffer in report locations (not
+            a text option).
+    """
+
+    PASS: ClassVar[str] = "lcma-rewrite"
+
+    scheme: object = option(
+        "auto", parse=_parse_scheme, metavar="auto|NAME|NAME,NAME,...",
+        help="the scheme, or one catalog name per level (`falcon-catalog list`); auto: the "
+             "cost model decides per contraction")
+    levels: Optional[int] = option(
+        None, type=int, auto=True, range=(1, MAX_LEVELS),
+        help="number of levels (auto: the model tries 1..3; a forced scheme: 1)")
+    edge: str = option(
+        "auto", choices=("auto",) + EDGES,
+        help="sizes the blocks do not divide: peel (remainders classical) or pad (zero-pad, "
+             "slice back); auto: the model picks (peel for a forced scheme)")
+    form: str = option(
+        "auto", choices=("auto",) + FORMS,
+        help="per-product (R contractions per level) or grouped (levels composed, one op per "
+             "combine, one batched product); auto: the model picks (per-product for a forced "
+             "scheme)")
+    barriers: Optional[bool] = option(
+        None, type=bool, auto=True,
+        help="put bare block operands and products behind util.optimization_barrier (IREE data "
+             "tiling needs it); auto: on inside IREE's pipeline (falcon-compile, API), off here")
+    max_error: Optional[float] = option(
+        None, type=float, auto=True, range=(0, None), above=True,
+        expect="auto or a relative error > 0 such as 1e-4",
+        help="relative error budget per contraction; auto: the per-type default for auto plans, "
+             "none for a forced scheme")
+    profile: Optional[str] = option(
+        None, parse=_parse_profile, aliases=("target",), metavar="host|PRESET|PROFILE.json",
+        show=lambda v: "host" if v is None else str(v),
+        help="the cost model's hardware profile: a preset (host, h200-iree, h200, a100, "
+             "neoverse-n1, ...) or a JSON file from falcon-calibrate; $FALCON_PROFILE replaces "
+             "host")
+    chunk: Optional[int] = option(
+        None, type=int, auto=True, range=(1, 2 ** 40), expect="auto or 1..2**40 rows",
+        metavar="auto|ROWS",
+        help="rows per chunk of the run-time dispatch on a dynamic M; auto: the cost model "
+             "(2048 for a forced scheme)")
+    dispatch: Optional[bool] = option(
+        None, type=bool, auto=True,
+        help="run-time dispatch for a dynamic M or batch dimension (false: dynamic "
+             "contractions stay classical); auto: on (off for CUDA in falcon-compile, API)")
+    filename: Optional[str] = None
+
+    @classmethod
+    def parse(cls, text: Optional[str]) -> "LcmaOptions":
+        """Options from ``"scheme=strassen levels=2 edge=pad"`` (space separated;
+        see :func:`falcon_mlir.options.parse_options`).
+
+        Raises:
+            OptionError: unknown key, missing ``=``, a key given twice, levels
+                not an integer in [1, 4], unknown edge or form, an unknown
+                scheme name, a scheme list whose length differs from
+                ``levels``, a profile that does not load.
+        """
+        return parse_options(cls, text)
+
+    def validate(self) -> None:
+        """Checks across options, after all are read (called by :meth:`parse`).
+
+        Raises:
+            OptionError: unknown scheme names, more than :data:`MAX_LEVELS`
+                schemes, a scheme list whose length differs from ``levels``,
+                an empty scheme list, or ``$FALCON_PROFILE`` naming a profile
+                that does not load (checked before any rewriting).
+        """
+        from falcon_mlir.catalog import UnknownSchemeError, get_scheme
+
+        if self.scheme != "auto":
+            names = tuple(self.scheme)
+            if not names:
+                raise OptionError("lcma-rewrite option scheme= is empty (expected auto or catalog "
+                                  "names; run `falcon-catalog list` for the valid names)")
+            if len(names) > MAX_LEVELS:
+                raise OptionError(f"lcma-rewrite: {len(names)} schemes given; at most {MAX_LEVELS} "
+                                  "levels")
+            for name in names:
+                try:
+                    get_scheme(name)
+                except UnknownSchemeError as e:
+                    raise OptionError(str(e)) from None
+            if self.levels is not None and len(names) > 1 and len(names) != self.levels:
+                raise OptionError(f"lcma-rewrite: {len(names)} schemes given for "
+                                  f"levels={self.levels}")
+        elif self.profile is None:
+            from falcon_mlir.decision.profile import ProfileError, load_profile
+
+            try:
+                load_profile(None)  # $FALCON_PROFILE, checked before any rewriting
+            except ProfileError as e:
+                raise OptionError(f"lcma-rewrite: {e}") from None
+
+    def forced_schemes(self) -> Optional[tuple]:
+        """The per-level scheme names the user forced, or ``None`` for auto."""
+        if self.scheme == "auto":
+            return None
+        names = tuple(self.scheme)
+        if len(names) == 1:
+            return names * (self.levels or 1)
+        return names
+
+    def edge_strategy(self) -> str:
+        """``"peel"`` or ``"pad"`` (``auto`` peels)."""
+        return "peel" if self.edge == "auto" else self.edge

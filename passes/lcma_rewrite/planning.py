@@ -1,0 +1,190 @@
+"""Planning: which plan (if any) one contraction gets, and what is predicted for it.
+
+The plan comes from, in this order: a ``falcon.plan`` attribute on the op
+(:mod:`falcon_mlir.dialects.plan`), a scheme forced by the options, or the
+cost-model decision (:mod:`falcon_mlir.decision`) on the options' profile.
+Every plan is checked against the shape (the first level's blocks must fit
+M, K, N) and numerics (integers: no overflow anywhere; floats: predicted
+error within the budget) before it is taken.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+from falcon_mlir import decision
+from falcon_mlir.decision.cost import MAX_GROUPED_TERMS, MAX_PRODUCTS, scheme_stats
+from falcon_mlir.dialects.plan import PLAN_ATTR, Plan, PlanError
+from falcon_mlir.ir.builders import bit_width, defining_op_name
+from falcon_mlir.ir.contraction import Contraction
+
+from .options import LcmaOptions
+
+__all__ = ["plan_for", "decision_for", "problem_of", "schemes_fit", "numerics_check",
+           "predicted_time", "predicted_errors", "grouped_terms"]
+
+
+def schemes_fit(c: Contraction, schemes: tuple, form: str = "per-product") -> Optional[str]:
+    """Why ``schemes`` cannot serve ``c`` in ``form`` (``None`` if they can).
+
+    The first level's blocks must fit in (M, K, N); in the grouped form all
+    levels are applied at once, so the composed scheme's blocks must fit.
+    """
+    from falcon_mlir.catalog import UnknownSchemeError, get_scheme
+
+    total = 1
+    for name in schemes:
+        try:
+            s = get_scheme(name)
+        except UnknownSchemeError as e:
+            return f"{e}; kept classical"
+        total *= s.R
+        if total > MAX_PRODUCTS:
+            return (f"plan {'+'.join(schemes)} has over {MAX_PRODUCTS} products "
+                    f"({total} and counting); kept classical")
+        if c.is_integer and not s.is_integral:
+            return (f"scheme {name} has non-integer coefficients and {c.acc_type} is an integer "
+                    "type; kept classical")
+    s = get_scheme("*".join(schemes) if form == "grouped" else schemes[0])
+    if c.M < s.m or c.K < s.k or c.N < s.n:
+        return (f"M x K x N = {c.M} x {c.K} x {c.N} is smaller than the scheme's "
+                f"{s.m}x{s.k}x{s.n} blocks; kept classical")
+    return None
+
+
+def numerics_check(c: Contraction, schemes: tuple, budget: Optional[float]) -> Optional[str]:
+    """Why ``schemes`` are numerically unfit for ``c`` (``None`` if fit).
+
+    Integers: exactness (no overflow anywhere, worst case over all inputs).
+    Floats: the predicted error against ``budget`` (no budget: always fit).
+    """
+    from falcon_mlir.decision import numerics
+
+    if c.is_integer:
+        ok, why = numerics.integer_bound_ok(list(schemes), c.K, bit_width(c.lhs_type),
+                                            bit_width(c.acc_type), rhs_bits=bit_width(c.rhs_type))
+        return None if ok else f"{why}; kept classical"
+    if budget is None or c.K < 1:
+        return None
+    pred = numerics.predicted_error(list(schemes), c.K, str(c.acc_type))
+    if pred > budget:
+        return (f"predicted error {pred:.1e} of {'+'.join(schemes)} exceeds max-error "
+                f"{budget:.1e}; kept classical")
+    return None
+
+
+def problem_of(c: Contraction) -> "decision.Problem":
+    """The cost model's view of contraction ``c`` (sizes, element types, constant B)."""
+    const_rhs = defining_op_name(c.op.operands[1]) in (
+        "arith.constant", "util.global.load", "flow.tensor.constant")
+    return decision.Problem(M=c.M, N=c.N, K=c.K, batch=math.prod(c.batch) if c.batch else 1,
+                            lhs=str(c.lhs_type), rhs=str(c.rhs_type), acc=str(c.acc_type),
+                            const_rhs=const_rhs)
+
+
+def decision_for(c: Contraction, options: LcmaOptions, forced: Optional[tuple] = None,
+                 form: Optional[str] = None, edge: Optional[str] = None) -> "decision.Decision":
+    """The cost-model decision for ``c`` under ``options`` (see :func:`falcon_mlir.decision.decide`).
+
+    ``forced``/``form``/``edge`` evaluate a given plan instead of choosing one.
+
+    Raises:
+        ProfileError: the options' profile does not load.
+    """
+    from falcon_mlir.decision import numerics
+
+    profile = decision.load_profile(options.profile)
+    pb = problem_of(c)
+    if forced is not None:
+        return decision.decide(pb, profile, forced=forced, forms=(form or "per-product",),
+                               edges=(edge or "peel",))
+    budget = options.max_error if options.max_error is not None else \
+        numerics.default_max_error(str(c.acc_type))
+    forms = decision.FORMS if options.form == "auto" else (options.form,)
+    edges = decision.EDGES if options.edge == "auto" else (options.edge,)
+    return decision.decide(pb, profile, levels=options.levels, forms=forms, edges=edges,
+                           budget=budget)
+
+
+def grouped_terms(schemes: tuple) -> int:
+    """Most blocks a grouped combine (A, B or one C block) of the composed scheme reads."""
+    return scheme_stats("*".join(schemes)).max_terms
+
+
+def plan_for(c: Contraction, options: LcmaOptions) -> tuple:
+    """The plan for one contraction: ``(Plan or None, reason)``.
+
+    ``None`` means classical; the reason says why either way (one line).
+    """
+    if c.unsupported:
+        return None, c.unsupported
+    if PLAN_ATTR in c.op.attributes:
+        try:
+            plan = Plan.from_attribute(c.op.attributes[PLAN_ATTR])
+        except PlanError as e:
+            return None, str(e)
+        why = schemes_fit(c, plan.schemes, plan.form) or \
+            numerics_check(c, plan.schemes, options.max_error)
+        return (None, why) if why else (plan, f"plan attached by {PLAN_ATTR}")
+    forced = options.forced_schemes()
+    form = "per-product" if options.form == "auto" else options.form
+    edge = options.edge_strategy()
+    if forced is None:
+        if min(c.M, c.N, c.K) < 1:
+            return None, "auto: an empty contraction stays classical"
+        d = decision_for(c, options)
+        if d.choice.is_classical:
+            return None, d.reason
+        schemes, why = d.choice.schemes, d.reason
+        form, edge = d.choice.form, d.choice.edge
+    else:
+        schemes, why = forced, f"scheme forced by option ({', '.join(forced)})"
+    if form == "grouped" and grouped_terms(schemes) > MAX_GROUPED_TERMS:
+        form = "per-product"
+        why += (f"; per-product form: the grouped combines of {'*'.join(schemes)} would read "
+                f"{grouped_terms(schemes)} blocks (at most {MAX_GROUPED_TERMS})")
+    unfit = schemes_fit(c, schemes, form) or numerics_check(
+        c, schemes, options.max_error if forced is not None else None)
+    if unfit:
+        return None, unfit
+    return Plan(tuple(schemes), edge=edge, form=form), why
+
+
+def predicted_time(c: Contraction, options: LcmaOptions, plan: Optional[Plan]) -> Optional[dict]:
+    """Predicted seconds of classical, of the plan taken and of the next best
+    alternatives (the report's ``predicted_time``; ``None`` where unsupported)."""
+    if c.unsupported or min(c.M, c.N, c.K) < 1:
+        return None
+    try:
+        if plan is None or options.forced_schemes() is None and PLAN_ATTR not in c.op.attributes:
+            d = decision_for(c, options)
+            if plan is not None and d.choice.schemes != tuple(plan.schemes):
+                d = decision_for(c, options, forced=plan.schemes, form=plan.form, edge=plan.edge)
+        else:
+            d = decision_for(c, options, forced=plan.schemes, form=plan.form, edge=plan.edge)
+    except Exception:  # the model must never break the rewrite
+        return None
+    out = {"profile": d.profile, "classical": d.classical.seconds,
+           "plan": d.choice.seconds if plan is not None else d.classical.seconds,
+           "alternatives": [{"plan": a.label(), "seconds": a.seconds} for a in d.alternatives
+                            if plan is None or a.schemes != tuple(plan.schemes)
+                            or a.form != plan.form or a.edge != plan.edge][:3]}
+    if plan is not None:
+        out["dispatches"] = d.choice.dispatches
+        out["temp_bytes"] = int(d.choice.temp_bytes)
+        out["parts"] = {k: v for k, v in d.choice.parts.items() if v}
+    return out
+
+
+def predicted_errors(c: Contraction, plan: Optional[Plan]) -> Optional[dict]:
+    """Predicted max-norm relative errors of classical and of the plan (floats
+    only; the report's ``predicted_error``)."""
+    from falcon_mlir.decision import numerics
+
+    if not c.is_float or c.unsupported or min(c.M, c.N, c.K) < 1:
+        return None
+    out = {"classical": numerics.classical_error(c.K, str(c.acc_type))}
+    if plan is not None:
+        out["plan"] = numerics.predicted_error(list(plan.schemes), c.K, str(c.acc_type))
+    return out

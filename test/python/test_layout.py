@@ -104,7 +104,8 @@ def test_no_tool_imports_another_tool():
 
 
 def test_decision_never_compiles():
-    allowed = ("falcon_mlir.decision", "falcon_mlir.catalog", "falcon_mlir.dialects.plan")
+    allowed = ("falcon_mlir.decision", "falcon_mlir.catalog", "falcon_mlir.dialects.plan",
+               "falcon_mlir.files")  # Profile.save writes atomically
     bad = [f"{m} imports {target}" for m, path in MODULES.items() if m.startswith("falcon_mlir.decision")
            for target, _, _ in _imports(m, path)
            if (target.startswith("falcon_mlir") and not target.startswith(allowed)

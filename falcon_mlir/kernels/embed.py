@@ -179,7 +179,9 @@ def reference_func(spec: GemmSpec, name: str = "reference") -> str:
     a_idx = b0 + ([k, m] if spec.trans_a else [m, k])
     b_idx = b0 + ([n, k] if spec.trans_b else [k, n])
     c_idx = b0 + [m, n]
-    amap = lambda idx: f"affine_map<({', '.join(dims)}) -> ({', '.join(idx)})>"  # noqa: E731
+
+    def amap(idx):
+        return f"affine_map<({', '.join(dims)}) -> ({', '.join(idx)})>"
     iters = ", ".join(['"parallel"'] * (len(dims) - 1) + ['"reduction"'])
     a_t, b_t = tensor_type(spec.a_shape, spec.a_dtype), tensor_type(spec.b_shape, spec.b_dtype)
     acc_t, c_t = tensor_type(spec.c_shape, "f32"), tensor_type(spec.c_shape, spec.out_dtype)

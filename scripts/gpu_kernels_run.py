@@ -1,0 +1,521 @@
+#!/usr/bin/env python3
+"""The GPU side of scripts/gpu_kernels.py: run, tune and check a bundle of falcon's GEMM kernels.
+
+Needs only python3, numpy, torch (and ml_dtypes) plus iree-base-runtime for
+``run`` and Triton (3.6 on the H200 machine) for ``tune``; nothing from
+falcon-mlir. ``prepare`` (scripts/gpu_kernels.py, here) copies this file,
+gpu_kernels.py and the kernel source into the bundle.
+
+* ``run DIR``: per module, random normal inputs made on the GPU, the result
+  checked against float64 (``--check-rows`` random rows; all rows for small
+  problems) and against ``torch.matmul``, then timed: median of ``--repeat``
+  synchronous calls after ``--warmup``, inputs and outputs resident on the
+  device (IREE's CUDA HAL with ``--cuda_async_allocations=false`` and the
+  caching allocator, falcon's runtime settings). Next to it torch.matmul
+  (cuBLAS) on the same inputs in the same dtype (bf16 x bf16 -> bf16 with f32
+  accumulation, reduced-precision reductions off; f32 with TF32 off; where C's
+  type differs from the inputs', torch multiplies the widened inputs in f32),
+  timed by CUDA events (GPU time) and like IREE's calls (wall clock per call
+  until the GPU is done). Modules that hold ``@reference`` (IREE's own sm_80
+  code for the same product) are compared with it too.
+* ``tune DIR``: the bundle's copy of the kernel source JIT-run on torch tensors
+  over the manifest's tuning configurations and shapes, timed with
+  ``triton.testing.do_bench`` (median) next to torch.matmul.
+* ``check DIR`` (anywhere): the bundle is complete; loads every module when
+  iree.runtime is there (no device needed).
+* ``--cpu`` (run, tune): a dry run of this script's logic here, on a bundle
+  made by ``prepare --cpu`` (IREE's own llvm-cpu code as @main; Triton's
+  interpreter for tune). It says nothing about the GPU.
+
+Each mode prints a short table last and writes ``gpu_kernels_MODE.json`` and
+``.md`` under ``$OUT`` if set, else ``--out``, else DIR. A failing module or
+configuration is reported and the run goes on; ``--budget-s`` stops starting
+new work after that many seconds (the rest is listed as skipped).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+
+MANIFEST = "manifest.json"
+FORMAT = 1
+KERNEL_FILE = "falcon_triton_gemm.py"
+DTYPES = ("bf16", "f16", "f32")
+#: torch device of the GPU-side modes; ``--cpu`` (a dry run of the logic here) makes it "cpu".
+DEV = "cuda"
+#: max|C - ref| / max|ref| allowed against float64 (the output type's rounding
+#: dominates; f32 sees K-long f32 sums). Against torch and IREE's reference: twice these.
+TOL = {"f32": 1e-4, "f16": 2e-3, "bf16": 1e-2}
+
+
+def log(*a):
+    print(*a, flush=True)
+
+
+def parse_shape(text: str) -> tuple:
+    """``MxNxK`` -> (M, N, K); raises ValueError with the reason."""
+    parts = text.lower().split("x")
+    if len(parts) != 3 or not all(p.isdigit() and int(p) > 0 for p in parts):
+        raise ValueError(f"shape {text!r}: expected MxNxK with positive ints, e.g. 8192x4096x4096")
+    return tuple(int(p) for p in parts)
+
+
+def write_atomic(path: Path, data) -> None:
+    """Write bytes or text to ``path`` through a temporary file and a rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data.encode() if isinstance(data, str) else data)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+# --------------------------------------------------------------------------- shared GPU-side helpers
+
+def load_manifest(d: Path) -> dict:
+    m = json.loads((d / MANIFEST).read_text())
+    if m.get("format") != FORMAT:
+        raise SystemExit(f"{d / MANIFEST}: format {m.get('format')}, this script reads {FORMAT}")
+    return m
+
+
+def out_dir(args) -> Path:
+    return Path(os.environ.get("OUT") or args.out or args.dir)
+
+
+def env_info() -> dict:
+    info = {"python": sys.version.split()[0], "platform": platform.platform(), "numpy": np.__version__}
+    for mod in ("torch", "triton"):
+        try:
+            info[mod] = __import__(mod).__version__
+        except Exception:
+            pass
+    try:
+        from importlib.metadata import version
+        info["iree_base_runtime"] = version("iree-base-runtime")
+        import torch
+        info["gpu"] = torch.cuda.get_device_name(0)
+    except Exception:
+        pass
+    return info
+
+
+def torch_dtype(name):
+    import torch
+    return {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[name]
+
+
+def make_inputs(spec: dict, seed: int):
+    """A and B as stored (torch, on the GPU): standard normal, rounded to the spec's dtypes."""
+    import torch
+    g = torch.Generator(device=DEV).manual_seed(seed)
+    batch = (spec["batch"],) if spec["batch"] > 1 else ()
+    a_shape = batch + ((spec["K"], spec["M"]) if spec["trans_a"] else (spec["M"], spec["K"]))
+    b_shape = batch + ((spec["N"], spec["K"]) if spec["trans_b"] else (spec["K"], spec["N"]))
+    a = torch.randn(a_shape, generator=g, device=DEV).to(torch_dtype(spec["a_dtype"]))
+    b = torch.randn(b_shape, generator=g, device=DEV).to(torch_dtype(spec["b_dtype"]))
+    return a, b
+
+
+def op(t, trans: bool):
+    return t.transpose(-1, -2) if trans else t
+
+
+def torch_setup():
+    """cuBLAS like our kernel: f32 accumulation throughout, no TF32 for f32."""
+    import torch
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
+    torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
+
+
+def rel(x, ref) -> float:
+    return float((x.double() - ref.double()).abs().max() / ref.double().abs().max())
+
+
+def ref_rows(spec: dict, a, b, rows: int, seed: int):
+    """(index, float64 reference rows): all of C when small, else ``rows`` random rows per batch entry."""
+    import torch
+    if spec["M"] * spec["N"] * spec["K"] <= 2**30 or rows >= spec["M"]:
+        idx = torch.arange(spec["M"], device=DEV)
+    else:
+        g = torch.Generator(device=DEV).manual_seed(seed + 1)
+        idx = torch.randperm(spec["M"], generator=g, device=DEV)[:rows].sort().values
+    return idx, op(a, spec["trans_a"])[..., idx, :].double() @ op(b, spec["trans_b"]).double()
+
+
+def time_wall(fn, warmup: int, repeat: int, budget_s: float) -> list:
+    """Seconds of ``repeat`` synchronous calls after ``warmup`` (at least 3 once past ``budget_s``)."""
+    for _ in range(warmup):
+        fn()
+    times, t_start = [], time.perf_counter()
+    for i in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+        if i >= 2 and time.perf_counter() - t_start > budget_s:
+            break
+    return times
+
+
+# --------------------------------------------------------------------------- run (GPU)
+
+def iree_device():
+    """IREE CUDA device with falcon's runtime settings (falcon_mlir.runner.device_config, copied)."""
+    import iree.runtime as rt
+    if DEV == "cpu":
+        return rt.Config("local-task")
+    rt.flags.parse_flags("--cuda_async_allocations=false")
+    dev = rt.get_driver("cuda").create_default_device(allocators=["caching"])
+    return rt.Config(device=dev)
+
+
+def to_torch(arr: np.ndarray):
+    import torch
+    if arr.dtype.name == "bfloat16":
+        return torch.from_numpy(arr.view(np.int16)).view(torch.bfloat16).to(DEV)
+    return torch.from_numpy(np.ascontiguousarray(arr)).to(DEV)
+
+
+def to_numpy(t) -> np.ndarray:
+    import torch
+    if t.dtype == torch.bfloat16:
+        import ml_dtypes
+        return t.view(torch.int16).cpu().numpy().view(ml_dtypes.bfloat16)
+    return t.cpu().numpy()
+
+
+def torch_times(fn, warmup, repeat, budget_s) -> tuple:
+    """(median ms by CUDA events, median ms wall clock per call until the GPU is done)."""
+    import torch
+    for _ in range(warmup):
+        fn()
+    ev = []
+    for _ in range(repeat if DEV == "cuda" else 0):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        fn()
+        e.record()
+        e.synchronize()
+        ev.append(s.elapsed_time(e))
+
+    def synced():
+        fn()
+        if DEV == "cuda":
+            torch.cuda.synchronize()
+    wall = time_wall(synced, 1, repeat, budget_s)
+    return float(np.median(ev)) if ev else float("nan"), float(np.median(wall) * 1e3)
+
+
+def run(args) -> int:
+    import iree.runtime as rt
+    import torch
+
+    d = Path(args.dir)
+    manifest = load_manifest(d)
+    torch_setup()
+    config = iree_device()
+    groups = {}
+    for e in manifest["entries"]:
+        s = e["spec"]
+        if args.dtypes and s["a_dtype"] not in args.dtypes or args.shapes and \
+                (s["M"], s["N"], s["K"]) not in [parse_shape(x) for x in args.shapes]:
+            continue
+        groups.setdefault(json.dumps(s, sort_keys=True), []).append(e)
+    rows, skipped, t_all = [], [], time.perf_counter()
+    for gi, (key, entries) in enumerate(groups.items()):
+        spec = json.loads(key)
+        if time.perf_counter() - t_all > args.budget_s:
+            skipped += [e["name"] for e in entries]
+            continue
+        flops = 2 * spec["batch"] * spec["M"] * spec["N"] * spec["K"]
+        out_t = torch_dtype(spec["out_dtype"])
+        a = b = ta = tb = a_dev = b_dev = c_torch = ref = None
+        try:
+            a, b = make_inputs(spec, seed=gi)
+            idx, ref = ref_rows(spec, a, b, args.check_rows, seed=gi)
+            ta, tb = op(a, spec["trans_a"]), op(b, spec["trans_b"])
+            if spec["out_dtype"] != spec["a_dtype"]:  # widen exactly, multiply in f32 (TF32 off), round once
+                ta, tb = ta.float(), tb.float()
+
+            def tfn():
+                return torch.matmul(ta, tb)
+            c_torch = tfn().to(out_t)
+            torch_row = {"name": "torch.matmul", "spec": spec, "label": entries[0]["label"],
+                         "kind": entries[0]["kind"], "config": "cuBLAS",
+                         "rel_err_f64": rel(c_torch[..., idx, :], ref)}
+            torch_row["ev_ms"], torch_row["wall_ms"] = torch_times(tfn, args.warmup, args.repeat, args.entry_budget_s)
+            a_dev = rt.asdevicearray(config.device, to_numpy(a))
+            b_dev = rt.asdevicearray(config.device, to_numpy(b))
+        except Exception as e:
+            log(f"FAILED inputs/torch for {entries[0]['name']}: {type(e).__name__}: {e}")
+            rows += [{"name": x["name"], "spec": spec, "error": f"inputs/torch: {type(e).__name__}: {e}"}
+                     for x in entries]
+            a = b = ta = tb = c_torch = ref = None
+            _empty_cache()
+            continue
+        for e in entries:
+            row = {"name": e["name"], "spec": spec, "label": e["label"], "kind": e["kind"],
+                   "config": e["config_label"], "kernel": e["kernel"]}
+            try:
+                ctx = rt.SystemContext(config=config)
+                vm = rt.VmModule.mmap(ctx.instance, str(d / e["file"]))
+                ctx.add_vm_module(vm)
+                main = ctx.modules[vm.name]["main"]
+                c = to_torch(main(a_dev, b_dev).to_host())
+                row["rel_err_f64"] = rel(c[..., idx, :], ref)
+                row["rel_diff_torch"] = rel(c, c_torch)
+                if e["reference"]:
+                    c_ref = to_torch(ctx.modules[vm.name]["reference"](a_dev, b_dev).to_host())
+                    row["rel_diff_iree_reference"] = rel(c, c_ref)
+                    row["iree_reference_rel_err_f64"] = rel(c_ref[..., idx, :], ref)
+                del c
+                tol = TOL[spec["out_dtype"]]
+                row["ok"] = bool(row["rel_err_f64"] <= tol and row["rel_diff_torch"] <= 2 * tol
+                                 and row.get("rel_diff_iree_reference", 0) <= 2 * tol)
+                times = time_wall(lambda: main(a_dev, b_dev), args.warmup, args.repeat, args.entry_budget_s)
+                row["wall_ms"] = float(np.median(times) * 1e3)
+                row["min_ms"] = float(np.min(times) * 1e3)
+                row["reps"] = len(times)
+                row["tflops"] = flops / row["wall_ms"] / 1e9
+                row["vs_torch_wall"] = torch_row["wall_ms"] / row["wall_ms"]
+                row["vs_torch_events"] = torch_row["ev_ms"] / row["wall_ms"]
+                del ctx, vm, main
+                config.device.allocator.trim()
+            except Exception as ex:
+                row["ok"] = False
+                row["error"] = f"{type(ex).__name__}: {ex}"[:800]
+                log(traceback.format_exc(limit=4))
+            rows.append(row)
+            log(_run_line(row))
+        torch_row["tflops"] = flops / torch_row["wall_ms"] / 1e9
+        rows.append(torch_row)
+        log(_run_line(torch_row))
+        a = b = ta = tb = a_dev = b_dev = c_torch = ref = None
+        _empty_cache()
+    return _finish(args, "run", rows, skipped, _run_table(rows))
+
+
+def _empty_cache():
+    import torch
+    if DEV == "cuda":
+        torch.cuda.empty_cache()
+
+
+def _run_line(r: dict) -> str:
+    s = r["spec"]
+    head = f"{s['a_dtype']}->{s['out_dtype']} {s['M']}x{s['N']}x{s['K']} b{s['batch']} {r.get('config', '')}"
+    if "error" in r:
+        return f"{head}: FAILED {r['error'][:200]}"
+    t = f"wall {r['wall_ms']:.3f} ms" + (f" (events {r['ev_ms']:.3f})" if "ev_ms" in r else "")
+    extra = "".join(f", {k} {r[k]:.2e}" for k in ("rel_err_f64", "rel_diff_torch", "rel_diff_iree_reference")
+                    if k in r)
+    return f"{head}: {t}, {r['tflops']:.1f} TFLOP/s{extra}" + ("" if r.get("ok", True) else "  NOT OK")
+
+
+def _run_table(rows) -> str:
+    lines = ["| dtype | shape (MxNxK) | label | config | ms (wall) | TFLOP/s | torch ms wall / events "
+             "| speed vs torch (wall) | rel err f64 | rel diff torch | ok |", "|" + "---|" * 11]
+    torch_by = {json.dumps(r["spec"], sort_keys=True): r for r in rows if r["name"] == "torch.matmul"}
+    for r in rows:
+        if r["name"] == "torch.matmul":
+            continue
+        s = r["spec"]
+        t = torch_by.get(json.dumps(s, sort_keys=True), {})
+        shape = f"{s['M']}x{s['N']}x{s['K']}" + (f" b{s['batch']}" if s["batch"] > 1 else "") + \
+            (" " + ("t" if s["trans_a"] else "n") + ("t" if s["trans_b"] else "n"))
+        dt = s["a_dtype"] + ("" if s["out_dtype"] == s["a_dtype"] else "->" + s["out_dtype"])
+        if "error" in r:
+            lines.append(f"| {dt} | {shape} | {r.get('label', '')} | {r.get('config', '')} | FAILED: "
+                         f"{r['error'][:60]} | | | | | | NO |")
+            continue
+        tt = f"{t['wall_ms']:.3f} / {t['ev_ms']:.3f}" if "wall_ms" in t else "-"
+        lines.append(f"| {dt} | {shape} | {r['label']} | {r['config']} | {r['wall_ms']:.3f} | {r['tflops']:.1f} | "
+                     f"{tt} | {r['vs_torch_wall']:.3f}x | {r['rel_err_f64']:.1e} | {r['rel_diff_torch']:.1e} | "
+                     f"{'yes' if r['ok'] else 'NO'} |")
+    return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------- tune (GPU)
+
+def tune(args) -> int:
+    if DEV == "cpu":  # dry run: Triton's interpreter, which must be chosen before triton is imported
+        os.environ["TRITON_INTERPRET"] = "1"
+    import torch
+    import triton
+    from triton.testing import do_bench
+
+    def bench(fn) -> float:
+        """Median milliseconds: do_bench on the GPU, three timed calls in a dry run."""
+        if DEV == "cpu":
+            return float(np.median(time_wall(fn, 1, 3, 60.0)) * 1e3)
+        return do_bench(fn, return_mode="median")
+    d = Path(args.dir)
+    manifest = load_manifest(d)
+    sys.path.insert(0, str(d))
+    import falcon_triton_gemm as ftg  # the bundle's copy of the kernel source
+
+    torch_setup()
+    sms = torch.cuda.get_device_properties(0).multi_processor_count if DEV == "cuda" else 3
+    t = manifest["tune"]
+    shapes = [parse_shape(s) for s in args.shapes] if args.shapes else [tuple(s) for s in t["shapes"]]
+    dtypes = args.dtypes or t["dtypes"]
+    rows, skipped, t_all = [], [], time.perf_counter()
+    for (M, N, K) in shapes:
+        for dtype in dtypes:
+            configs = t["configs"]["f32" if dtype == "f32" else "16bit"]
+            if args.configs:
+                configs = [c for c in configs if _label(c) in args.configs]
+            if time.perf_counter() - t_all > args.budget_s:
+                skipped.append(f"{dtype} {M}x{N}x{K}")
+                continue
+            spec = {"M": M, "N": N, "K": K, "batch": 1, "a_dtype": dtype, "b_dtype": dtype,
+                    "out_dtype": dtype, "trans_a": False, "trans_b": False}
+            a, b = make_inputs(spec, seed=M + N + K)
+            c_ref = torch.matmul(a, b)
+            flops = 2 * M * N * K
+            t_torch = bench(lambda: torch.matmul(a, b))
+            rows.append({"name": "torch.matmul", "spec": spec, "config": "cuBLAS", "ms": t_torch,
+                         "tflops": flops / t_torch / 1e9})
+            log(f"{dtype} {M}x{N}x{K}: torch.matmul {t_torch:.3f} ms")
+            for cfg in configs:
+                row = {"name": "falcon_gemm (JIT)", "spec": spec, "config": _label(cfg)}
+                try:
+                    c = torch.empty((M, N), dtype=torch_dtype(dtype), device=DEV)
+                    t0 = time.perf_counter()
+                    ftg.launch(a, b, c, num_sms=sms, **cfg)
+                    if DEV == "cuda":
+                        torch.cuda.synchronize()
+                    row["compile_s"] = time.perf_counter() - t0
+                    row["rel_diff_torch"] = rel(c, c_ref)
+                    row["ms"] = bench(lambda: ftg.launch(a, b, c, num_sms=sms, **cfg))
+                    row["tflops"] = flops / row["ms"] / 1e9
+                    row["vs_torch"] = t_torch / row["ms"]
+                    row["ok"] = row["rel_diff_torch"] <= 2 * TOL[dtype]
+                    log(f"  {row['config']:<28} {row['ms']:.3f} ms ({row['vs_torch']:.3f}x torch), "
+                        f"diff {row['rel_diff_torch']:.1e}, compile {row['compile_s']:.1f}s")
+                except Exception as e:
+                    row["ok"] = False
+                    row["error"] = f"{type(e).__name__}: {e}"[:800]
+                    log(f"  {row['config']:<28} FAILED {row['error'][:300]}")
+                rows.append(row)
+            a = b = c_ref = None
+            _empty_cache()
+    lines = ["| dtype | shape | config | ms | TFLOP/s | vs torch | rel diff torch |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        s = r["spec"]
+        cells = f"| {s['a_dtype']} | {s['M']}x{s['N']}x{s['K']} | {r['config']} | "
+        if "error" in r:
+            lines.append(cells + f"FAILED: {r['error'][:60]} | | | |")
+        else:
+            vs = f"{r['vs_torch']:.3f}x" if "vs_torch" in r else "1"
+            diff = f"{r['rel_diff_torch']:.1e}" if "rel_diff_torch" in r else "-"
+            lines.append(cells + f"{r['ms']:.3f} | {r['tflops']:.1f} | {vs} | {diff} |")
+    log(f"triton {triton.__version__}, {sms} SMs")
+    return _finish(args, "tune", rows, skipped, "\n".join(lines) + "\n")
+
+
+def _label(cfg: dict) -> str:
+    s = f"{cfg['block_m']}x{cfg['block_n']}x{cfg['block_k']},s{cfg['num_stages']},w{cfg['num_warps']},g{cfg['group_m']}"
+    return s + (",ws" if cfg["warp_specialize"] else "") + (",sub" if cfg["epilogue_subtile"] else "") + \
+        ("" if cfg["tma_store"] else ",masked")
+
+
+# --------------------------------------------------------------------------- check (anywhere)
+
+def check(args) -> int:
+    d = Path(args.dir)
+    manifest = load_manifest(d)
+    problems = []
+    for f in ("gpu_kernels.py", "gpu_kernels_run.py", KERNEL_FILE):
+        if not (d / f).is_file():
+            problems.append(f"missing {f}")
+    if (d / KERNEL_FILE).is_file() and \
+            hashlib.sha256((d / KERNEL_FILE).read_bytes()).hexdigest() != manifest["kernel_sha256"]:
+        problems.append(f"{KERNEL_FILE} differs from the one the modules were built from")
+    try:
+        import iree.runtime as rt
+        inst = rt.VmInstance()
+    except Exception:
+        rt = None
+    for e in manifest["entries"]:
+        p = d / e["file"]
+        if not p.is_file() or p.stat().st_size != e["vmfb_bytes"]:
+            problems.append(f"{e['file']}: missing or wrong size")
+        elif rt is not None:
+            names = rt.VmModule.copy_buffer(inst, p.read_bytes()).function_names
+            want = {"main", "reference"} if e["reference"] else {"main"}
+            if not want <= set(names):
+                problems.append(f"{e['file']}: functions {names}")
+    size = sum(p.stat().st_size for p in d.rglob("*") if p.is_file())
+    log(f"{len(manifest['entries'])} modules, {len(manifest['failures'])} failed at prepare, "
+        f"{size / 2**20:.1f} MiB; modules loaded: {'yes' if rt else 'no (no iree.runtime)'}")
+    for p in problems:
+        log("PROBLEM:", p)
+    return 1 if problems else 0
+
+
+def _finish(args, mode: str, rows, skipped, table: str) -> int:
+    out = out_dir(args)
+    out.mkdir(parents=True, exist_ok=True)
+    write_atomic(out / f"gpu_kernels_{mode}.json",
+                 json.dumps({"env": env_info(), "mode": mode, "rows": rows, "skipped": skipped}, indent=1))
+    write_atomic(out / f"gpu_kernels_{mode}.md", table)
+    if skipped:
+        log(f"skipped (budget): {', '.join(skipped)}")
+    log(table)
+    bad = [r for r in rows if r.get("ok") is False]
+    log(f"{mode}: {len(rows)} rows, {len(bad)} not ok; wrote {out}/gpu_kernels_{mode}.json")
+    return 1 if bad else 0
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = p.add_subparsers(dest="mode", required=True)
+    for name, helptext in (("run", "check and time the modules (GPU)"), ("tune", "JIT-time configurations (GPU)")):
+        q = sub.add_parser(name, help=helptext)
+        q.add_argument("dir")
+        q.add_argument("--dtypes", nargs="+", choices=DTYPES)
+        q.add_argument("--shapes", nargs="+", help="only these MxNxK")
+        q.add_argument("--budget-s", type=float, default=420.0, help="start no new work after this")
+        q.add_argument("--out", help="results folder (default $OUT, else the bundle)")
+        q.add_argument("--cpu", action="store_true", help="dry run on the CPU (torch CPU, local-task, "
+                       "Triton's interpreter): tests this script's logic without a GPU")
+        if name == "run":
+            q.add_argument("--repeat", type=int, default=20)
+            q.add_argument("--warmup", type=int, default=3)
+            q.add_argument("--entry-budget-s", type=float, default=15.0, help="timed seconds per module")
+            q.add_argument("--check-rows", type=int, default=16)
+        else:
+            q.add_argument("--configs", nargs="+", help="only these labels (from the manifest)")
+    c = sub.add_parser("check", help="check the bundle's files (no GPU)")
+    c.add_argument("dir")
+    args = p.parse_args(argv)
+    global DEV
+    DEV = "cpu" if getattr(args, "cpu", False) else "cuda"
+    try:
+        for s in getattr(args, "shapes", None) or []:
+            parse_shape(s)
+        return {"run": run, "tune": tune, "check": check}[args.mode](args)
+    except ValueError as e:
+        log(f"error: {e}")
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

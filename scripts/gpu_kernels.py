@@ -8,7 +8,9 @@ and a module ``@main(A, B) -> C`` that runs it
 small correctness modules (transposed, batched, f32 output, odd sizes) that
 also hold ``@reference``, the same product compiled by IREE itself (sm_80).
 Copies this script, ``gpu_kernels_run.py`` (the GPU side) and the kernel
-source (``falcon_triton_gemm.py``) into DIR and writes ``manifest.json`` last.
+source (``falcon_triton_gemm.py``) into DIR and writes ``manifest.json`` last;
+DIR gets a ``.gitignore`` of ``*`` (a bundle inside a checkout stays out of
+git and travels to the GPU machine only when named in ``carry``).
 Options: ``--shapes MxNxK ...`` (default: 8192^3, 16384^3 and the Llama-3-8B
 / 70B weight shapes of workloads.md at M = 8192), ``--dtypes`` (bf16 f16 f32;
 inputs and output of one type), ``--configs LABEL ...`` (``KernelConfig``
@@ -90,6 +92,7 @@ def prepare(args) -> int:
         for old in (out / "modules").glob("*.vmfb"):
             old.unlink()
     out.mkdir(parents=True, exist_ok=True)
+    (out / ".gitignore").write_text("# a build output (scripts/gpu_kernels.py prepare): never committed\n*\n")
     entries, failures, t_all = [], [], time.perf_counter()
 
     def build(label, spec, config, kind, reference):

@@ -222,6 +222,9 @@ def _compile(spec: GemmSpec, config: KernelConfig, capability: int, arch: str, n
     if md.num_ctas != 1 or tuple(getattr(md, "cluster_dims", (1, 1, 1))) != (1, 1, 1):
         raise RuntimeError(f"{spec.name}: kernel compiled for {md.num_ctas} CTAs per cluster; "
                            "IREE launches single-CTA blocks only")
+    for flag in ("launch_cooperative_grid", "launch_pdl"):
+        if getattr(md, flag, False):
+            raise RuntimeError(f"{spec.name}: kernel needs {flag}, which IREE's launch does not set")
     if 32 * md.num_warps > MAX_THREADS:
         raise RuntimeError(f"{spec.name}: {32 * md.num_warps} threads per block exceed {MAX_THREADS}")
     if md.shared > SHARED_MEMORY_LIMIT:

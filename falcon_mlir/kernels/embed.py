@@ -234,13 +234,15 @@ def gemm_module(spec: GemmSpec, config: Optional[KernelConfig] = None, *,
         ``--iree-stream-resource-min-offset-alignment=128``) turns into a .vmfb.
 
     Raises:
-        ValueError: ``kernel`` belongs to another spec, or anything
-            :func:`~falcon_mlir.kernels.aot.compile_kernel` raises.
+        ValueError: ``kernel`` belongs to another spec or configuration, or
+            anything :func:`~falcon_mlir.kernels.aot.compile_kernel` raises.
     """
     if kernel is None:
         kernel = compile_kernel(spec, config)
     elif kernel.spec != spec:
         raise ValueError(f"kernel was compiled for {kernel.spec.name}, not {spec.name}")
+    elif config is not None and kernel.config != config:
+        raise ValueError(f"kernel was compiled with {kernel.config.label}, not {config.label}")
     target_attr = target_attr or cuda_target_attribute(flags)
     exe = executable_name(kernel)
     a_t, b_t = tensor_type(spec.a_shape, spec.a_dtype), tensor_type(spec.b_shape, spec.b_dtype)

@@ -78,6 +78,8 @@ def test_gemm_module_text(target):
     assert "@reference" not in text
     with pytest.raises(ValueError, match="compiled for"):
         embed.gemm_module(GemmSpec(64, 64, 64), kernel=k, target_attr=target)
+    with pytest.raises(ValueError, match="compiled with"):
+        embed.gemm_module(SPEC, KernelConfig.parse("64x64x32"), kernel=k, target_attr=target)
 
 
 def test_reference_func_text():

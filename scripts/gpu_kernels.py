@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Check and time falcon's generated GEMM kernels on a GPU, from a bundle built here.
 
-``prepare DIR`` (HERE, with falcon-mlir, Triton 3.9 and the IREE compiler):
+``prepare DIR`` (HERE, with falcon-mlir, Triton 3.6 and the IREE compiler):
 for each shape x dtype x configuration, compile the kernel to an sm_90a cubin
 and a module ``@main(A, B) -> C`` that runs it
 (``falcon_mlir.kernels.gemm_module``), as ``DIR/modules/NAME.vmfb``; plus three

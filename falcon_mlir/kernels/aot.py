@@ -7,6 +7,16 @@ returns the **cubin** with the launch facts IREE needs (threads, dynamic
 shared memory, scratch sizes, grid). Cubin, not PTX: the H200's driver (580,
 CUDA 13.0) rejected Triton 3.9's PTX ``.version 9.4``.
 
+The compiler is **Triton 3.6** (``TRITON_VERSION``; pinned by the ``cuda``
+extra), the version the H200 machine runs, so a configuration tuned there
+by JIT is the same code here. Triton 3.9 is not used: its IEEE f32 (FMA)
+kernels put a CTA barrier between the shared-memory loads of a K step and
+its FMAs, so every operand of the step is live at once; ptxas then falls back
+to 32 registers and ~5.5 KB of local-memory spills per thread (1.3 s instead
+of ~26 ms at 8192^3 on the H200). ``docs/kernels.md`` has the evidence. Each
+kernel's register count and stack (spill) bytes are read from the cubin
+(``cuobjdump -res-usage``) and a kernel that spills is reported.
+
 Cache: one JSON file per kernel (cubin base64-encoded inside), named by a
 SHA-256 over the kernel source text, the spec, the configuration, Triton's
 version, the arch and the SM count, in ``$FALCON_KERNEL_CACHE`` or
@@ -27,6 +37,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -39,7 +50,9 @@ ARCHES = {"sm_90a": 90, "sm_90": 90}
 #: Streaming multiprocessors of an H200 (and H100 SXM): programs of the persistent grid.
 H200_SMS = 132
 #: Bump when the cache entry's layout changes.
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2
+#: The Triton that compiles the kernels (the H200 machine's JIT runs the same).
+TRITON_VERSION = "3.6.0"
 #: CUDA allows at most this many threads per block.
 MAX_THREADS = 1024
 
@@ -60,6 +73,8 @@ class CompiledKernel:
         num_programs: blocks of the 1-D persistent grid.
         triton_version: Triton that compiled it.
         key: the cache key (hex SHA-256).
+        registers: registers per thread in the cubin (None: no cuobjdump to read it).
+        stack_bytes: per-thread stack frame (local memory: spills), None as above.
         compile_seconds: time ``triton.compile`` took (0.0 when read from the cache).
         from_cache: read from the disk cache.
     """
@@ -78,6 +93,8 @@ class CompiledKernel:
     num_programs: int
     triton_version: str
     key: str
+    registers: Optional[int] = None
+    stack_bytes: Optional[int] = None
     compile_seconds: float = 0.0
     from_cache: bool = False
 
@@ -104,7 +121,8 @@ class CompiledKernel:
     def metadata(self) -> dict:
         """The launch facts as a JSON-ready dict (no cubin)."""
         keys = ("arch", "name", "num_warps", "shared", "global_scratch_size", "global_scratch_align",
-                "profile_scratch_size", "profile_scratch_align", "num_programs", "triton_version", "key")
+                "profile_scratch_size", "profile_scratch_align", "num_programs", "triton_version", "key",
+                "registers", "stack_bytes")
         d = {k: getattr(self, k) for k in keys}
         d.update(threads=self.threads, cubin_bytes=len(self.cubin), config=self.config.label)
         return d
@@ -143,12 +161,21 @@ def kernel_source() -> str:
     return KERNEL_SOURCE.read_text()
 
 
+_VERSION_WARNED = False
+
+
 def _triton():
+    global _VERSION_WARNED
     try:
         import triton
     except ImportError as e:  # pragma: no cover - depends on the environment
         raise ImportError("compiling kernels needs Triton: pip install 'falcon-mlir[cuda]' "
-                          "(triton==3.9.0)") from e
+                          f"(triton=={TRITON_VERSION})") from e
+    if triton.__version__ != TRITON_VERSION and not _VERSION_WARNED:
+        _VERSION_WARNED = True
+        warnings.warn(f"falcon_mlir.kernels is built and tuned with Triton {TRITON_VERSION}, this is "
+                      f"{triton.__version__}: configurations may not carry over (Triton 3.9 spills "
+                      "IEEE f32 kernels to local memory, see docs/kernels.md)", RuntimeWarning, stacklevel=3)
     return triton
 
 
@@ -231,13 +258,20 @@ def _compile(spec: GemmSpec, config: KernelConfig, capability: int, arch: str, n
         raise ValueError(f"{spec.name} with {config.label} needs {md.shared} bytes of shared memory, "
                          f"more than the {SHARED_MEMORY_LIMIT} an sm_90 block may use: "
                          "use fewer stages, smaller tiles or epilogue subtiling (',sub')")
+    cubin = bytes(k.asm["cubin"])
+    usage = resource_usage(cubin)
+    if usage.get("stack_bytes"):
+        warnings.warn(f"{spec.name} with {config.label}: {usage['stack_bytes']} bytes of stack per thread "
+                      f"({usage['registers']} registers): the kernel spills to local memory and will be "
+                      "slow; use smaller tiles or fewer stages", RuntimeWarning, stacklevel=3)
     return CompiledKernel(
-        spec=spec, config=config, arch=arch, name=md.name, cubin=bytes(k.asm["cubin"]),
+        spec=spec, config=config, arch=arch, name=md.name, cubin=cubin,
         num_warps=md.num_warps, shared=md.shared,
         global_scratch_size=md.global_scratch_size or 0, global_scratch_align=md.global_scratch_align or 1,
         profile_scratch_size=md.profile_scratch_size or 0,
         profile_scratch_align=md.profile_scratch_align or 1,
-        num_programs=programs, triton_version=triton.__version__, key=key, compile_seconds=seconds)
+        num_programs=programs, triton_version=triton.__version__, key=key,
+        registers=usage.get("registers"), stack_bytes=usage.get("stack_bytes"), compile_seconds=seconds)
 
 
 def compile_kernel(spec: GemmSpec, config: Optional[KernelConfig] = None, arch: str = "sm_90a",
@@ -294,6 +328,26 @@ def cuobjdump_path() -> Optional[str]:
     except ImportError:
         pass
     return shutil.which("cuobjdump")
+
+
+_RES_USAGE = re.compile(r"REG:(\d+)\s+STACK:(\d+)")
+
+
+def resource_usage(cubin: bytes) -> dict:
+    """``{"registers": N, "stack_bytes": N}`` of the cubin's kernel (``cuobjdump -res-usage``).
+
+    The stack frame is local memory, i.e. register spills for these kernels.
+    Empty when no cuobjdump is found or its output cannot be read.
+    """
+    tool = cuobjdump_path()
+    if tool is None:
+        return {}
+    with tempfile.TemporaryDirectory() as d:
+        p = Path(d) / "kernel.cubin"
+        p.write_bytes(cubin)
+        r = subprocess.run([tool, "-res-usage", str(p)], capture_output=True, text=True)
+    m = _RES_USAGE.search(r.stdout) if r.returncode == 0 else None
+    return {"registers": int(m.group(1)), "stack_bytes": int(m.group(2))} if m else {}
 
 
 def sass(kernel: CompiledKernel) -> str:

@@ -150,7 +150,7 @@ def estimate_shared_bytes(spec: GemmSpec, config: KernelConfig) -> int:
     """Shared memory the kernel will ask for, estimated (bytes).
 
     ``num_stages`` buffers of the A and B tiles plus the TMA-store staging
-    tile of C (half with subtiling). Matches Triton 3.9's figure for the
+    tile of C (half with subtiling). Matches Triton 3.6's (and 3.9's) figure for the
     tensor-core kernels (128x256x64, 3 stages, bf16: 212,992 + 24 barrier
     bytes); an upper bound for f32 FMA kernels. :func:`compile_kernel
     <falcon_mlir.kernels.aot.compile_kernel>` checks the real figure.

@@ -1,8 +1,9 @@
 """The Triton GEMM kernel: persistent, TMA loads through device-side descriptors, f32 accumulation.
 
 Self-contained on purpose (imports only ``triton``): the GPU bundle copies this
-file as it is and runs it under the GPU machine's Triton (3.6) while falcon-mlir
-compiles it ahead of time with Triton 3.9. Everything used here exists in both.
+file as it is and runs it under the GPU machine's Triton (3.6), the same
+version falcon-mlir compiles it with ahead of time (Triton 3.9 spills the IEEE
+f32 kernel, see :mod:`falcon_mlir.kernels.aot`). It also compiles under 3.9.
 
 What the kernel computes: ``C[b] = op(A[b]) @ op(B[b])`` (see
 :mod:`falcon_mlir.kernels.spec` for the layouts). Design:
@@ -36,15 +37,19 @@ What the kernel computes: ``C[b] = op(A[b]) @ op(B[b])`` (see
   Hopper warp specialization only acts on such a loop with ``num_warps=4`` and
   then runs 3 warp groups (one TMA producer, two consumers), so the compiled
   kernel has 12 warps (read it from the metadata). In a flattened loop the
-  flag is lost (checked with Triton 3.9).
+  flag is lost (checked with Triton 3.9 and 3.6).
 
 Interpreter (``TRITON_INTERPRET=1``, Triton's CPU interpreter): the same source
 runs there, descriptors, persistent loop and all (``tl.range``'s hints are
-ignored). One difference is unavoidable: Triton 3.9's interpreter multiplies
-bf16 tiles as their raw 16-bit integer patterns, so ``UPCAST=True`` (set only
+ignored). One difference is unavoidable: Triton's interpreter (3.6 and 3.9)
+multiplies bf16 tiles as their raw 16-bit integer patterns, so ``UPCAST=True`` (set only
 by interpreter callers, :func:`launch` does it) widens the tiles to f32 before
 ``tl.dot``. That is exact: a product of two bf16 values fits an f32 mantissa,
-and the accumulation is f32 either way.
+and the accumulation is f32 either way. The interpreter also ignores
+``input_precision`` (it multiplies f32 tiles in f32 whatever the mode), and
+Triton 3.6's cannot use a program id as a loop bound under NumPy 2.4 (here)
+(``int()`` of a 1-element array); :func:`launch` patches that
+(:func:`patch_interpreter`).
 """
 
 import triton
@@ -208,6 +213,33 @@ def falcon_gemm(a_ptr, b_ptr, c_ptr,
 
 
 _ALLOCATOR_SET = False
+_INTERPRETER_PATCHED = False
+
+
+def patch_interpreter() -> None:
+    """Let Triton 3.6's interpreter take a scalar tensor (a program id) as a ``range`` bound.
+
+    Its ``tensor.__index__`` is ``int(handle.data)`` on a 1-element array,
+    which NumPy 2.4 refuses (deprecated since 1.25); Triton 3.9 squeezes the array first, and so
+    does this patch (applied to the interpreter's language patches, so it
+    lasts only while a kernel is interpreted). A no-op where not needed.
+    """
+    global _INTERPRETER_PATCHED
+    if _INTERPRETER_PATCHED:
+        return
+    _INTERPRETER_PATCHED = True
+    try:
+        from triton.runtime import interpreter as ti
+    except ImportError:  # pragma: no cover - depends on the Triton version
+        return
+    original = getattr(ti, "_patch_lang_tensor", None)
+    if original is None:
+        return
+
+    def patched(tensor, scope):
+        original(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.squeeze()))
+    ti._patch_lang_tensor = patched
 
 
 def _set_torch_allocator() -> None:
@@ -267,7 +299,9 @@ def launch(a, b, c, *, trans_a=False, trans_b=False, allow_tf32=False, block_m=1
     if tuple(a.shape[-2:]) != want_a or tuple(b.shape[-2:]) != want_b or (
             a.dim() == 3 and not (b.shape[0] == c.shape[0] == batch)):
         raise ValueError(f"shapes do not match: a {tuple(a.shape)}, b {tuple(b.shape)}, c {tuple(c.shape)}")
-    if not interpret:
+    if interpret:
+        patch_interpreter()
+    else:
         _set_torch_allocator()
     programs = num_programs(M, N, batch, block_m, block_n, num_sms)
     cx = kernel_constexprs(M=M, N=N, K=K, batch=batch, trans_a=trans_a, trans_b=trans_b,

@@ -48,9 +48,29 @@ def test_f16_sass_has_wgmma(compiled):
     assert _sass_ops(compiled(GemmSpec(1024, 1024, 512, "f16", "f16", "f16")))["HGMMA"] > 0
 
 
+def test_pinned_triton_version():
+    import triton
+    assert triton.__version__ == aot.TRITON_VERSION == "3.6.0", (
+        "the kernels are compiled and tuned with Triton 3.6 (3.9 spills the IEEE f32 kernel)")
+
+
 def test_f32_ieee_is_fma_not_tensor_cores(compiled):
-    ops = _sass_ops(compiled(GemmSpec(1024, 1024, 512, "f32", "f32", "f32")))
+    k = compiled(GemmSpec(1024, 1024, 512, "f32", "f32", "f32"))
+    ops = _sass_ops(k)
     assert ops["HGMMA"] == 0 and ops["FFMA"] > 0 and ops["UTMALDG"] > 0
+    # The run-1 regression (Triton 3.9): 32 registers, 5.5 KB of stack, ~2,200 LDL and STL.
+    assert ops["LDL"] == 0 and ops["STL"] == 0, "the f32 FMA kernel spills to local memory"
+    assert k.stack_bytes == 0 and k.registers > 128
+
+
+@pytest.mark.parametrize("spec", [GemmSpec(8192, 8192, 8192), GemmSpec(8192, 1024, 4096, "f16", "f16", "f16"),
+                                  GemmSpec(8192, 8192, 8192, "f32", "f32", "f32")], ids=lambda s: s.name)
+def test_table_configs_do_not_spill(compiled, spec):
+    if aot.cuobjdump_path() is None:
+        pytest.skip("no cuobjdump")
+    k = compiled(spec)
+    assert k.stack_bytes == 0, f"{spec.name} with {k.config.label}: {k.stack_bytes} stack bytes"
+    assert k.metadata()["registers"] == k.registers <= 255
 
 
 def test_tf32_uses_tensor_cores(compiled):

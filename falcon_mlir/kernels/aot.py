@@ -226,7 +226,7 @@ def _compile(spec: GemmSpec, config: KernelConfig, capability: int, arch: str, n
     programs = tg.num_programs(spec.M, spec.N, spec.batch, config.block_m, config.block_n, num_sms)
     cx = tg.kernel_constexprs(
         M=spec.M, N=spec.N, K=spec.K, batch=spec.batch, trans_a=spec.trans_a, trans_b=spec.trans_b,
-        in_dtype=spec.a_dtype, allow_tf32=spec.allow_tf32, block_m=config.block_m,
+        in_dtype=spec.a_dtype, f32_mode=spec.f32_mode, block_m=config.block_m,
         block_n=config.block_n, block_k=config.block_k, group_m=config.group_m,
         warp_specialize=config.warp_specialize, epilogue_subtile=config.epilogue_subtile,
         tma_store=config.tma_store, num_programs=programs)

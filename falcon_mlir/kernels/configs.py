@@ -24,7 +24,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Optional
 
-from .spec import DTYPE_BYTES, GemmSpec, require_supported
+from .spec import DTYPE_BYTES, DTYPES, GemmSpec, require_supported
 
 #: The table shipped with the package.
 TABLE_PATH = Path(__file__).with_name("configs.json")
@@ -32,6 +32,8 @@ TABLE_PATH = Path(__file__).with_name("configs.json")
 SHARED_MEMORY_LIMIT = 232448
 #: TMA boxes are at most this many elements along each dimension.
 MAX_BOX = 256
+#: What a table entry's ``inputs`` may name: input classes and 16-bit input dtypes.
+TABLE_INPUTS = ("16bit", "bf16", "f16", "f32", "tf32", "tf32x3")
 
 
 def _pow2(v: int) -> bool:
@@ -166,8 +168,9 @@ def estimate_shared_bytes(spec: GemmSpec, config: KernelConfig) -> int:
 class TableEntry:
     """One row of the configuration table: which GEMMs it serves and with what.
 
-    ``inputs``: input classes (``"16bit"``, ``"f32"``, ``"tf32"``, see
-    ``GemmSpec.input_class``); ``out``: output dtypes; ``min_*``/``max_*``:
+    ``inputs``: input classes (``"16bit"``, ``"f32"``, ``"tf32"``,
+    ``"tf32x3"``, see ``GemmSpec.input_class``) or 16-bit input dtypes
+    (``"bf16"``, ``"f16"``: that type only); ``out``: output dtypes; ``min_*``/``max_*``:
     bounds on M and N (None: no bound); ``source``: where it comes from.
     """
 
@@ -183,7 +186,8 @@ class TableEntry:
 
     def serves(self, spec: GemmSpec) -> bool:
         """Whether ``spec`` falls in this entry's class and bounds."""
-        return (spec.input_class in self.inputs and spec.out_dtype in self.out
+        by_dtype = spec.input_class == "16bit" and spec.a_dtype in self.inputs
+        return ((spec.input_class in self.inputs or by_dtype) and spec.out_dtype in self.out
                 and spec.M >= self.min_m and (self.max_m is None or spec.M <= self.max_m)
                 and spec.N >= self.min_n and (self.max_n is None or spec.N <= self.max_n))
 
@@ -196,6 +200,10 @@ def _entry(d: dict, where: str) -> TableEntry:
     for k in ("name", "inputs", "out", "config", "source"):
         if k not in d:
             raise ValueError(f"{where}: missing {k!r}")
+    bad = [x for x in d["inputs"] if x not in TABLE_INPUTS] + [x for x in d["out"] if x not in DTYPES]
+    if bad:
+        raise ValueError(f"{where}: unknown input class or dtype {', '.join(map(repr, bad))} "
+                         f"(inputs: {', '.join(TABLE_INPUTS)}; out: {', '.join(DTYPES)})")
     cfg = d["config"]
     config = KernelConfig.parse(cfg) if isinstance(cfg, str) else KernelConfig.from_dict(cfg)
     return TableEntry(name=d["name"], inputs=tuple(d["inputs"]), out=tuple(d["out"]), config=config,

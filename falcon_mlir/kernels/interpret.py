@@ -122,7 +122,7 @@ def _child(d: Path) -> int:
             b = to_torch(np.load(d / f"b{i}.npy"), spec.b_dtype)
             c = torch.empty(spec.c_shape, dtype=torch_dtype[spec.out_dtype])
             triton_gemm.launch(a, b, c, trans_a=spec.trans_a, trans_b=spec.trans_b,
-                               allow_tf32=spec.allow_tf32, num_sms=job_file["num_sms"], interpret=True,
+                               f32_mode=spec.f32_mode, num_sms=job_file["num_sms"], interpret=True,
                                **cfg.to_dict())
             np.save(d / f"c{i}.npy", to_numpy(c, spec.out_dtype))
         except Exception as e:  # one failing job must not stop the others

@@ -11,8 +11,11 @@
   (or ``batch x K x M``), and so on, batch-major.
 
 Element types use MLIR's spelling: ``"f32"``, ``"f16"``, ``"bf16"``. f32
-inputs multiply in IEEE f32 (fused multiply-add, no tensor cores) unless
-``allow_tf32`` is set (then tensor cores round the inputs to tf32).
+inputs multiply as ``f32_mode`` says: ``"ieee"`` (the default: IEEE f32
+fused multiply-adds, no tensor cores), ``"tf32"`` (tensor cores on inputs
+rounded to tf32, 10 mantissa bits) or ``"tf32x3"`` (3xTF32: each input split
+into a tf32 high part and a tf32 remainder, three tensor-core products
+``hi*hi + hi*lo + lo*hi``; close to f32 accuracy, but not IEEE FMA).
 
 The kernels load A and B through TMA (the Hopper tensor memory accelerator),
 which needs every row stride of a stored operand to be a multiple of 16 bytes;
@@ -31,6 +34,8 @@ DTYPES = ("f32", "f16", "bf16")
 DTYPE_BYTES = {"f32": 4, "f16": 2, "bf16": 2}
 #: TMA: every stride but the innermost must be a multiple of this many bytes.
 TMA_ALIGN_BYTES = 16
+#: How f32 inputs are multiplied (``GemmSpec.f32_mode``).
+F32_MODES = ("ieee", "tf32", "tf32x3")
 #: TMA and the kernels' index arithmetic take each dimension as a signed i32.
 MAX_DIM = 2**31 - 1
 
@@ -46,13 +51,14 @@ class GemmSpec:
         batch: number of independent products (1 = none; int >= 1).
         trans_a: A is stored ``K x M`` (read in place as its transpose).
         trans_b: B is stored ``N x K`` (read in place as its transpose).
-        allow_tf32: f32 inputs may use tf32 tensor cores; without it f32
-            products are IEEE FMA. Ignored for 16-bit inputs.
+        f32_mode: how f32 inputs are multiplied (``F32_MODES``): ``"ieee"``
+            (FMA), ``"tf32"`` or ``"tf32x3"`` (tensor cores). Ignored for
+            16-bit inputs.
         acc: accumulator type; only ``"f32"``.
 
     Raises:
         ValueError: a size that is not a positive int (or too large for i32
-            indexing), an unknown dtype, a non-bool flag, or ``acc != "f32"``.
+            indexing), an unknown dtype or f32 mode, a non-bool flag, or ``acc != "f32"``.
     """
 
     M: int
@@ -64,7 +70,7 @@ class GemmSpec:
     batch: int = 1
     trans_a: bool = False
     trans_b: bool = False
-    allow_tf32: bool = False
+    f32_mode: str = "ieee"
     acc: str = "f32"
 
     def __post_init__(self):
@@ -80,7 +86,9 @@ class GemmSpec:
             v = getattr(self, name)
             if v not in DTYPES:
                 raise ValueError(f"GemmSpec.{name} must be one of {', '.join(DTYPES)}, got {v!r}")
-        for name in ("trans_a", "trans_b", "allow_tf32"):
+        if self.f32_mode not in F32_MODES:
+            raise ValueError(f"GemmSpec.f32_mode must be one of {', '.join(F32_MODES)}, got {self.f32_mode!r}")
+        for name in ("trans_a", "trans_b"):
             v = getattr(self, name)
             if not isinstance(v, bool):
                 raise ValueError(f"GemmSpec.{name} must be a bool, got {v!r}")
@@ -112,12 +120,18 @@ class GemmSpec:
 
     @property
     def input_class(self) -> str:
-        """``"16bit"`` for f16/bf16 inputs, ``"f32"`` or ``"tf32"`` for f32 inputs (mixed: ``"mixed"``)."""
+        """``"16bit"`` for f16/bf16 inputs; for f32 inputs ``"f32"`` (IEEE), ``"tf32"`` or ``"tf32x3"``
+        (``f32_mode``); ``"mixed"`` for mixed inputs."""
         if self.a_dtype != self.b_dtype:
             return "mixed"
         if self.a_dtype == "f32":
-            return "tf32" if self.allow_tf32 else "f32"
+            return "f32" if self.f32_mode == "ieee" else self.f32_mode
         return "16bit"
+
+    @property
+    def precision(self) -> str:
+        """``tl.dot``'s ``input_precision``: ``f32_mode`` for f32 inputs, ``"ieee"`` otherwise (unused there)."""
+        return self.f32_mode if self.a_dtype == "f32" else "ieee"
 
     @property
     def name(self) -> str:
@@ -127,8 +141,8 @@ class GemmSpec:
         s = f"{ins}_{self.M}x{self.N}x{self.K}_{layout}_o{self.out_dtype}"
         if self.batch > 1:
             s += f"_b{self.batch}"
-        if self.allow_tf32 and self.a_dtype == "f32":
-            s += "_tf32"
+        if self.a_dtype == "f32" and self.f32_mode != "ieee":
+            s += f"_{self.f32_mode}"
         return s
 
     def c_row_aligned(self) -> bool:

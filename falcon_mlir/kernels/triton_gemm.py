@@ -25,7 +25,8 @@ What the kernel computes: ``C[b] = op(A[b]) @ op(B[b])`` (see
   which makes the K tail and the M/N edges exact. A transposed operand is
   described as stored and its tile transposed (``.T``) before ``tl.dot``; the
   tensor cores read either major order from shared memory. ``tl.dot`` runs with
-  ``input_precision="ieee"`` for f32 (FMA) unless tf32 is allowed.
+  ``input_precision=PRECISION``: ``"ieee"`` (FMA) for f32 unless the spec's
+  ``f32_mode`` asks for ``"tf32"`` or ``"tf32x3"`` (tensor cores).
 * **Epilogue.** C is written in its element type either by TMA store (needs
   C's row stride to be a multiple of 16 bytes; ``SUBTILE=2`` stores two
   ``BLOCK_M x BLOCK_N/2`` halves, halving the staging shared memory) or by a
@@ -73,7 +74,7 @@ def num_programs(M: int, N: int, batch: int, block_m: int, block_n: int, num_sms
     return max(1, min(num_sms, batch * cdiv(M, block_m) * cdiv(N, block_n)))
 
 
-def kernel_constexprs(*, M, N, K, batch, trans_a, trans_b, in_dtype, allow_tf32, block_m, block_n,
+def kernel_constexprs(*, M, N, K, batch, trans_a, trans_b, in_dtype, f32_mode, block_m, block_n,
                       block_k, group_m, warp_specialize, epilogue_subtile, tma_store, num_programs,
                       interpret=False) -> dict:
     """The kernel's ``tl.constexpr`` arguments for one problem and configuration.
@@ -89,7 +90,7 @@ def kernel_constexprs(*, M, N, K, batch, trans_a, trans_b, in_dtype, allow_tf32,
         NUM_PROGRAMS=num_programs, WARP_SPECIALIZE=bool(warp_specialize),
         FLATTEN=not warp_specialize, TMA_STORE=bool(tma_store),
         SUBTILE=2 if (epilogue_subtile and tma_store) else 1,
-        PRECISION="tf32" if (in_dtype == "f32" and allow_tf32) else "ieee",
+        PRECISION=f32_mode if in_dtype == "f32" else "ieee",
         UPCAST=bool(interpret and in_dtype == "bf16"),
     )
 
@@ -261,7 +262,7 @@ def _set_torch_allocator() -> None:
     _ALLOCATOR_SET = True
 
 
-def launch(a, b, c, *, trans_a=False, trans_b=False, allow_tf32=False, block_m=128, block_n=256,
+def launch(a, b, c, *, trans_a=False, trans_b=False, f32_mode="ieee", block_m=128, block_n=256,
            block_k=64, group_m=8, num_stages=3, num_warps=8, warp_specialize=False,
            epilogue_subtile=False, tma_store=True, num_sms=132, interpret=None):
     """Run the kernel on torch tensors (JIT on a GPU, or Triton's interpreter).
@@ -270,6 +271,8 @@ def launch(a, b, c, *, trans_a=False, trans_b=False, allow_tf32=False, block_m=1
         a: A as stored, ``[batch,] M x K`` (``[batch,] K x M`` with ``trans_a``), contiguous.
         b: B as stored, ``[batch,] K x N`` (``[batch,] N x K`` with ``trans_b``), contiguous.
         c: C, ``[batch,] M x N``, contiguous, written in its dtype.
+        f32_mode: ``"ieee"``, ``"tf32"`` or ``"tf32x3"`` for f32 inputs (the
+            interpreter multiplies in f32 whatever the mode).
         num_sms: programs of the persistent grid at most (132 on an H200).
         interpret: True under ``TRITON_INTERPRET=1`` (default: read from the
             environment); sets ``UPCAST`` for bf16.
@@ -289,6 +292,8 @@ def launch(a, b, c, *, trans_a=False, trans_b=False, allow_tf32=False, block_m=1
     in_dtype = names.get(str(a.dtype))
     if in_dtype is None or str(b.dtype) != str(a.dtype) or str(c.dtype) not in names:
         raise ValueError(f"unsupported dtypes a {a.dtype}, b {b.dtype}, c {c.dtype}")
+    if f32_mode not in ("ieee", "tf32", "tf32x3"):
+        raise ValueError(f"f32_mode must be ieee, tf32 or tf32x3, got {f32_mode!r}")
     if not (a.dim() == b.dim() == c.dim() and a.dim() in (2, 3)):
         raise ValueError(f"a, b, c must all be 2-D or all 3-D, got {a.dim()}, {b.dim()}, {c.dim()}")
     batch = a.shape[0] if a.dim() == 3 else 1
@@ -305,7 +310,7 @@ def launch(a, b, c, *, trans_a=False, trans_b=False, allow_tf32=False, block_m=1
         _set_torch_allocator()
     programs = num_programs(M, N, batch, block_m, block_n, num_sms)
     cx = kernel_constexprs(M=M, N=N, K=K, batch=batch, trans_a=trans_a, trans_b=trans_b,
-                           in_dtype=in_dtype, allow_tf32=allow_tf32, block_m=block_m, block_n=block_n,
+                           in_dtype=in_dtype, f32_mode=f32_mode, block_m=block_m, block_n=block_n,
                            block_k=block_k, group_m=group_m, warp_specialize=warp_specialize,
                            epilogue_subtile=epilogue_subtile, tma_store=tma_store,
                            num_programs=programs, interpret=interpret)

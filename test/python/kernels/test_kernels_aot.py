@@ -73,9 +73,17 @@ def test_table_configs_do_not_spill(compiled, spec):
     assert k.metadata()["registers"] == k.registers <= 255
 
 
-def test_tf32_uses_tensor_cores(compiled):
-    ops = _sass_ops(compiled(GemmSpec(1024, 1024, 512, "f32", "f32", "f32", allow_tf32=True)))
-    assert ops["HGMMA"] > 0
+def test_tf32_modes_use_tensor_cores(compiled):
+    cfg = KernelConfig.parse("128x128x32,s3,w8,g8")
+    tf32 = compiled(GemmSpec(1024, 1024, 512, "f32", "f32", "f32", f32_mode="tf32"), cfg)
+    x3 = compiled(GemmSpec(1024, 1024, 512, "f32", "f32", "f32", f32_mode="tf32x3"), cfg)
+    ops, ops3 = _sass_ops(tf32), _sass_ops(x3)
+    assert ops["HGMMA"] > 0 and ops["FFMA"] == 0
+    # 3xTF32: three tensor-core products per K step (hi*hi, hi*lo, lo*hi), not FMA.
+    assert ops3["HGMMA"] == 3 * ops["HGMMA"] and ops3["FFMA"] == 0
+    assert x3.cubin != tf32.cubin and x3.key != tf32.key
+    assert x3.stack_bytes in (0, None)
+    assert choose_config(x3.spec) == cfg  # the table's tf32x3 entry
 
 
 def test_masked_store_and_batch(compiled):

@@ -29,6 +29,10 @@ CASES = {
     "bf16-bf16out": (GemmSpec(64, 48, 80), SMALL),
     "f16-f16out": (GemmSpec(64, 48, 80, "f16", "f16", "f16"), SMALL),
     "f32-ieee": (GemmSpec(64, 48, 80, "f32", "f32", "f32"), SMALL),
+    # The interpreter multiplies f32 tiles in f32 whatever input_precision says: these check that
+    # the tf32 modes reach the kernel and run, not their rounding (the GPU's tune measures that).
+    "f32-tf32x3": (GemmSpec(64, 48, 80, "f32", "f32", "f32", f32_mode="tf32x3"), SMALL),
+    "f32-tf32": (GemmSpec(64, 48, 80, "f32", "f32", "f32", f32_mode="tf32", trans_b=True), SMALL),
     "f16-bf16out": (GemmSpec(64, 48, 80, "f16", "f16", "bf16"), SMALL),
     "distinct-mnk": (GemmSpec(80, 48, 112, out_dtype="f32"), SMALL),
     "odd-m-edges": (GemmSpec(130, 72, 96, out_dtype="f32"), SMALL),

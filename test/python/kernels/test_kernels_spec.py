@@ -30,10 +30,27 @@ def test_shapes_as_stored():
     (dict(M=1, N=1, K=1, out_dtype="i8"), "out_dtype"),
     (dict(M=1, N=1, K=1, trans_a=1), "trans_a must be a bool"),
     (dict(M=1, N=1, K=1, acc="f16"), "acc must be 'f32'"),
+    (dict(M=1, N=1, K=1, f32_mode="bf16x3"), "f32_mode must be one of ieee, tf32, tf32x3"),
+    (dict(M=1, N=1, K=1, f32_mode=True), "f32_mode must be one of"),
 ])
 def test_spec_rejects(kwargs, words):
     with pytest.raises(ValueError, match=words):
         GemmSpec(**kwargs)
+
+
+def test_f32_modes():
+    ieee = GemmSpec(64, 48, 80, "f32", "f32", "f32")
+    assert ieee.f32_mode == "ieee" and ieee.input_class == "f32" and ieee.precision == "ieee"
+    assert ieee.name == "f32_64x48x80_nn_of32"
+    for mode in ("tf32", "tf32x3"):
+        s = GemmSpec(64, 48, 80, "f32", "f32", "f32", f32_mode=mode)
+        assert s.input_class == mode and s.precision == mode and s.name == f"f32_64x48x80_nn_of32_{mode}"
+        assert GemmSpec.from_dict(s.to_dict()) == s
+    # Ignored for 16-bit inputs: bf16 runs on tensor cores whatever the mode.
+    b = GemmSpec(64, 48, 80, f32_mode="tf32x3")
+    assert b.input_class == "16bit" and b.precision == "ieee" and b.name == "bf16_64x48x80_nn_obf16"
+    with pytest.raises(ValueError, match="unknown GemmSpec field"):
+        GemmSpec.from_dict({"M": 1, "N": 1, "K": 1, "allow_tf32": True})  # the old flag is gone
 
 
 def test_from_dict_unknown_key():
@@ -108,6 +125,8 @@ def test_choose_config():
     assert adapt(GemmSpec(64, 64, 64), odd) == odd
     with pytest.raises(ValueError, match="not served"):
         choose_config(GemmSpec(130, 70, 96))
+    assert choose_config(GemmSpec(8192, 8192, 8192, "f32", "f32", "f32", f32_mode="tf32x3")).label \
+        == "128x128x32,s3,w8,g8"
 
 
 def test_estimate_matches_known_figure():
@@ -121,6 +140,10 @@ def test_table_errors(tmp_path):
                                                        "config": "128x128x64", "color": "red",
                                                        "source": "test"}]}))
     with pytest.raises(ValueError, match="entry 0: unknown key"):
+        load_table(str(p))
+    p.write_text(json.dumps({"format": 1, "entries": [{"name": "x", "inputs": ["bf32"], "out": ["bf16"],
+                                                       "config": "128x128x64", "source": "test"}]}))
+    with pytest.raises(ValueError, match="entry 0: unknown input class or dtype 'bf32'"):
         load_table(str(p))
     p.write_text(json.dumps({"entries": []}))
     with pytest.raises(ValueError, match="format"):

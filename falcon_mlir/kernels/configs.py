@@ -171,7 +171,8 @@ class TableEntry:
     ``inputs``: input classes (``"16bit"``, ``"f32"``, ``"tf32"``,
     ``"tf32x3"``, see ``GemmSpec.input_class``) or 16-bit input dtypes
     (``"bf16"``, ``"f16"``: that type only); ``out``: output dtypes; ``min_*``/``max_*``:
-    bounds on M and N (None: no bound); ``source``: where it comes from.
+    inclusive bounds on M, N and the output size M*N (None: no bound);
+    ``source``: where it comes from.
     """
 
     name: str
@@ -183,17 +184,20 @@ class TableEntry:
     max_m: Optional[int] = None
     min_n: int = 1
     max_n: Optional[int] = None
+    min_mn: int = 1
+    max_mn: Optional[int] = None
 
     def serves(self, spec: GemmSpec) -> bool:
         """Whether ``spec`` falls in this entry's class and bounds."""
         by_dtype = spec.input_class == "16bit" and spec.a_dtype in self.inputs
         return ((spec.input_class in self.inputs or by_dtype) and spec.out_dtype in self.out
                 and spec.M >= self.min_m and (self.max_m is None or spec.M <= self.max_m)
-                and spec.N >= self.min_n and (self.max_n is None or spec.N <= self.max_n))
+                and spec.N >= self.min_n and (self.max_n is None or spec.N <= self.max_n)
+                and spec.M * spec.N >= self.min_mn and (self.max_mn is None or spec.M * spec.N <= self.max_mn))
 
 
 def _entry(d: dict, where: str) -> TableEntry:
-    keys = {"name", "inputs", "out", "config", "source", "min_m", "max_m", "min_n", "max_n"}
+    keys = {"name", "inputs", "out", "config", "source", "min_m", "max_m", "min_n", "max_n", "min_mn", "max_mn"}
     unknown = set(d) - keys
     if unknown:
         raise ValueError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
@@ -208,7 +212,8 @@ def _entry(d: dict, where: str) -> TableEntry:
     config = KernelConfig.parse(cfg) if isinstance(cfg, str) else KernelConfig.from_dict(cfg)
     return TableEntry(name=d["name"], inputs=tuple(d["inputs"]), out=tuple(d["out"]), config=config,
                       source=d["source"], min_m=d.get("min_m", 1), max_m=d.get("max_m"),
-                      min_n=d.get("min_n", 1), max_n=d.get("max_n"))
+                      min_n=d.get("min_n", 1), max_n=d.get("max_n"), min_mn=d.get("min_mn", 1),
+                      max_mn=d.get("max_mn"))
 
 
 @lru_cache(maxsize=8)

@@ -38,31 +38,102 @@ def test_dry_run_bundle(tmp_path):
     pytest.importorskip("torch")
     bundle, out = tmp_path / "bundle", tmp_path / "out"
     r = _run(SCRIPT, "prepare", bundle, "--cpu", "--dtypes", "f32", "--shapes", "64x48x80",
-             "--configs", "table", "64x64x32,s2,w4,g8", "--tune-shapes", "64x48x80")
+             "--configs", "table", "64x64x32,s2,w4,g8", "--tune-dtypes", "f32", "--tune-f32-shapes", "64x48x80")
     assert r.returncode == 0, r.stdout + r.stderr
     manifest = json.loads((bundle / "manifest.json").read_text())
-    kinds = sorted(e["kind"] for e in manifest["entries"])
-    assert kinds == ["check", "perf", "perf"] and not manifest["failures"]
+    # The correctness module comes first: run does it first, so a budget cannot skip it.
+    assert [e["kind"] for e in manifest["entries"]] == ["check", "perf", "perf"] and not manifest["failures"]
     assert {"gpu_kernels.py", "gpu_kernels_run.py", "falcon_triton_gemm.py"} <= {p.name for p in bundle.iterdir()}
+    (job,) = manifest["tune"]["jobs"]
+    assert (job["M"], job["N"], job["K"], job["dtype"], job["torch_tf32"]) == (64, 48, 80, "f32", True)
+    modes = [c["f32_mode"] for c in job["candidates"]]
+    assert modes.count("tf32x3") == 3 and modes[0] == "ieee"
 
     r = _run(bundle / "gpu_kernels.py", "check", bundle)
     assert r.returncode == 0 and "3 modules" in r.stdout, r.stdout
 
     r = _run(bundle / "gpu_kernels.py", "run", bundle, "--cpu", "--repeat", "2", "--warmup", "1", out=out)
     assert r.returncode == 0, r.stdout + r.stderr
-    rows = json.loads((out / "gpu_kernels_run.json").read_text())["rows"]
+    result = json.loads((out / "gpu_kernels_run.json").read_text())
+    assert result["partial"] is False
+    rows = result["rows"]
+    assert rows[0]["name"] == "torch.matmul" and rows[1]["kind"] == "check"  # checks first
     ours = [x for x in rows if x["name"] != "torch.matmul"]
     assert len(ours) == 3 and all(x["ok"] for x in ours)
     assert all(x["rel_err_f64"] < 1e-5 and x["reps"] == 2 for x in ours)
+    assert all(x["vs_torch_wall"] == x["torch_wall_ms"] / x["wall_ms"] for x in ours)
     check = next(x for x in ours if x["kind"] == "check")
     assert check["rel_diff_iree_reference"] == 0.0  # @main and @reference are the same code here
-    assert (out / "gpu_kernels_run.md").read_text().startswith("| dtype | shape (MxNxK) |")
+    assert "x wall/wall" in r.stdout and "x vs events" in r.stdout and "| torch " in r.stdout
+    md = (out / "gpu_kernels_run.md").read_text()
+    assert "| IREE ms (wall) | TFLOP/s | torch ms (wall) | torch ms (events) | speed wall/wall | speed vs events |" in md
 
     pytest.importorskip("triton")
     r = _run(bundle / "gpu_kernels.py", "tune", bundle, "--cpu", "--configs", "128x128x32,s3,w8,g8", out=out)
     assert r.returncode == 0, r.stdout + r.stderr
     rows = json.loads((out / "gpu_kernels_tune.json").read_text())["rows"]
-    assert [x["config"] for x in rows] == ["cuBLAS", "128x128x32,s3,w8,g8"] and rows[1]["ok"]
+    assert [(x["config"], x["spec"]["f32_mode"]) for x in rows] == [
+        ("cuBLAS", "ieee"), ("128x128x32,s3,w8,g8", "ieee"), ("128x128x32,s3,w8,g8", "tf32x3")]
+    assert all(x["rel_err_f64"] < 1e-5 for x in rows) and rows[1]["ok"] and rows[2]["ok"]
+    assert "[tf32x3]" in r.stdout
+
+
+def _tune_row(dtype, shape, config, vs, mode="ieee", ok=True):
+    M, N, K = shape
+    spec = {"M": M, "N": N, "K": K, "batch": 1, "a_dtype": dtype, "b_dtype": dtype, "out_dtype": dtype,
+            "trans_a": False, "trans_b": False, "f32_mode": mode}
+    return {"name": "falcon_gemm (JIT)", "job": f"{M}x{N}x{K}", "spec": spec, "config": config, "f32_mode": mode,
+            "ms": 1.0 / vs, "vs_torch": vs, "rel_err_f64": 1e-6, "ok": ok}
+
+
+def test_pick_writes_tuned_entries(tmp_path):
+    from falcon_mlir.kernels import GemmSpec
+    from falcon_mlir.kernels.configs import TABLE_PATH, choose_config, load_table
+
+    small, small2, large = (8192, 1024, 4096), (8192, 576, 7168), (8192, 8192, 8192)
+    rows = [{"name": "torch.matmul", "spec": {"M": 1}, "config": "cuBLAS", "ms": 1.0},
+            _tune_row("bf16", small, "128x128x64,s4,w8,g8", 0.95), _tune_row("bf16", small2, "128x128x64,s4,w8,g8", 0.9),
+            _tune_row("bf16", small, "128x64x64,s4,w4,g8", 1.2),  # measured on one of two shapes only
+            _tune_row("bf16", small, "128x256x64,s3,w8,g8", 0.8), _tune_row("bf16", small2, "128x256x64,s3,w8,g8", 0.7),
+            _tune_row("bf16", large, "128x256x64,s3,w8,g16", 1.03), _tune_row("bf16", large, "256x128x64,s3,w8,g8", 1.1,
+                                                                              ok=False),
+            _tune_row("f32", large, "128x128x32,s3,w8,g8", 0.85), _tune_row("f32", large, "128x128x16,s4,w8,g8", 0.8),
+            _tune_row("f32", large, "128x128x32,s3,w8,g8", 2.5, mode="tf32x3")]
+    res = tmp_path / "tune.json"
+    res.write_text(json.dumps({"mode": "tune", "env": {"gpu": "NVIDIA H200", "triton": "3.6.0"}, "rows": rows}))
+    table = tmp_path / "configs.json"
+    table.write_text(TABLE_PATH.read_text())
+    before = table.read_text()
+    r = _run(SCRIPT, "pick", res, "--table", table, "--dry-run")
+    assert r.returncode == 0 and table.read_text() == before, r.stdout + r.stderr
+    r = _run(SCRIPT, "pick", res, "--table", table)
+    assert r.returncode == 0, r.stdout + r.stderr
+    entries = json.loads(table.read_text())["entries"]
+    names = [e["name"] for e in entries]
+    tuned = [e for e in entries if e["name"].startswith("tuned-")]
+    assert [e["name"] for e in tuned] == ["tuned-bf16-mn-small", "tuned-bf16-mn-large", "tuned-f32", "tuned-tf32x3"]
+    # Small-M entries stay first, the tuned ones precede every generic entry.
+    first_generic = min(i for i, e in enumerate(entries) if e.get("max_m") is None and e not in tuned)
+    assert all(names.index(e["name"]) < first_generic for e in tuned)
+    by = {e["name"]: e for e in tuned}
+    assert by["tuned-bf16-mn-small"]["config"] == "128x128x64,s4,w8,g8"  # full coverage beats one shape's 1.2x
+    assert "0.925x of cuBLAS" in by["tuned-bf16-mn-small"]["source"]  # geometric mean of 0.95 and 0.9
+    assert "NVIDIA H200 tune" in by["tuned-bf16-mn-small"]["source"] and "8192x576x7168 0.900x" in \
+        by["tuned-bf16-mn-small"]["source"]
+    assert by["tuned-bf16-mn-large"]["config"] == "128x256x64,s3,w8,g16"  # the faster one was not ok
+    assert by["tuned-f32"]["config"] == "128x128x32,s3,w8,g8" and by["tuned-f32"]["inputs"] == ["f32"]
+    assert by["tuned-tf32x3"]["inputs"] == ["tf32x3"] and "not IEEE FMA" in by["tuned-tf32x3"]["source"]
+    load_table.cache_clear()
+    assert choose_config(GemmSpec(8192, 1024, 4096), str(table)).label == "128x128x64,s4,w8,g8"
+    assert choose_config(GemmSpec(8192, 1024, 4096, "f16", "f16", "f16"), str(table)).label == \
+        "128x256x64,s3,w8,g8"  # f16 not tuned: the generic entry
+    assert choose_config(GemmSpec(32, 1024, 4096), str(table)).block_m == 64  # small M unchanged
+    # Picking again replaces the tuned entries instead of adding more.
+    assert _run(SCRIPT, "pick", res, "--table", table).returncode == 0
+    assert len(json.loads(table.read_text())["entries"]) == len(entries)
+    res.write_text(json.dumps({"mode": "run", "rows": []}))
+    r = _run(SCRIPT, "pick", res, "--table", table)
+    assert r.returncode == 2 and "not a tune result" in r.stdout
 
 
 def test_bad_config_is_one_line_error(tmp_path):
@@ -76,7 +147,7 @@ def test_prepare_real_bundle(tmp_path):
     bundle = tmp_path / "bundle"
     # The second configuration needs 262 KB of shared memory: listed as failed, the bundle goes on.
     r = _run(SCRIPT, "prepare", bundle, "--dtypes", "bf16", "--shapes", "256x256x128", "--no-checks",
-             "--configs", "table", "128x256x64,s4,w8,g8")
+             "--configs", "table", "128x256x64,s4,w8,g8", "--tune-dtypes", "bf16", "--tune-shapes", "256x256x128")
     assert r.returncode == 0, r.stdout + r.stderr
     manifest = json.loads((bundle / "manifest.json").read_text())
     (entry,) = manifest["entries"]
@@ -84,4 +155,9 @@ def test_prepare_real_bundle(tmp_path):
     assert (bundle / entry["file"]).stat().st_size == entry["vmfb_bytes"]
     (failure,) = manifest["failures"]
     assert "bytes of shared memory" in failure["error"]
+    assert entry["kernel"]["stack_bytes"] == 0 and entry["kernel"]["registers"] > 0
+    # Tuning candidates are compiled here first: registers, stack and shared memory noted.
+    (job,) = manifest["tune"]["jobs"]
+    assert job["class"] == "mn-small" and len(job["candidates"]) == 6
+    assert all(c["aot"]["stack_bytes"] == 0 and c["aot"]["shared"] > 0 for c in job["candidates"])
     assert _run(bundle / "gpu_kernels.py", "check", bundle).returncode == 0

@@ -304,8 +304,8 @@ def pick_entries(result: dict) -> list:
         ranked = sorted(full.items(), key=lambda kv: -_geomean(list(kv[1].values())))
         (best, ratios), runner = ranked[0], (ranked[1] if len(ranked) > 1 else None)
         each = ", ".join(f"{sh} {ratios[sh]:.3f}x" for sh in shapes if sh in ratios)
-        note = (f"{gpu_name} tune {made} ({who}; do_bench median, L2 flushed): {best} {_geomean(list(ratios.values())):.3f}x "
-                f"of cuBLAS, geometric mean over {len(ratios)} shape(s): {each}")
+        note = (f"{gpu_name} tune {made} ({who}; do_bench median, L2 flushed): {best} "
+                f"{_geomean(list(ratios.values())):.3f}x of cuBLAS, geometric mean over {len(ratios)} shape(s): {each}")
         if runner:
             note += f"; runner-up {runner[0]} {_geomean(list(runner[1].values())):.3f}x"
         if most < len(shapes):

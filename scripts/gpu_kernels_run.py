@@ -293,8 +293,9 @@ def run(args) -> int:
             _empty_cache()
             continue
         rows.append(torch_row)
-        log(f"[{time.perf_counter() - t_all:5.0f}s] {_head(torch_row)}: torch.matmul wall {torch_row['wall_ms']:.3f} ms, "
-            f"events {torch_row['ev_ms']:.3f} ms, rel_err_f64 {torch_row['rel_err_f64']:.2e}")
+        log(f"[{time.perf_counter() - t_all:5.0f}s] {_head(torch_row)}: torch.matmul wall "
+            f"{torch_row['wall_ms']:.3f} ms, events {torch_row['ev_ms']:.3f} ms, "
+            f"rel_err_f64 {torch_row['rel_err_f64']:.2e}")
         for e in entries:
             row = {"name": e["name"], "spec": spec, "label": e["label"], "kind": e["kind"],
                    "config": e["config_label"], "kernel": e["kernel"]}

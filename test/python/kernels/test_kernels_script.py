@@ -66,7 +66,8 @@ def test_dry_run_bundle(tmp_path):
     assert check["rel_diff_iree_reference"] == 0.0  # @main and @reference are the same code here
     assert "x wall/wall" in r.stdout and "x vs events" in r.stdout and "| torch " in r.stdout
     md = (out / "gpu_kernels_run.md").read_text()
-    assert "| IREE ms (wall) | TFLOP/s | torch ms (wall) | torch ms (events) | speed wall/wall | speed vs events |" in md
+    assert ("| IREE ms (wall) | TFLOP/s | torch ms (wall) | torch ms (events) | speed wall/wall "
+            "| speed vs events |") in md
 
     pytest.importorskip("triton")
     r = _run(bundle / "gpu_kernels.py", "tune", bundle, "--cpu", "--configs", "128x128x32,s3,w8,g8", out=out)
@@ -92,9 +93,11 @@ def test_pick_writes_tuned_entries(tmp_path):
 
     small, small2, large = (8192, 1024, 4096), (8192, 576, 7168), (8192, 8192, 8192)
     rows = [{"name": "torch.matmul", "spec": {"M": 1}, "config": "cuBLAS", "ms": 1.0},
-            _tune_row("bf16", small, "128x128x64,s4,w8,g8", 0.95), _tune_row("bf16", small2, "128x128x64,s4,w8,g8", 0.9),
+            _tune_row("bf16", small, "128x128x64,s4,w8,g8", 0.95),
+            _tune_row("bf16", small2, "128x128x64,s4,w8,g8", 0.9),
             _tune_row("bf16", small, "128x64x64,s4,w4,g8", 1.2),  # measured on one of two shapes only
-            _tune_row("bf16", small, "128x256x64,s3,w8,g8", 0.8), _tune_row("bf16", small2, "128x256x64,s3,w8,g8", 0.7),
+            _tune_row("bf16", small, "128x256x64,s3,w8,g8", 0.8),
+            _tune_row("bf16", small2, "128x256x64,s3,w8,g8", 0.7),
             _tune_row("bf16", large, "128x256x64,s3,w8,g16", 1.03), _tune_row("bf16", large, "256x128x64,s3,w8,g8", 1.1,
                                                                               ok=False),
             _tune_row("f32", large, "128x128x32,s3,w8,g8", 0.85), _tune_row("f32", large, "128x128x16,s4,w8,g8", 0.8),

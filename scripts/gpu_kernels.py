@@ -273,15 +273,18 @@ def _geomean(xs) -> float:
     return math.exp(sum(math.log(x) for x in xs) / len(xs))
 
 
-def pick_entries(result: dict) -> list:
+def pick_entries(result: dict, date: str = None) -> list:
     """Table entries (``tuned-*``) from a ``tune`` result: per dtype (and f32 mode) and class, the
     candidate with the best geometric mean of its speed against cuBLAS over the class's shapes.
 
     Only correct (``ok``) rows count; a candidate must have been measured on every shape of its class
     that has any correct candidate (else the best-covered ones compete). f32 jobs form one class.
+    The ``source`` note gives the date (the result's, else ``date``, else today), the GPU, Triton, every
+    shape's ratio (cuBLAS time / kernel time, both by CUDA events) and the shapes where another
+    candidate was more than 5% faster.
     """
     env = result.get("env", {})
-    made = time.strftime("%Y-%m-%d")
+    made = date or env.get("date") or time.strftime("%Y-%m-%d")
     gpu_name = env.get("gpu", "GPU")
     who = f"Triton {env.get('triton', '?')} JIT"
     groups = {}
@@ -304,10 +307,18 @@ def pick_entries(result: dict) -> list:
         ranked = sorted(full.items(), key=lambda kv: -_geomean(list(kv[1].values())))
         (best, ratios), runner = ranked[0], (ranked[1] if len(ranked) > 1 else None)
         each = ", ".join(f"{sh} {ratios[sh]:.3f}x" for sh in shapes if sh in ratios)
-        note = (f"{gpu_name} tune {made} ({who}; do_bench median, L2 flushed): {best} "
+        note = (f"{gpu_name} tune {made} ({who}; speed = cuBLAS time / kernel time, both by CUDA events: "
+                f"do_bench median, L2 flushed): {best} "
                 f"{_geomean(list(ratios.values())):.3f}x of cuBLAS, geometric mean over {len(ratios)} shape(s): {each}")
         if runner:
             note += f"; runner-up {runner[0]} {_geomean(list(runner[1].values())):.3f}x"
+        better = []
+        for sh in shapes:
+            top_cfg, top = max(((c, r[sh]) for c, r in by_cfg.items() if sh in r), key=lambda cr: cr[1])
+            if sh in ratios and top > 1.05 * ratios[sh]:
+                better.append(f"{sh} {top_cfg} {top:.3f}x")
+        if better:
+            note += "; faster there: " + ", ".join(better)
         if most < len(shapes):
             note += f" (candidates measured on {most} of {len(shapes)} shapes)"
         if dtype == "f32":
@@ -325,6 +336,11 @@ def pick_entries(result: dict) -> list:
     return entries
 
 
+def _narrow(entry: dict) -> bool:
+    """A table entry for a narrow corner (``max_m`` or ``max_n`` set): kept ahead of the tuned classes."""
+    return entry.get("max_m") is not None or entry.get("max_n") is not None
+
+
 def pick(args) -> int:
     from falcon_mlir.kernels import GemmSpec
     from falcon_mlir.kernels.configs import TABLE_PATH, choose_config, load_table
@@ -333,16 +349,17 @@ def pick(args) -> int:
     if result.get("mode") != "tune":
         log(f"error: {args.results} is not a tune result (mode {result.get('mode')!r})")
         return 2
-    new = pick_entries(result)
+    new = pick_entries(result, args.date)
     if not new:
         log("error: no correct candidate rows in the result")
         return 1
     table_path = Path(args.table) if args.table else TABLE_PATH
     table = json.loads(table_path.read_text())
     kept = [e for e in table["entries"] if not e["name"].startswith("tuned-")]
-    # Small-M entries (max_m set) stay first, the tuned ones (min_m 65) come before every other entry.
-    small = [e for e in kept if e.get("max_m") is not None]
-    table["entries"] = small + new + [e for e in kept if e.get("max_m") is None]
+    # Narrow entries (a bound on M or N: small M, narrow N) stay first, the tuned ones (min_m 65) come
+    # before every other entry.
+    narrow = [e for e in kept if _narrow(e)]
+    table["entries"] = narrow + new + [e for e in kept if not _narrow(e)]
     text = json.dumps(table, indent=2) + "\n"
     for e in new:
         log(f"{e['name']}: {e['config']}\n    {e['source']}")
@@ -393,6 +410,7 @@ def main(argv=None) -> int:
     pk.add_argument("results", help="gpu_kernels_tune.json")
     pk.add_argument("--table", help="table to rewrite (default: the package's configs.json)")
     pk.add_argument("--dry-run", action="store_true", help="print the entries, write nothing")
+    pk.add_argument("--date", help="date of the measurement for the notes (default: the result's, else today)")
     args = p.parse_args(argv)
     try:
         if args.mode == "pick":

@@ -113,7 +113,8 @@ def out_dir(args) -> Path:
 
 
 def env_info() -> dict:
-    info = {"python": sys.version.split()[0], "platform": platform.platform(), "numpy": np.__version__}
+    info = {"python": sys.version.split()[0], "platform": platform.platform(), "numpy": np.__version__,
+            "date": time.strftime("%Y-%m-%d")}
     for mod in ("torch", "triton"):
         try:
             info[mod] = __import__(mod).__version__
@@ -514,7 +515,7 @@ def tune(args) -> int:
                 row["error"] = f"{type(e).__name__}: {e}"[:800]
                 log(f"  {label:<34} FAILED {row['error'][:300]}")
             rows.append(row)
-        best = _best(rows, job["label"])
+        best = _best(rows, job["label"], dtype)
         if best:
             log(f"  best: {best['config']}{'' if best['f32_mode'] == 'ieee' else ' [' + best['f32_mode'] + ']'} "
                 f"{best['ms']:.3f} ms = {best['vs_torch']:.3f}x torch")
@@ -525,10 +526,11 @@ def tune(args) -> int:
     return _finish(args, "tune", rows, skipped, _tune_table(rows))
 
 
-def _best(rows, job_label: str, mode: str = "ieee"):
-    """The fastest correct IEEE/16-bit candidate of a job, or None."""
-    ok = [r for r in rows if r.get("job") == job_label and r["name"] != "torch.matmul" and r.get("ok")
-          and r.get("f32_mode", "ieee") == mode]
+def _best(rows, job_label: str, dtype: str, mode: str = "ieee"):
+    """The fastest correct IEEE/16-bit candidate of a job (its label and dtype: jobs of one shape share
+    the label), or None."""
+    ok = [r for r in rows if r.get("job") == job_label and r["spec"]["a_dtype"] == dtype
+          and r["name"] != "torch.matmul" and r.get("ok") and r.get("f32_mode", "ieee") == mode]
     return min(ok, key=lambda r: r["ms"]) if ok else None
 
 

@@ -103,7 +103,8 @@ def test_pick_writes_tuned_entries(tmp_path):
             _tune_row("f32", large, "128x128x32,s3,w8,g8", 0.85), _tune_row("f32", large, "128x128x16,s4,w8,g8", 0.8),
             _tune_row("f32", large, "128x128x32,s3,w8,g8", 2.5, mode="tf32x3")]
     res = tmp_path / "tune.json"
-    res.write_text(json.dumps({"mode": "tune", "env": {"gpu": "NVIDIA H200", "triton": "3.6.0"}, "rows": rows}))
+    res.write_text(json.dumps({"mode": "tune", "env": {"gpu": "NVIDIA H200", "triton": "3.6.0", "date": "2026-11-30"},
+                           "rows": rows}))
     table = tmp_path / "configs.json"
     table.write_text(TABLE_PATH.read_text())
     before = table.read_text()
@@ -115,14 +116,19 @@ def test_pick_writes_tuned_entries(tmp_path):
     names = [e["name"] for e in entries]
     tuned = [e for e in entries if e["name"].startswith("tuned-")]
     assert [e["name"] for e in tuned] == ["tuned-bf16-mn-small", "tuned-bf16-mn-large", "tuned-f32", "tuned-tf32x3"]
-    # Small-M entries stay first, the tuned ones precede every generic entry.
-    first_generic = min(i for i, e in enumerate(entries) if e.get("max_m") is None and e not in tuned)
+    # Narrow entries (small M, narrow N) stay first, the tuned ones precede every generic entry.
+    narrow = [e["name"] for e in entries if e.get("max_m") is not None or e.get("max_n") is not None]
+    assert "16bit-small-m" in narrow and "16bit-narrow-n" in narrow
+    assert names[:len(narrow)] == narrow
+    first_generic = min(i for i, e in enumerate(entries) if e["name"] not in narrow and e not in tuned)
     assert all(names.index(e["name"]) < first_generic for e in tuned)
     by = {e["name"]: e for e in tuned}
     assert by["tuned-bf16-mn-small"]["config"] == "128x128x64,s4,w8,g8"  # full coverage beats one shape's 1.2x
     assert "0.925x of cuBLAS" in by["tuned-bf16-mn-small"]["source"]  # geometric mean of 0.95 and 0.9
-    assert "NVIDIA H200 tune" in by["tuned-bf16-mn-small"]["source"] and "8192x576x7168 0.900x" in \
-        by["tuned-bf16-mn-small"]["source"]
+    assert "faster there: 8192x1024x4096 128x64x64,s4,w4,g8 1.200x" in by["tuned-bf16-mn-small"]["source"]
+    assert "both by CUDA events" in by["tuned-bf16-mn-small"]["source"]
+    assert "NVIDIA H200 tune 2026-11-30" in by["tuned-bf16-mn-small"]["source"]  # the result's date
+    assert "8192x576x7168 0.900x" in by["tuned-bf16-mn-small"]["source"]
     assert by["tuned-bf16-mn-large"]["config"] == "128x256x64,s3,w8,g16"  # the faster one was not ok
     assert by["tuned-f32"]["config"] == "128x128x32,s3,w8,g8" and by["tuned-f32"]["inputs"] == ["f32"]
     assert by["tuned-tf32x3"]["inputs"] == ["tf32x3"] and "not IEEE FMA" in by["tuned-tf32x3"]["source"]

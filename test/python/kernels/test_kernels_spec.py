@@ -109,8 +109,13 @@ def test_table_is_data_with_sources():
 
 
 def test_choose_config():
+    # The tuned entries (H200 tune of 2026-12-01, picked into configs.json).
     big = choose_config(GemmSpec(8192, 8192, 8192))
-    assert big.label == "128x256x64,s3,w8,g8"
+    assert big.label == "128x256x64,s3,w8,g16"
+    assert choose_config(GemmSpec(8192, 8192, 8192, "f16", "f16", "f16")).label == "128x256x64,s3,w8,g8"
+    assert choose_config(GemmSpec(8192, 1024, 4096)).label == "128x256x64,s3,w8,g8"
+    assert choose_config(GemmSpec(8192, 576, 7168)).label == "128x128x64,s4,w4,g8"  # narrow N: DeepSeek kv_a
+    assert choose_config(GemmSpec(8192, 8192, 8192, "f32", "f32", "f32")).label == "128x128x32,s3,w8,g8"
     # f32 out of 16-bit inputs: the same tiles, C stored in halves to fit shared memory.
     f32out = choose_config(GemmSpec(8192, 8192, 8192, out_dtype="f32"))
     assert f32out.epilogue_subtile and f32out.block_n == 256
@@ -126,7 +131,7 @@ def test_choose_config():
     with pytest.raises(ValueError, match="not served"):
         choose_config(GemmSpec(130, 70, 96))
     assert choose_config(GemmSpec(8192, 8192, 8192, "f32", "f32", "f32", f32_mode="tf32x3")).label \
-        == "128x128x32,s3,w8,g8"
+        == "128x64x32,s4,w4,g8"  # tuned (not IEEE FMA)
 
 
 def test_estimate_matches_known_figure():

@@ -158,38 +158,43 @@ def tune_jobs(args, known: dict) -> list:
 
 def check_candidates(jobs: list) -> list:
     """Compile each distinct candidate here once (bf16 stands for f16), at the first job's shape that
-    uses it; drop those that fail (shared memory, Triton); note registers, stack and shared memory."""
-    from falcon_mlir.kernels import GemmSpec, compile_kernel
+    uses it, all in one Triton child process; drop those that fail (shared memory, Triton); note
+    registers, stack and shared memory."""
+    from falcon_mlir.kernels import GemmSpec
+    from falcon_mlir.kernels.aot import compile_kernels
     from falcon_mlir.kernels.configs import KernelConfig
 
-    seen = {}
+    first = {}
     for job in jobs:
         dtype = "bf16" if job["dtype"] == "f16" else job["dtype"]
-        kept = []
         for c in job["candidates"]:
             key = (dtype, c["f32_mode"], job["class"], c["label"])
-            if key not in seen:
-                spec = GemmSpec(job["M"], job["N"], job["K"], dtype, dtype, dtype, f32_mode=c["f32_mode"])
-                try:
-                    k = compile_kernel(spec, KernelConfig.parse(c["label"]))
-                    seen[key] = {"registers": k.registers, "stack_bytes": k.stack_bytes, "shared": k.shared,
-                                 "num_warps": k.num_warps}
-                    log(f"  tune candidate {dtype} {c['f32_mode']} {c['label']}: {k.registers} registers, "
-                        f"stack {k.stack_bytes}, shared {k.shared} B")
-                except Exception as e:
-                    seen[key] = {"error": f"{type(e).__name__}: {e}"[:300]}
-                    log(f"  tune candidate {dtype} {c['label']} dropped: {seen[key]['error']}")
-            if "error" not in seen[key]:
-                kept.append(dict(c, aot=seen[key]))
-        job["candidates"] = kept
+            if key not in first:
+                first[key] = (GemmSpec(job["M"], job["N"], job["K"], dtype, dtype, dtype, f32_mode=c["f32_mode"]),
+                              KernelConfig.parse(c["label"]))
+    seen = {}
+    for key, k in zip(first, compile_kernels(list(first.values()), errors="return")):
+        dtype, _, _, label = key
+        if isinstance(k, Exception):
+            seen[key] = {"error": f"{type(k).__name__}: {k}"[:300]}
+            log(f"  tune candidate {dtype} {label} dropped: {seen[key]['error']}")
+        else:
+            seen[key] = {"registers": k.registers, "stack_bytes": k.stack_bytes, "shared": k.shared,
+                         "num_warps": k.num_warps}
+            log(f"  tune candidate {dtype} {key[1]} {label}: {k.registers} registers, stack {k.stack_bytes}, "
+                f"shared {k.shared} B")
+    for job in jobs:
+        dtype = "bf16" if job["dtype"] == "f16" else job["dtype"]
+        job["candidates"] = [dict(c, aot=seen[(dtype, c["f32_mode"], job["class"], c["label"])])
+                             for c in job["candidates"]
+                             if "error" not in seen[(dtype, c["f32_mode"], job["class"], c["label"])]]
     return jobs
 
 
 def prepare(args) -> int:
-    from falcon_mlir.kernels import GemmSpec, compile_kernel, compile_module, gemm_module
-    from falcon_mlir.kernels.aot import KERNEL_SOURCE
+    from falcon_mlir.kernels import GemmSpec
+    from falcon_mlir.kernels.aot import KERNEL_SOURCE, compile_kernels
     from falcon_mlir.kernels.configs import KernelConfig, adapt, choose_config
-    from falcon_mlir.kernels.embed import reference_func
 
     shapes = ({s: parse_shape(s) for s in args.shapes} if args.shapes else default_shapes())
     f32_shapes = ({s: parse_shape(s) for s in args.f32_shapes} if args.f32_shapes
@@ -203,43 +208,31 @@ def prepare(args) -> int:
     (out / ".gitignore").write_text("# a build output (scripts/gpu_kernels.py prepare): never committed\n*\n")
     entries, failures, t_all = [], [], time.perf_counter()
 
-    def build(label, spec, config, kind, reference):
-        try:
-            config = adapt(spec, config) if config is not None else choose_config(spec)
-            if args.cpu:
-                kernel = _dry_kernel(spec, config)
-                t0 = time.perf_counter()
-                text = reference_func(spec, "main") + (reference_func(spec) if reference else "")
-                vmfb = compile_module(text, CPU_FLAGS)
-            else:
-                kernel = compile_kernel(spec, config)
-                t0 = time.perf_counter()
-                vmfb = compile_module(gemm_module(spec, kernel=kernel, reference=reference))
-            name = f"{spec.name}__{config.label.replace(',', '_')}"
-            write_atomic(out / "modules" / f"{name}.vmfb", vmfb)
-            entries.append({"name": name, "label": label, "kind": kind, "file": f"modules/{name}.vmfb",
-                            "spec": spec.to_dict(), "config": config.to_dict(), "config_label": config.label,
-                            "kernel": kernel.metadata(), "reference": reference,
-                            "vmfb_bytes": len(vmfb)})
-            log(f"  {name}: triton {kernel.compile_seconds:.1f}s{' (cached)' if kernel.from_cache else ''}, "
-                f"iree {time.perf_counter() - t0:.1f}s, cubin {len(kernel.cubin)} B, shared {kernel.shared} B, "
-                f"{kernel.threads} threads, {kernel.registers} registers, stack {kernel.stack_bytes}, "
-                f"{kernel.num_programs} programs")
-        except Exception as e:  # one failing configuration must not stop the bundle
-            failures.append({"label": label, "spec": spec.name,
-                             "config": getattr(config, "label", "table"), "error": f"{type(e).__name__}: {e}"})
-            log(f"  FAILED {spec.name} {getattr(config, 'label', 'table')}: {type(e).__name__}: {e}")
-
-    # Correctness modules first: run does them first, so a budget never skips them.
+    # What to build: the correctness modules first (run does them first, so a budget never skips them).
+    todo = []
     if not args.no_checks:
         for dtype, M, N, K, batch, ta, tb, o in CHECKS:
             if dtype in args.dtypes:
-                build("check", GemmSpec(M, N, K, dtype, dtype, o, batch=batch, trans_a=ta, trans_b=tb),
-                      None, "check", True)
-    for dtype in [d for d in args.dtypes if d != "f32"] + [d for d in args.dtypes if d == "f32"]:
-        for label, (M, N, K) in (f32_shapes if dtype == "f32" else shapes).items():
-            for config in configs:
-                build(label, GemmSpec(M, N, K, dtype, dtype, dtype), config, "perf", False)
+                todo.append(("check", GemmSpec(M, N, K, dtype, dtype, o, batch=batch, trans_a=ta, trans_b=tb),
+                             None, "check", True))
+    if not args.no_gemm:
+        for dtype in [d for d in args.dtypes if d != "f32"] + [d for d in args.dtypes if d == "f32"]:
+            for label, (M, N, K) in (f32_shapes if dtype == "f32" else shapes).items():
+                for config in configs:
+                    todo.append((label, GemmSpec(M, N, K, dtype, dtype, dtype), config, "perf", False))
+    # Every kernel in one Triton child process (the cached ones in none).
+    items = []
+    for _, spec, cfg, _, _ in todo:
+        try:
+            items.append((spec, adapt(spec, cfg) if cfg is not None else choose_config(spec)))
+        except ValueError as e:
+            items.append(e)
+    live = [it for it in items if not isinstance(it, Exception)]
+    done = iter([_dry_kernel(spec, cfg) for spec, cfg in live] if args.cpu
+                else compile_kernels(live, errors="return"))
+    kernels = [it if isinstance(it, Exception) else next(done) for it in items]
+    for (label, spec, config, kind, reference), kernel in zip(todo, kernels):
+        _build_module(out, args, entries, failures, label, spec, config, kind, reference, kernel)
     known = _labels(default_tune_shapes())
     jobs = [] if args.no_tune else tune_jobs(args, known)
     if jobs and not args.cpu and not args.no_tune_check:
@@ -257,6 +250,37 @@ def prepare(args) -> int:
         f"({sum(len(j['candidates']) for j in jobs)} candidates) in {time.perf_counter() - t_all:.0f}s: "
         f"{out} holds {size / 2**20:.1f} MiB")
     return 0 if entries or jobs else 1
+
+
+def _build_module(out, args, entries, failures, label, spec, config, kind, reference, kernel) -> None:
+    """Compile one GEMM module (``kernel`` compiled already, or the exception that stopped it) into the bundle."""
+    from falcon_mlir.kernels import compile_module, gemm_module
+    from falcon_mlir.kernels.embed import reference_func
+
+    cfg_label = getattr(config, "label", "table")
+    try:
+        if isinstance(kernel, Exception):
+            raise kernel
+        config = kernel.config
+        t0 = time.perf_counter()
+        if args.cpu:
+            vmfb = compile_module(reference_func(spec, "main") + (reference_func(spec) if reference else ""),
+                                  CPU_FLAGS)
+        else:
+            vmfb = compile_module(gemm_module(spec, kernel=kernel, reference=reference))
+        name = f"{spec.name}__{config.label.replace(',', '_')}"
+        write_atomic(out / "modules" / f"{name}.vmfb", vmfb)
+        entries.append({"name": name, "label": label, "kind": kind, "file": f"modules/{name}.vmfb",
+                        "spec": spec.to_dict(), "config": config.to_dict(), "config_label": config.label,
+                        "kernel": kernel.metadata(), "reference": reference, "vmfb_bytes": len(vmfb)})
+        log(f"  {name}: triton {kernel.compile_seconds:.1f}s{' (cached)' if kernel.from_cache else ''}, "
+            f"iree {time.perf_counter() - t0:.1f}s, cubin {len(kernel.cubin)} B, shared {kernel.shared} B, "
+            f"{kernel.threads} threads, {kernel.registers} registers, stack {kernel.stack_bytes}, "
+            f"{kernel.num_programs} programs")
+    except Exception as e:  # one failing configuration must not stop the bundle
+        failures.append({"label": label, "spec": spec.name, "config": cfg_label,
+                         "error": f"{type(e).__name__}: {e}"})
+        log(f"  FAILED {spec.name} {cfg_label}: {type(e).__name__}: {e}")
 
 
 def _dry_kernel(spec, config):
@@ -404,6 +428,7 @@ def main(argv=None) -> int:
     pp.add_argument("--no-tune", action="store_true", help="no tuning jobs")
     pp.add_argument("--no-tune-check", action="store_true", help="do not compile the tuning candidates here")
     pp.add_argument("--no-checks", action="store_true", help="leave out the small correctness modules")
+    pp.add_argument("--no-gemm", action="store_true", help="no GEMM modules for --shapes (e.g. a plans-only bundle)")
     pp.add_argument("--cpu", action="store_true",
                     help="dry-run bundle: @main is IREE's own llvm-cpu code (tests the run logic here)")
     pk = sub.add_parser("pick", help="write the tune result's winners into the configuration table")

@@ -10,10 +10,11 @@ chosen from a data table (:mod:`.configs`). ``docs/kernels.md`` has the ABI,
 the cache and the GPU script.
 
 Importing this package needs no Triton; compiling a kernel does
-(``pip install 'falcon-mlir[cuda]'``).
+(``pip install 'falcon-mlir[cuda]'``), and runs it in a child process
+(:mod:`._worker`: Triton after TensorFlow aborts a process).
 """
 
-from .aot import CompiledKernel, compile_kernel
+from .aot import CompiledKernel, compile_kernel, compile_kernels
 from .configs import KernelConfig, choose_config
 from .embed import (KERNEL_MODULE_FLAGS, compile_module, cuda_target_attribute, dispatch_text,
                     executable_source, gemm_module)
@@ -21,6 +22,6 @@ from .spec import GemmSpec, require_supported, supports
 
 __all__ = [
     "GemmSpec", "supports", "require_supported", "KernelConfig", "choose_config",
-    "CompiledKernel", "compile_kernel", "cuda_target_attribute", "executable_source",
+    "CompiledKernel", "compile_kernel", "compile_kernels", "cuda_target_attribute", "executable_source",
     "dispatch_text", "gemm_module", "compile_module", "KERNEL_MODULE_FLAGS",
 ]

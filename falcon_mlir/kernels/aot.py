@@ -17,6 +17,12 @@ of ~26 ms at 8192^3 on the H200). ``docs/kernels.md`` has the evidence. Each
 kernel's register count and stack (spill) bytes are read from the cubin
 (``cuobjdump -res-usage``) and a kernel that spills is reported.
 
+Triton runs in a child process (:mod:`falcon_mlir.kernels._worker`), one per
+batch of kernels (:func:`compile_kernels`, :func:`compile_batch`): importing
+Triton into a process that already imported TensorFlow aborts it (both ship
+LLVM), and falcon's main job imports TensorFlow through keras-hub. Nothing
+here imports Triton; its version is read from the package metadata.
+
 Cache: one JSON file per kernel (cubin base64-encoded inside), named by a
 SHA-256 over the kernel source text, the spec, the configuration, Triton's
 version, the arch and the SM count, in ``$FALCON_KERNEL_CACHE`` or
@@ -30,17 +36,18 @@ from __future__ import annotations
 import base64
 import collections
 import hashlib
+import importlib.metadata
+import importlib.util
 import json
 import os
 import re
 import shutil
 import subprocess
 import tempfile
-import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional, Sequence
 
 from .configs import SHARED_MEMORY_LIMIT, KernelConfig, choose_config
 from .spec import GemmSpec, require_supported
@@ -164,25 +171,34 @@ def kernel_source() -> str:
 _VERSION_WARNED = False
 
 
-def _triton():
-    global _VERSION_WARNED
+def triton_version() -> str:
+    """The installed Triton's version, read from its package metadata (Triton itself is not imported).
+
+    Raises:
+        ImportError: Triton is not installed.
+    """
     try:
-        import triton
-    except ImportError as e:  # pragma: no cover - depends on the environment
+        return importlib.metadata.version("triton")
+    except importlib.metadata.PackageNotFoundError as e:
         raise ImportError("compiling kernels needs Triton: pip install 'falcon-mlir[cuda]' "
                           f"(triton=={TRITON_VERSION})") from e
-    if triton.__version__ != TRITON_VERSION and not _VERSION_WARNED:
+
+
+def _check_version() -> str:
+    global _VERSION_WARNED
+    version = triton_version()
+    if version != TRITON_VERSION and not _VERSION_WARNED:
         _VERSION_WARNED = True
         warnings.warn(f"falcon_mlir.kernels is built and tuned with Triton {TRITON_VERSION}, this is "
-                      f"{triton.__version__}: configurations may not carry over (Triton 3.9 spills "
-                      "IEEE f32 kernels to local memory, see docs/kernels.md)", RuntimeWarning, stacklevel=3)
-    return triton
+                      f"{version}: configurations may not carry over (Triton 3.9 spills "
+                      "IEEE f32 kernels to local memory, see docs/kernels.md)", RuntimeWarning, stacklevel=4)
+    return version
 
 
 def cache_key(spec: GemmSpec, config: KernelConfig, arch: str, num_sms: int) -> str:
     """Hex SHA-256 over (format, kernel source, spec, config, Triton version, arch, SM count)."""
     payload = json.dumps({"format": CACHE_FORMAT, "source": kernel_source(), "spec": spec.to_dict(),
-                          "config": config.to_dict(), "triton": _triton().__version__,
+                          "config": config.to_dict(), "triton": triton_version(),
                           "arch": arch, "num_sms": num_sms}, sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()
 
@@ -216,67 +232,176 @@ def _check_config(spec: GemmSpec, config: KernelConfig) -> None:
                          "e.g. configs.adapt(spec, config)")
 
 
-def _compile(spec: GemmSpec, config: KernelConfig, capability: int, arch: str, num_sms: int,
-             key: str) -> CompiledKernel:
-    triton = _triton()
-    from triton.backends.compiler import GPUTarget
+def check_launchable(what: str, md: dict, config_hint: str = "") -> None:
+    """Refuse compiled kernels IREE's launch cannot run (clusters, cooperative/PDL launches, too many
+    threads, too much shared memory); ``md`` is a worker result's metadata.
 
-    from . import triton_gemm as tg
-
-    programs = tg.num_programs(spec.M, spec.N, spec.batch, config.block_m, config.block_n, num_sms)
-    cx = tg.kernel_constexprs(
-        M=spec.M, N=spec.N, K=spec.K, batch=spec.batch, trans_a=spec.trans_a, trans_b=spec.trans_b,
-        in_dtype=spec.a_dtype, f32_mode=spec.f32_mode, block_m=config.block_m,
-        block_n=config.block_n, block_k=config.block_k, group_m=config.group_m,
-        warp_specialize=config.warp_specialize, epilogue_subtile=config.epilogue_subtile,
-        tma_store=config.tma_store, num_programs=programs)
-    signature = {"a_ptr": tg.POINTER_TYPES[spec.a_dtype], "b_ptr": tg.POINTER_TYPES[spec.b_dtype],
-                 "c_ptr": tg.POINTER_TYPES[spec.out_dtype]}
-    signature.update({k: "constexpr" for k in cx})
-    # Every binding IREE passes is at least 16-byte aligned: vector loads and TMA bases.
-    attrs = {(i,): [["tt.divisibility", 16]] for i in range(len(tg.POINTER_ARGS))}
-    src = triton.compiler.ASTSource(tg.falcon_gemm, signature, cx, attrs)
-    # enable_fp_fusion: f32 products are fused multiply-adds (what "IEEE f32" means here).
-    options = dict(num_warps=config.num_warps, num_stages=config.num_stages, enable_fp_fusion=True)
-    t0 = time.perf_counter()
-    try:
-        k = triton.compile(src, target=GPUTarget("cuda", capability, 32), options=options)
-    except Exception as e:
-        first = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
-        raise RuntimeError(f"Triton failed to compile {spec.name} with {config.label}: {first}") from e
-    seconds = time.perf_counter() - t0
-    md = k.metadata
-    if md.num_ctas != 1 or tuple(getattr(md, "cluster_dims", (1, 1, 1))) != (1, 1, 1):
-        raise RuntimeError(f"{spec.name}: kernel compiled for {md.num_ctas} CTAs per cluster; "
+    Raises:
+        RuntimeError: clusters, launch flags or threads.
+        ValueError: over the shared-memory limit.
+    """
+    if md.get("num_ctas", 1) != 1 or tuple(md.get("cluster_dims") or (1, 1, 1)) != (1, 1, 1):
+        raise RuntimeError(f"{what}: kernel compiled for {md.get('num_ctas')} CTAs per cluster; "
                            "IREE launches single-CTA blocks only")
     for flag in ("launch_cooperative_grid", "launch_pdl"):
-        if getattr(md, flag, False):
-            raise RuntimeError(f"{spec.name}: kernel needs {flag}, which IREE's launch does not set")
-    if 32 * md.num_warps > MAX_THREADS:
-        raise RuntimeError(f"{spec.name}: {32 * md.num_warps} threads per block exceed {MAX_THREADS}")
-    if md.shared > SHARED_MEMORY_LIMIT:
-        raise ValueError(f"{spec.name} with {config.label} needs {md.shared} bytes of shared memory, "
-                         f"more than the {SHARED_MEMORY_LIMIT} an sm_90 block may use: "
-                         "use fewer stages, smaller tiles or epilogue subtiling (',sub')")
-    cubin = bytes(k.asm["cubin"])
-    usage = resource_usage(cubin)
+        if md.get(flag):
+            raise RuntimeError(f"{what}: kernel needs {flag}, which IREE's launch does not set")
+    if 32 * md["num_warps"] > MAX_THREADS:
+        raise RuntimeError(f"{what}: {32 * md['num_warps']} threads per block exceed {MAX_THREADS}")
+    if md["shared"] > SHARED_MEMORY_LIMIT:
+        raise ValueError(f"{what} needs {md['shared']} bytes of shared memory, more than the "
+                         f"{SHARED_MEMORY_LIMIT} an sm_90 block may use{config_hint}")
+
+
+def warn_spills(what: str, usage: dict) -> None:
+    """Warn when a cubin has a stack frame (register spills to local memory)."""
     if usage.get("stack_bytes"):
-        warnings.warn(f"{spec.name} with {config.label}: {usage['stack_bytes']} bytes of stack per thread "
-                      f"({usage['registers']} registers): the kernel spills to local memory and will be "
-                      "slow; use smaller tiles or fewer stages", RuntimeWarning, stacklevel=3)
+        warnings.warn(f"{what}: {usage['stack_bytes']} bytes of stack per thread ({usage['registers']} "
+                      "registers): the kernel spills to local memory and will be slow; use smaller tiles "
+                      "or fewer stages", RuntimeWarning, stacklevel=4)
+
+
+def _build_gemm(spec: GemmSpec, config: KernelConfig, arch: str, key: str, result: dict) -> CompiledKernel:
+    """A :class:`CompiledKernel` from a worker result (checked, spills warned)."""
+    if not result["ok"]:
+        raise RuntimeError(result["error"])
+    md = result["metadata"]
+    what = f"{spec.name} with {config.label}"
+    check_launchable(what, md, ": use fewer stages, smaller tiles or epilogue subtiling (',sub')")
+    cubin = base64.b64decode(result["cubin"])
+    usage = result.get("usage") or {}
+    warn_spills(what, usage)
     return CompiledKernel(
-        spec=spec, config=config, arch=arch, name=md.name, cubin=cubin,
-        num_warps=md.num_warps, shared=md.shared,
-        global_scratch_size=md.global_scratch_size or 0, global_scratch_align=md.global_scratch_align or 1,
-        profile_scratch_size=md.profile_scratch_size or 0,
-        profile_scratch_align=md.profile_scratch_align or 1,
-        num_programs=programs, triton_version=triton.__version__, key=key,
-        registers=usage.get("registers"), stack_bytes=usage.get("stack_bytes"), compile_seconds=seconds)
+        spec=spec, config=config, arch=arch, name=md["name"], cubin=cubin,
+        num_warps=md["num_warps"], shared=md["shared"],
+        global_scratch_size=md.get("global_scratch_size") or 0,
+        global_scratch_align=md.get("global_scratch_align") or 1,
+        profile_scratch_size=md.get("profile_scratch_size") or 0,
+        profile_scratch_align=md.get("profile_scratch_align") or 1,
+        num_programs=result["num_programs"], triton_version=result["triton_version"], key=key,
+        registers=usage.get("registers"), stack_bytes=usage.get("stack_bytes"),
+        compile_seconds=result["seconds"])
+
+
+@dataclass(frozen=True)
+class CompileRequest:
+    """One kernel for :func:`compile_batch`: its cache key, the worker job, and how to turn a worker
+    result or a cache entry into the compiled object (and back).
+
+    Attributes:
+        key: hex cache key (the file ``{key}.json`` in :func:`cache_dir`).
+        job: the worker job (:mod:`falcon_mlir.kernels._worker`).
+        build: worker result dict -> compiled object (raises with one line when it failed).
+        load: cache text -> compiled object (raises ValueError/KeyError/TypeError when stale).
+        dump: compiled object -> cache text.
+    """
+
+    key: str
+    job: dict
+    build: Callable[[dict], object]
+    load: Callable[[str], object]
+    dump: Callable[[object], str]
+
+
+def compile_batch(requests: Sequence[CompileRequest], cache: bool = True, errors: str = "raise",
+                  timeout: Optional[float] = None) -> list:
+    """Compile every request not in the disk cache, all in one Triton child process.
+
+    Args:
+        requests: the kernels.
+        cache: read and write the disk cache (:func:`cache_dir`).
+        errors: ``"raise"``: the first failure raises; ``"return"``: a failed
+            kernel's entry is the exception (others still compile).
+        timeout: seconds for the whole batch (default :data:`_worker.DEFAULT_TIMEOUT`).
+
+    Returns:
+        One compiled object (or exception) per request, in order.
+
+    Raises:
+        RuntimeError, ValueError: a kernel failed (``errors="raise"``); the
+            message is one line naming it.
+        WorkerError: the child process failed as a whole.
+    """
+    from ._worker import run_jobs
+
+    if errors not in ("raise", "return"):
+        raise ValueError(f"errors must be 'raise' or 'return', got {errors!r}")
+    out, todo = [None] * len(requests), []
+    for i, req in enumerate(requests):
+        path = cache_dir() / f"{req.key}.json"
+        if cache and path.is_file():
+            try:
+                out[i] = req.load(path.read_text())
+                continue
+            except (OSError, ValueError, KeyError, TypeError):
+                pass  # unreadable or stale entry: compile again and overwrite it
+        todo.append(i)
+    results = run_jobs([requests[i].job for i in todo], timeout=timeout) if todo else []
+    for i, result in zip(todo, results):
+        try:
+            out[i] = requests[i].build(result)
+        except (RuntimeError, ValueError) as e:
+            if errors == "raise":
+                raise type(e)(str(e)) from None
+            out[i] = e
+            continue
+        if cache:
+            try:
+                _write_atomic(cache_dir() / f"{requests[i].key}.json", requests[i].dump(out[i]))
+            except OSError:
+                pass  # a read-only cache costs only the cache
+    return out
+
+
+def gemm_request(spec: GemmSpec, config: Optional[KernelConfig] = None, arch: str = "sm_90a",
+                 num_sms: int = H200_SMS) -> CompileRequest:
+    """The :class:`CompileRequest` of one GEMM kernel (validated as :func:`compile_kernel` says)."""
+    capability = _check_arch(arch)
+    require_supported(spec)
+    if isinstance(num_sms, bool) or not isinstance(num_sms, int) or num_sms < 1:
+        raise ValueError(f"num_sms must be a positive int, got {num_sms!r}")
+    config = config if config is not None else choose_config(spec)
+    _check_config(spec, config)
+    _check_version()
+    key = cache_key(spec, config, arch, num_sms)
+    job = {"kind": "gemm", "spec": spec.to_dict(), "config": config.to_dict(), "capability": capability,
+           "num_sms": num_sms}
+    return CompileRequest(key=key, job=job, build=lambda r: _build_gemm(spec, config, arch, key, r),
+                          load=CompiledKernel._from_json, dump=lambda k: k._to_json())
+
+
+def compile_kernels(items: Sequence[tuple], arch: str = "sm_90a", num_sms: int = H200_SMS, cache: bool = True,
+                    errors: str = "raise") -> list:
+    """Compile several GEMM kernels, the uncached ones in one Triton child process.
+
+    Args:
+        items: ``(spec, config)`` pairs (``config`` None: the table's choice).
+        arch, num_sms, cache: as :func:`compile_kernel`.
+        errors: ``"raise"`` or ``"return"`` (failed entries are the exceptions), as :func:`compile_batch`.
+
+    Returns:
+        One :class:`CompiledKernel` (or exception) per item.
+    """
+    reqs = []
+    for spec, config in items:
+        try:
+            reqs.append(gemm_request(spec, config, arch, num_sms))
+        except ValueError as e:
+            if errors == "raise":
+                raise
+            reqs.append(e)
+    live = [r for r in reqs if isinstance(r, CompileRequest)]
+    done = iter(compile_batch(live, cache=cache, errors=errors))
+    return [r if isinstance(r, Exception) else next(done) for r in reqs]
 
 
 def compile_kernel(spec: GemmSpec, config: Optional[KernelConfig] = None, arch: str = "sm_90a",
                    num_sms: int = H200_SMS, cache: bool = True) -> CompiledKernel:
     """Compile (or read from the cache) the kernel for ``spec`` with ``config``.
+
+    Triton runs in a child process (:mod:`falcon_mlir.kernels._worker`); none
+    is started when the kernel is in the cache. Use :func:`compile_kernels`
+    for several kernels (one child for all).
 
     Args:
         spec: the GEMM.
@@ -294,39 +419,26 @@ def compile_kernel(spec: GemmSpec, config: Optional[KernelConfig] = None, arch: 
         ValueError: ``spec`` not served (the reason), another arch, a config
             that cannot store this C by TMA, or a kernel over the shared-memory limit.
         ImportError: Triton is not installed.
-        RuntimeError: Triton failed, or compiled a kernel IREE cannot launch.
+        RuntimeError: Triton failed (one line naming the spec and config), or
+            compiled a kernel IREE cannot launch.
+        WorkerError: the Triton child process failed as a whole.
     """
-    capability = _check_arch(arch)
-    require_supported(spec)
-    if isinstance(num_sms, bool) or not isinstance(num_sms, int) or num_sms < 1:
-        raise ValueError(f"num_sms must be a positive int, got {num_sms!r}")
-    config = config if config is not None else choose_config(spec)
-    _check_config(spec, config)
-    key = cache_key(spec, config, arch, num_sms)
-    path = cache_dir() / f"{key}.json"
-    if cache and path.is_file():
-        try:
-            return CompiledKernel._from_json(path.read_text())
-        except (OSError, ValueError, KeyError, TypeError):
-            pass  # unreadable or stale entry: compile again and overwrite it
-    kernel = _compile(spec, config, capability, arch, num_sms, key)
-    if cache:
-        try:
-            _write_atomic(path, kernel._to_json())
-        except OSError:
-            pass  # a read-only cache costs only the cache
-    return kernel
+    return compile_batch([gemm_request(spec, config, arch, num_sms)], cache=cache)[0]
 
 
 def cuobjdump_path() -> Optional[str]:
-    """The ``cuobjdump`` that Triton's package carries (else one on PATH), or None."""
+    """The ``cuobjdump`` that Triton's package carries (else one on PATH), or None.
+
+    Found from the package's location (``importlib.util.find_spec``), without importing Triton.
+    """
     try:
-        import triton.backends.nvidia as nv
-        p = Path(nv.__file__).parent / "bin" / "cuobjdump"
+        found = importlib.util.find_spec("triton")
+    except (ImportError, ValueError):
+        found = None
+    if found is not None and found.origin:
+        p = Path(found.origin).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
         if p.is_file() and os.access(p, os.X_OK):
             return str(p)
-    except ImportError:
-        pass
     return shutil.which("cuobjdump")
 
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
+from kernel_helpers import have
 
 from falcon_mlir.kernels.aot import CompiledKernel
 from falcon_mlir.kernels.configs import KernelConfig
@@ -19,13 +22,23 @@ def kernel_cache(tmp_path_factory):
     mp.undo()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def triton_stays_out():
+    """No kernel test imports Triton into the pytest process: other tests may import TensorFlow, and
+    Triton after TensorFlow aborts the process (both ship LLVM). Compiling and interpreting run in
+    child processes."""
+    yield
+    assert "triton" not in sys.modules, "a kernel test imported triton into the pytest process"
+
+
 _COMPILED = {}
 
 
 @pytest.fixture(scope="session")
 def compiled():
     """``compiled(spec, config=None)``: compile once per session (needs Triton)."""
-    pytest.importorskip("triton")
+    if not have("triton"):
+        pytest.skip("needs triton")
     from falcon_mlir.kernels.aot import compile_kernel
 
     def get(spec: GemmSpec, config: KernelConfig = None) -> CompiledKernel:

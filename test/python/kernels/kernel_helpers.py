@@ -3,10 +3,32 @@
 from __future__ import annotations
 
 import hashlib
+import importlib.util
+
+import pytest
 
 from falcon_mlir.kernels.aot import CompiledKernel
 from falcon_mlir.kernels.configs import KernelConfig, choose_config
 from falcon_mlir.kernels.spec import GemmSpec
+
+
+def have(module: str) -> bool:
+    """Whether ``module`` is installed, found without importing it.
+
+    The kernel tests never import Triton (nor torch) into the pytest process: another test may
+    have imported TensorFlow, and Triton after TensorFlow aborts the process (both ship LLVM).
+    Whatever needs Triton runs in a child process (the compile worker, the interpreter runner).
+    """
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def skip_without(*modules: str):
+    """``pytest.mark.skipif`` for tests that need ``modules`` installed (checked without importing them)."""
+    missing = [m for m in modules if not have(m)]
+    return pytest.mark.skipif(bool(missing), reason=f"needs {', '.join(missing)}")
 
 
 def fake_kernel(spec: GemmSpec, config: KernelConfig = None, cubin: bytes = None) -> CompiledKernel:

@@ -52,7 +52,7 @@ def test_executable_source_text(target):
     assert "constants" not in text  # no push constants: every size is compiled in
     assert f"%x = arith.constant {k.num_programs} : index" in text
     assert "hal.return %x, %c1, %c1 : index, index, index" in text
-    assert (f"}} <workgroup_size = [256 : index, 1 : index, 1 : index], "
+    assert (f"}} <workgroup_size = [{k.threads} : index, 1 : index, 1 : index], "
             f"workgroup_local_memory = {k.shared}>") in text
 
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from kernel_helpers import skip_without
 
 from falcon_mlir.kernels.configs import KernelConfig, choose_config
 from falcon_mlir.kernels.spec import GemmSpec
 
-pytest.importorskip("triton")
-pytest.importorskip("torch")
+pytestmark = skip_without("triton", "torch")
 ml_dtypes = pytest.importorskip("ml_dtypes")
 
 SMALL = KernelConfig.parse("32x32x16,s2,w4,g2")

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from kernel_helpers import have, skip_without
 
 SCRIPT = Path(__file__).resolve().parents[3] / "scripts" / "gpu_kernels.py"
 
@@ -35,7 +36,8 @@ def test_bad_shape_is_one_line_error(tmp_path):
 
 
 def test_dry_run_bundle(tmp_path):
-    pytest.importorskip("torch")
+    if not have("torch"):
+        pytest.skip("needs torch")
     bundle, out = tmp_path / "bundle", tmp_path / "out"
     r = _run(SCRIPT, "prepare", bundle, "--cpu", "--dtypes", "f32", "--shapes", "64x48x80",
              "--configs", "table", "64x64x32,s2,w4,g8", "--tune-dtypes", "f32", "--tune-f32-shapes", "64x48x80")
@@ -69,7 +71,8 @@ def test_dry_run_bundle(tmp_path):
     assert ("| IREE ms (wall) | TFLOP/s | torch ms (wall) | torch ms (events) | speed wall/wall "
             "| speed vs events |") in md
 
-    pytest.importorskip("triton")
+    if not have("triton"):
+        pytest.skip("the tune dry run needs triton")
     r = _run(bundle / "gpu_kernels.py", "tune", bundle, "--cpu", "--configs", "128x128x32,s3,w8,g8", out=out)
     assert r.returncode == 0, r.stdout + r.stderr
     rows = json.loads((out / "gpu_kernels_tune.json").read_text())["rows"]
@@ -151,8 +154,8 @@ def test_bad_config_is_one_line_error(tmp_path):
     assert not (tmp_path / "b").exists()
 
 
+@skip_without("triton")
 def test_prepare_real_bundle(tmp_path):
-    pytest.importorskip("triton")
     bundle = tmp_path / "bundle"
     # The second configuration needs 262 KB of shared memory: listed as failed, the bundle goes on.
     r = _run(SCRIPT, "prepare", bundle, "--dtypes", "bf16", "--shapes", "256x256x128", "--no-checks",

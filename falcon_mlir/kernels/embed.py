@@ -120,6 +120,32 @@ def executable_name(kernel: CompiledKernel) -> str:
     return "falcon_gemm_" + re.sub(r"[^A-Za-z0-9_]", "_", kernel.spec.name) + "_" + kernel.key[:8]
 
 
+def external_executable(name: str, entry: str, cubin: bytes, target_attr: str, inputs: int, outputs: int,
+                        num_programs: int, threads: int, shared: int, comment: str = "") -> str:
+    """``hal.executable.source`` text for one precompiled kernel taking ``inputs`` read-only pointers,
+    then ``outputs`` pointers, then Triton's global and profile scratch (all bindings, in order), on
+    a 1-D grid of ``num_programs`` blocks of ``threads`` threads with ``shared`` bytes of dynamic
+    shared memory; the cubin embedded inline for ``target_attr``."""
+    data = cubin.hex().upper()
+    bindings = ["#hal.pipeline.binding<storage_buffer, ReadOnly>"] * inputs + \
+        ["#hal.pipeline.binding<storage_buffer>"] * (outputs + 2)
+    sep = ",\n        "
+    note = f"  // {comment}\n" if comment else ""
+    return f"""hal.executable.source private @{name} <objects = #hal.executable.objects<{{
+    {target_attr} = [
+      #hal.executable.object<{{data = dense<"0x{data}"> : vector<{len(cubin)}xi8>}}>]}}>> {{
+{note}  hal.executable.export public @{entry} ordinal(0)
+      layout(#hal.pipeline.layout<bindings = [
+        {sep.join(bindings)}]>)
+      count(%device: !hal.device) -> (index, index, index) {{
+    %x = arith.constant {num_programs} : index
+    %c1 = arith.constant 1 : index
+    hal.return %x, %c1, %c1 : index, index, index
+  }} <workgroup_size = [{threads} : index, 1 : index, 1 : index], workgroup_local_memory = {shared}>
+}}
+"""
+
+
 def executable_source(kernel: CompiledKernel, target_attr: str, name: Optional[str] = None) -> str:
     """``hal.executable.source`` text holding ``kernel``'s cubin for ``target_attr``.
 
@@ -128,26 +154,21 @@ def executable_source(kernel: CompiledKernel, target_attr: str, name: Optional[s
         target_attr: the device's executable target attribute (:func:`cuda_target_attribute`).
         name: the executable's symbol (default :func:`executable_name`).
     """
-    name = name or executable_name(kernel)
-    data = kernel.cubin.hex().upper()
-    return f"""hal.executable.source private @{name} <objects = #hal.executable.objects<{{
-    {target_attr} = [
-      #hal.executable.object<{{data = dense<"0x{data}"> : vector<{len(kernel.cubin)}xi8>}}>]}}>> {{
-  // {kernel.spec.name} with {kernel.config.label}: {kernel.arch} cubin from Triton {kernel.triton_version}
-  hal.executable.export public @{kernel.name} ordinal(0)
-      layout(#hal.pipeline.layout<bindings = [
-        #hal.pipeline.binding<storage_buffer, ReadOnly>,
-        #hal.pipeline.binding<storage_buffer, ReadOnly>,
-        #hal.pipeline.binding<storage_buffer>,
-        #hal.pipeline.binding<storage_buffer>,
-        #hal.pipeline.binding<storage_buffer>]>)
-      count(%device: !hal.device) -> (index, index, index) {{
-    %x = arith.constant {kernel.num_programs} : index
-    %c1 = arith.constant 1 : index
-    hal.return %x, %c1, %c1 : index, index, index
-  }} <workgroup_size = [{kernel.threads} : index, 1 : index, 1 : index], workgroup_local_memory = {kernel.shared}>
-}}
-"""
+    return external_executable(
+        name or executable_name(kernel), kernel.name, kernel.cubin, target_attr, 2, 1, kernel.num_programs,
+        kernel.threads, kernel.shared,
+        f"{kernel.spec.name} with {kernel.config.label}: {kernel.arch} cubin from Triton {kernel.triton_version}")
+
+
+def external_dispatch(exe: str, entry: str, operands: Sequence[tuple], results: Sequence[str], scratch: tuple,
+                      result: str = "%r") -> str:
+    """A ``flow.dispatch`` of ``@exe::@entry``: ``operands`` as ``(ssa value, tensor type)``,
+    ``results`` the result tensor types; the two scratch buffers (bytes) are extra results, so the
+    first result is ``{result}#0``."""
+    names = ", ".join(v for v, _ in operands)
+    types = ", ".join(t for _, t in operands)
+    outs = list(results) + [f"tensor<{scratch[0]}xi8>", f"tensor<{scratch[1]}xi8>"]
+    return f"{result}:{len(outs)} = flow.dispatch @{exe}::@{entry}({names}) : ({types}) -> ({', '.join(outs)})"
 
 
 def dispatch_text(kernel: CompiledKernel, exe: Optional[str] = None, a: str = "%a", b: str = "%b",
@@ -157,12 +178,9 @@ def dispatch_text(kernel: CompiledKernel, exe: Optional[str] = None, a: str = "%
     Results: C, the global scratch and the profile scratch (``tensor<Nxi8>``).
     """
     spec = kernel.spec
-    exe = exe or executable_name(kernel)
-    gs, ps = scratch_bytes(kernel)
     a_t, b_t = tensor_type(spec.a_shape, spec.a_dtype), tensor_type(spec.b_shape, spec.b_dtype)
-    c_t = tensor_type(spec.c_shape, spec.out_dtype)
-    return (f"{result}:3 = flow.dispatch @{exe}::@{kernel.name}({a}, {b}) : ({a_t}, {b_t}) -> "
-            f"({c_t}, tensor<{gs}xi8>, tensor<{ps}xi8>)")
+    return external_dispatch(exe or executable_name(kernel), kernel.name, [(a, a_t), (b, b_t)],
+                             [tensor_type(spec.c_shape, spec.out_dtype)], scratch_bytes(kernel), result)
 
 
 def reference_func(spec: GemmSpec, name: str = "reference") -> str:

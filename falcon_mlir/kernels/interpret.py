@@ -92,6 +92,111 @@ def run_interpreted(jobs: Sequence[tuple], num_sms: int = INTERPRET_SMS, timeout
         return out
 
 
+def run_plans_interpreted(jobs: Sequence[tuple], num_sms: int = INTERPRET_SMS, timeout: float = 900.0) -> list:
+    """Run LCMA plans (:mod:`.lcma`) through the interpreted kernels, stage by stage.
+
+    Args:
+        jobs: ``(launches, a, b)`` with ``launches`` from :func:`falcon_mlir.kernels.lcma.plan_launches`
+            and ``a`` (M x K), ``b`` (K x N) numpy arrays (converted to the plan's dtype).
+
+    Returns:
+        Per job a dict of numpy arrays ``a_ops``, ``b_ops``, ``products``, ``c`` (bf16 as
+        ``ml_dtypes.bfloat16``), or the error message (str) of a job that failed.
+
+    Raises:
+        RuntimeError: the child process failed as a whole.
+    """
+    with tempfile.TemporaryDirectory(prefix="falcon-interp-plan-") as d:
+        d = Path(d)
+        manifest = []
+        for i, (launch, a, b) in enumerate(jobs):
+            s = launch["spec"]
+            _save(d / f"a{i}.npy", a, s["dtype"])
+            _save(d / f"b{i}.npy", b, s["dtype"])
+            for role in ("a", "b", "c"):
+                (d / f"src{i}{role}.py").write_text(launch[role]["source"])
+            manifest.append(launch)
+        (d / "plans.json").write_text(json.dumps({"num_sms": num_sms, "plans": manifest}))
+        env = dict(os.environ, TRITON_INTERPRET="1", TRITON_DEFAULT_FP_FUSION="1")
+        r = subprocess.run([sys.executable, "-m", "falcon_mlir.kernels.interpret", str(d)], env=env,
+                           capture_output=True, text=True, timeout=timeout)
+        if r.returncode != 0:
+            tail = "\n".join(r.stderr.strip().splitlines()[-15:])
+            raise RuntimeError(f"interpreter subprocess failed (exit {r.returncode}):\n{tail}")
+        errors = json.loads((d / "errors.json").read_text())
+        out = []
+        for i, (launch, _, _) in enumerate(jobs):
+            if str(i) in errors:
+                out.append(errors[str(i)])
+                continue
+            s = launch["spec"]
+            dt = {"a_ops": s["dtype"], "b_ops": s["dtype"], "products": s["product_dtype"], "c": s["out_dtype"]}
+            out.append({k: _load(d / f"{k}{i}.npy", v) for k, v in dt.items()})
+        return out
+
+
+def _load_generated(path: Path, fn: str):
+    import importlib.util
+    name = f"falcon_interp_{path.stem}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return getattr(mod, fn)
+
+
+def _child_plans(d: Path) -> int:
+    """The subprocess for plans: combine A, combine B, products, combine C of each plan in ``d/plans.json``."""
+    import traceback
+
+    import torch
+
+    from . import triton_gemm
+
+    tdt = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
+    job_file = json.loads((d / "plans.json").read_text())
+    errors = {}
+    for i, launch in enumerate(job_file["plans"]):
+        try:
+            s, g = launch["spec"], launch["geometry"]
+            a = _to_torch(np.load(d / f"a{i}.npy"), s["dtype"])
+            b = _to_torch(np.load(d / f"b{i}.npy"), s["dtype"])
+            a_ops = torch.empty((g["R"], g["bm"], g["bk"]), dtype=tdt[s["dtype"]])
+            b_ops = torch.empty((g["R"], g["bk"], g["bn"]), dtype=tdt[s["dtype"]])
+            prods = torch.empty((g["R"], g["bm"], g["bn"]), dtype=tdt[s["product_dtype"]])
+            c = torch.empty((s["M"], s["N"]), dtype=tdt[s["out_dtype"]])
+            for role, x, y in (("a", a, a_ops), ("b", b, b_ops)):
+                L = launch[role]
+                _load_generated(d / f"src{i}{role}.py", L["fn"])[(L["programs"],)](x, y, **L["constexprs"])
+            cfg = KernelConfig.from_dict(launch["p"]["config"])
+            ps = GemmSpec.from_dict(launch["p"]["spec"])
+            triton_gemm.launch(a_ops, b_ops, prods, f32_mode=ps.f32_mode, num_sms=job_file["num_sms"],
+                               interpret=True, **cfg.to_dict())
+            L = launch["c"]
+            _load_generated(d / f"src{i}c.py", L["fn"])[(L["programs"],)](prods, c, **L["constexprs"])
+            for name, t, dt in (("a_ops", a_ops, s["dtype"]), ("b_ops", b_ops, s["dtype"]),
+                                ("products", prods, s["product_dtype"]), ("c", c, s["out_dtype"])):
+                np.save(d / f"{name}{i}.npy", _to_numpy(t, dt))
+        except Exception as e:  # one failing plan must not stop the others
+            errors[str(i)] = f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=4)}"
+    (d / "errors.json").write_text(json.dumps(errors))
+    return 0
+
+
+def _to_torch(x: np.ndarray, dtype: str):
+    import torch
+    if dtype == "bf16":
+        return torch.from_numpy(x.view(np.int16).copy()).view(torch.bfloat16)
+    return torch.from_numpy(x.copy())
+
+
+def _to_numpy(t, dtype: str) -> np.ndarray:
+    import torch
+    if dtype == "bf16":
+        return t.view(torch.int16).numpy().view(np.uint16)
+    return t.numpy()
+
+
 def _child(d: Path) -> int:
     """The subprocess: run every job in ``d/jobs.json`` (needs ``TRITON_INTERPRET=1``)."""
     import traceback
@@ -134,4 +239,5 @@ def _child(d: Path) -> int:
 if __name__ == "__main__":
     if os.environ.get("TRITON_INTERPRET", "0") in ("", "0"):
         sys.exit("run with TRITON_INTERPRET=1 (falcon_mlir.kernels.interpret.run_interpreted does)")
-    sys.exit(_child(Path(sys.argv[1])))
+    sys.exit(_child_plans(Path(sys.argv[1])) if (Path(sys.argv[1]) / "plans.json").is_file()
+             else _child(Path(sys.argv[1])))

@@ -101,6 +101,16 @@ TUNE_F32 = ["128x128x32,s3,w8,g8", "128x128x16,s4,w8,g8", "128x128x64,s2,w8,g8",
             "128x256x16,s3,w8,g8", "128x128x32,s3,w8,g16"]
 #: 3xTF32 candidates (information only: not IEEE FMA).
 TUNE_TF32X3 = ["128x128x32,s3,w8,g8", "128x128x32,s2,w8,g8", "128x64x32,s4,w4,g8"]
+#: The default LCMA plans (``--plans default``): SCHEME@MxNxK/DTYPE[/PRODUCT_DTYPE], in the order run does them
+#: (grouped by shape and dtype). bf16: the grouped Strassen measured in torch (16384^3 1.053x, 32768^3 1.103x of
+#: cuBLAS), with f32 products for accuracy, and two levels; f32 (IEEE FMA products): one to three levels.
+PLAN_DEFAULTS = (
+    "strassen@16384x16384x16384/bf16", "strassen@16384x16384x16384/bf16/f32", "strassen^2@16384x16384x16384/bf16",
+    "strassen@8192x8192x8192/bf16", "strassen@32768x32768x32768/bf16", "strassen^2@32768x32768x32768/bf16",
+    "strassen@8192x8192x8192/f32", "strassen^2@16384x16384x16384/f32", "strassen^3@32768x32768x32768/f32",
+)
+#: Plans with more products than this get no combine tile candidates (their kernels take long to JIT-compile).
+CANDIDATE_MAX_R = 49
 #: Rough rates (FLOP/s) to order tuning jobs cheapest first.
 RATE = {"bf16": 650e12, "f16": 650e12, "f32": 45e12}
 
@@ -200,9 +210,10 @@ def prepare(args) -> int:
     f32_shapes = ({s: parse_shape(s) for s in args.f32_shapes} if args.f32_shapes
                   else shapes if args.shapes else dict(SQUARES))
     configs = [None if c == "table" else KernelConfig.parse(c) for c in args.configs]
+    plan_specs = parse_plan_items(args.plans, list(shapes.values()), args.dtypes) if args.plans else []
     out = Path(args.dir)
     if (out / MANIFEST).is_file():  # an older bundle of ours: its modules go
-        for old in (out / "modules").glob("*.vmfb"):
+        for old in list((out / "modules").glob("*.vmfb")) + list((out / "plans").glob("*.vmfb")):
             old.unlink()
     out.mkdir(parents=True, exist_ok=True)
     (out / ".gitignore").write_text("# a build output (scripts/gpu_kernels.py prepare): never committed\n*\n")
@@ -233,6 +244,7 @@ def prepare(args) -> int:
     kernels = [it if isinstance(it, Exception) else next(done) for it in items]
     for (label, spec, config, kind, reference), kernel in zip(todo, kernels):
         _build_module(out, args, entries, failures, label, spec, config, kind, reference, kernel)
+    plan_entries = prepare_plans(out, args, plan_specs, failures) if plan_specs else []
     known = _labels(default_tune_shapes())
     jobs = [] if args.no_tune else tune_jobs(args, known)
     if jobs and not args.cpu and not args.no_tune_check:
@@ -242,14 +254,127 @@ def prepare(args) -> int:
     for script in ("gpu_kernels.py", "gpu_kernels_run.py"):
         shutil.copyfile(here / script, out / script)
     manifest = {"format": FORMAT, "made": time.strftime("%Y-%m-%d %H:%M:%S"), "entries": entries,
-                "failures": failures, "tune": {"jobs": jobs},
+                "plans": plan_entries, "failures": failures, "tune": {"jobs": jobs},
                 "kernel_sha256": hashlib.sha256((out / KERNEL_FILE).read_bytes()).hexdigest()}
     write_atomic(out / MANIFEST, json.dumps(manifest, indent=1))
     size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
-    log(f"prepared {len(entries)} modules ({len(failures)} failed) and {len(jobs)} tuning jobs "
+    log(f"prepared {len(entries)} modules, {len(plan_entries)} plan modules ({len(failures)} failed) and "
+        f"{len(jobs)} tuning jobs "
         f"({sum(len(j['candidates']) for j in jobs)} candidates) in {time.perf_counter() - t_all:.0f}s: "
         f"{out} holds {size / 2**20:.1f} MiB")
-    return 0 if entries or jobs else 1
+    return 0 if entries or jobs or plan_entries else 1
+
+
+def parse_plan_items(items, shapes, dtypes) -> list:
+    """``--plans`` items -> PlanSpecs. An item is ``SCHEME[@MxNxK][/DTYPE[/PRODUCT_DTYPE]]`` or ``default``
+    (``PLAN_DEFAULTS``); commas separate items. Without ``@`` an item is built for every ``--shapes``
+    shape, without ``:DTYPE`` for every ``--dtypes`` dtype.
+
+    Raises:
+        ValueError: a malformed item (the message quotes it).
+    """
+    from falcon_mlir.catalog import UnknownSchemeError
+    from falcon_mlir.kernels.lcma import PlanSpec, resolve_scheme
+
+    specs = []
+    for raw in [x for it in items for x in it.split(",") if x.strip()]:
+        for item in (PLAN_DEFAULTS if raw.strip() == "default" else (raw.strip(),)):
+            head, _, types = item.partition("/")
+            scheme, _, shape = head.partition("@")
+            parts = types.split("/") if types else []
+            if len(parts) > 2 or any(p not in DTYPES for p in parts):
+                raise ValueError(f"plan {item!r}: expected SCHEME[@MxNxK][/DTYPE[/PRODUCT_DTYPE]], dtypes "
+                                 f"{', '.join(DTYPES)}")
+            try:
+                resolve_scheme(scheme)
+            except UnknownSchemeError as e:
+                raise ValueError(f"plan {item!r}: {e}") from None
+            for mnk in ([parse_shape(shape)] if shape else list(shapes)):
+                for dt in ([parts[0]] if parts else list(dtypes)):
+                    specs.append(PlanSpec(*mnk, scheme=scheme, dtype=dt,
+                                          product_dtype=parts[1] if len(parts) > 1 else None))
+    return specs
+
+
+def combine_candidates(default) -> list:
+    """Combine tile configurations the GPU's ``jit`` mode times besides the default (for information)."""
+    from dataclasses import replace
+    out = [default]
+    for tile_r, warps in ((default.tile_r // 2, 4), (default.tile_r * 2, 4), (default.tile_r * 2, 8)):
+        if 1 <= tile_r <= 256:
+            cand = replace(default, tile_r=tile_r, num_warps=warps)
+            if cand not in out:
+                out.append(cand)
+    return out
+
+
+def prepare_plans(out: Path, args, specs: list, failures: list) -> list:
+    """Compile the plans (every kernel in one Triton child), their modules, and the JIT launch facts
+    (generated sources copied into ``out/sources``); the manifest's ``plans`` entries."""
+    from dataclasses import asdict
+
+    from falcon_mlir.kernels import compile_module
+    from falcon_mlir.kernels.configs import choose_config
+    from falcon_mlir.kernels.embed import reference_func
+    from falcon_mlir.kernels.lcma import (COMBINE_FN, combine_launch, combine_source, combine_specs, compile_plans,
+                                          default_combine_config, output_groups, plan_geometry, plan_module,
+                                          products_spec, resolve_scheme)
+    from falcon_mlir.kernels.spec import GemmSpec
+
+    plans = [None] * len(specs) if args.cpu else compile_plans(specs, errors="return")
+    entries = []
+    for spec, plan in zip(specs, plans):
+        try:
+            if isinstance(plan, Exception):
+                raise plan
+            t0 = time.perf_counter()
+            if args.cpu:  # dry run: @main is IREE's own classical product (jit runs the kernels interpreted)
+                vmfb = compile_module(reference_func(GemmSpec(spec.M, spec.N, spec.K, spec.dtype, spec.dtype,
+                                                              spec.out_dtype), "main"), CPU_FLAGS)
+            else:
+                vmfb = compile_module(plan_module(plan))
+            write_atomic(out / "plans" / f"{spec.name}.vmfb", vmfb)
+            css = combine_specs(spec)
+            jit = {}
+            for role in ("a", "b", "c"):
+                default = getattr(plan, f"combine_{role}").config if plan else default_combine_config(css[role])
+                cands = combine_candidates(default) if css[role].planes <= CANDIDATE_MAX_R else [default]
+                jit[role] = []
+                for cfg in cands:
+                    groups = output_groups(css[role], cfg.max_live)
+                    text = combine_source(css[role], groups)
+                    src = f"sources/combine_{hashlib.sha256(text.encode()).hexdigest()[:32]}.py"
+                    if not (out / src).is_file():
+                        write_atomic(out / src, text)
+                    cx, programs = combine_launch(css[role], cfg)
+                    jit[role].append({"source": src, "fn": COMBINE_FN[role], "constexprs": cx, "programs": programs,
+                                      "num_warps": cfg.num_warps, "config": cfg.label, "groups": len(groups),
+                                      "traffic": css[role].traffic_bytes(groups)})
+            if plan is not None:
+                md = plan.metadata()
+                products = plan.products.config
+            else:
+                geo = plan_geometry(spec)
+                products = choose_config(products_spec(spec, geo))
+                md = {"scheme": resolve_scheme(spec.scheme).name, "geometry": asdict(geo), "traffic": None,
+                      "kernels": {"combine_a": {"config": jit["a"][0]["config"]},
+                                  "combine_b": {"config": jit["b"][0]["config"]},
+                                  "products": {"config": products.label},
+                                  "combine_c": {"config": jit["c"][0]["config"]}}}
+            jit["p"] = {"config": products.to_dict(), "label": products.label}
+            label = f"{spec.dtype} {spec.M}x{spec.N}x{spec.K} products {spec.product_dtype} out {spec.out_dtype}"
+            entries.append({"name": spec.name, "label": label, "file": f"plans/{spec.name}.vmfb",
+                            "spec": spec.to_dict(), "scheme_name": md["scheme"], "geometry": md["geometry"],
+                            "kernels": md["kernels"], "traffic": md["traffic"], "jit": jit, "vmfb_bytes": len(vmfb)})
+            ks = md["kernels"]
+            log(f"  plan {spec.name}: iree {time.perf_counter() - t0:.1f}s, {len(vmfb)} B; " + "; ".join(
+                f"{r} {ks[r].get('config')} {ks[r].get('registers')} regs, stack {ks[r].get('stack_bytes')}"
+                for r in ("combine_a", "combine_b", "products", "combine_c")))
+        except Exception as e:  # one failing plan must not stop the bundle
+            failures.append({"label": "plan", "spec": spec.name, "config": spec.scheme,
+                             "error": f"{type(e).__name__}: {e}"})
+            log(f"  FAILED plan {spec.name}: {type(e).__name__}: {e}")
+    return entries
 
 
 def _build_module(out, args, entries, failures, label, spec, config, kind, reference, kernel) -> None:
@@ -429,6 +554,9 @@ def main(argv=None) -> int:
     pp.add_argument("--no-tune-check", action="store_true", help="do not compile the tuning candidates here")
     pp.add_argument("--no-checks", action="store_true", help="leave out the small correctness modules")
     pp.add_argument("--no-gemm", action="store_true", help="no GEMM modules for --shapes (e.g. a plans-only bundle)")
+    pp.add_argument("--plans", nargs="+", help="LCMA plan modules: SCHEME[@MxNxK][/DTYPE[/PRODUCT_DTYPE]] items "
+                    "(commas allowed; without @ for every --shapes shape, without /DTYPE for every --dtypes "
+                    "dtype), or 'default' (PLAN_DEFAULTS)")
     pp.add_argument("--cpu", action="store_true",
                     help="dry-run bundle: @main is IREE's own llvm-cpu code (tests the run logic here)")
     pk = sub.add_parser("pick", help="write the tune result's winners into the configuration table")

@@ -160,7 +160,15 @@ def torch_setup():
 
 
 def rel(x, ref) -> float:
-    return float((x.double() - ref.double()).abs().max() / ref.double().abs().max())
+    """max|x - ref| / max|ref|, by blocks of rows (the doubles of a 32768^2 C would be 8.6 GB each)."""
+    if x.dim() < 2 or x.shape[-2] <= 4096:
+        return float((x.double() - ref.double()).abs().max() / ref.double().abs().max())
+    diff = scale = 0.0
+    for i in range(0, x.shape[-2], 4096):
+        xs, rs = x[..., i:i + 4096, :].double(), ref[..., i:i + 4096, :].double()
+        diff = max(diff, float((xs - rs).abs().max()))
+        scale = max(scale, float(rs.abs().max()))
+    return diff / scale
 
 
 def ref_rows(spec: dict, a, b, rows: int, seed: int):
@@ -220,14 +228,16 @@ def torch_times(fn, warmup, repeat, budget_s) -> tuple:
     import torch
     for _ in range(warmup):
         fn()
-    ev = []
-    for _ in range(repeat if DEV == "cuda" else 0):
+    ev, t_start = [], time.perf_counter()
+    for i in range(repeat if DEV == "cuda" else 0):
         s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         s.record()
         fn()
         e.record()
         e.synchronize()
         ev.append(s.elapsed_time(e))
+        if i >= 2 and time.perf_counter() - t_start > budget_s:
+            break
 
     def synced():
         fn()
@@ -335,7 +345,336 @@ def run(args) -> int:
         a = b = ta = tb = a_dev = b_dev = c_torch = ref = None
         _empty_cache()
         _write_results(args, "run", rows, skipped, _run_table(rows), partial=True)
+    run_plans(args, d, manifest, config, rows, skipped, t_all)
     return _finish(args, "run", rows, skipped, _run_table(rows))
+
+
+# --------------------------------------------------------------------------- plans (GPU): run and jit
+
+#: max|C - ref| / max|ref| against float64 for a plan's output, per output type: a sanity bound (a
+#: wrong index gives O(1)); the measured errors are reported beside cuBLAS's.
+PLAN_TOL = {"f32": 2e-4, "f16": 4e-3, "bf16": 4e-2}
+
+
+def _plan_groups(manifest: dict, args) -> dict:
+    """(M, N, K, dtype) -> plan entries, in the manifest's order (inputs and cuBLAS shared per group)."""
+    want = [parse_shape(x) for x in args.shapes] if args.shapes else None
+    groups = {}
+    for e in manifest.get("plans", []):
+        s = e["spec"]
+        if args.dtypes and s["dtype"] not in args.dtypes or want and (s["M"], s["N"], s["K"]) not in want:
+            continue
+        if getattr(args, "plans", None) and not {e["scheme_name"], s["scheme"]} & set(args.plans):
+            continue
+        groups.setdefault((s["M"], s["N"], s["K"], s["dtype"]), []).append(e)
+    return groups
+
+
+def plan_ref_rows(M: int, N: int, K: int, a, b, rows: int, seed: int):
+    """(row index, float64 rows of A @ B): all rows when small, else ``rows`` random rows, by column chunks."""
+    import torch
+    if M * N * K <= 2**30 or rows >= M:
+        idx = torch.arange(M, device=DEV)
+    else:
+        g = torch.Generator(device=DEV).manual_seed(seed + 1)
+        idx = torch.randperm(M, generator=g, device=DEV)[:rows].sort().values
+    ar = a[idx].double()
+    ref = torch.empty((len(idx), N), dtype=torch.float64, device=DEV)
+    for j in range(0, N, 8192):
+        ref[:, j:j + 8192] = ar @ b[:, j:j + 8192].double()
+    return idx, ref
+
+
+def _plan_warmup(seconds_per_call: float, warmup: int) -> int:
+    return 1 if seconds_per_call > 0.2 else warmup
+
+
+def run_plans(args, d: Path, manifest: dict, config, rows: list, skipped: list, t_all: float) -> None:
+    """The plan modules: per (shape, dtype) one set of inputs and one cuBLAS measurement, then each plan:
+    error against float64 rows and cuBLAS's, IREE wall per call, effective TFLOP/s = 2MNK / time."""
+    import iree.runtime as rt
+    import torch
+
+    groups = _plan_groups(manifest, args)
+    if not groups:
+        return
+    log(f"plans: {sum(map(len, groups.values()))} plan modules in {len(groups)} problems")
+    for gi, ((M, N, K, dtype), entries) in enumerate(groups.items()):
+        if time.perf_counter() - t_all > args.budget_s:
+            skipped += [e["name"] for e in entries]
+            continue
+        flops = 2 * M * N * K
+        gspec = {"M": M, "N": N, "K": K, "batch": 1, "a_dtype": dtype, "b_dtype": dtype, "out_dtype": dtype,
+                 "trans_a": False, "trans_b": False, "f32_mode": "ieee"}
+        a = b = c_torch = ref = a_dev = b_dev = None
+        try:
+            t0 = time.perf_counter()
+            a, b = make_inputs(gspec, seed=1000 + gi)
+            idx, ref = plan_ref_rows(M, N, K, a, b, args.check_rows, seed=1000 + gi)
+
+            def tfn():
+                return torch.matmul(a, b)
+            c_torch = tfn()
+            t_call = time.perf_counter()
+            torch.cuda.synchronize() if DEV == "cuda" else None
+            warm = _plan_warmup(time.perf_counter() - t_call, args.warmup)
+            torch_row = {"name": "torch.matmul", "kind": "plan", "spec": gspec, "label": f"{M}x{N}x{K} {dtype}",
+                         "config": "cuBLAS", "rel_err_f64": rel(c_torch[idx], ref)}
+            torch_row["ev_ms"], torch_row["wall_ms"] = torch_times(tfn, warm, args.repeat, args.entry_budget_s)
+            torch_row["tflops"] = flops / torch_row["wall_ms"] / 1e9
+            a_dev = rt.asdevicearray(config.device, to_numpy(a))
+            b_dev = rt.asdevicearray(config.device, to_numpy(b))
+            log(f"[{time.perf_counter() - t_all:5.0f}s] {dtype} {M}x{N}x{K}: torch.matmul wall "
+                f"{torch_row['wall_ms']:.3f} ms, events {torch_row['ev_ms']:.3f} ms "
+                f"({flops / torch_row['ev_ms'] / 1e9:.1f} TFLOP/s), rel_err_f64 {torch_row['rel_err_f64']:.2e}; "
+                f"inputs and reference {time.perf_counter() - t0:.1f}s")
+        except Exception as e:
+            log(f"FAILED inputs/torch for plans at {dtype} {M}x{N}x{K}: {type(e).__name__}: {e}")
+            rows += [{"name": x["name"], "kind": "plan", "spec": gspec, "ok": False,
+                      "error": f"inputs/torch: {type(e).__name__}: {e}"[:800]} for x in entries]
+            a = b = c_torch = ref = a_dev = b_dev = None
+            _empty_cache()
+            continue
+        rows.append(torch_row)
+        for e in entries:
+            if time.perf_counter() - t_all > args.budget_s:
+                skipped.append(e["name"])
+                continue
+            ps = e["spec"]
+            row = {"name": e["name"], "kind": "plan", "spec": gspec, "plan": ps, "scheme": ps["scheme"],
+                   "catalog_scheme": e["scheme_name"],
+                   "label": e["label"], "config": ps["scheme"], "geometry": e["geometry"],
+                   "kernels": {k: v.get("config") for k, v in e["kernels"].items()}}
+            try:
+                ctx = rt.SystemContext(config=config)
+                vm = rt.VmModule.mmap(ctx.instance, str(d / e["file"]))
+                ctx.add_vm_module(vm)
+                main = ctx.modules[vm.name]["main"]
+                t0 = time.perf_counter()
+                c = to_torch(main(a_dev, b_dev).to_host())
+                first = time.perf_counter() - t0
+                row["rel_err_f64"] = rel(c[idx], ref)
+                row["torch_rel_err_f64"] = torch_row["rel_err_f64"]
+                row["rel_diff_torch"] = rel(c, c_torch)
+                row["ok"] = bool(row["rel_err_f64"] <= PLAN_TOL[ps["out_dtype"]])
+                del c
+                times = time_wall(lambda: main(a_dev, b_dev), _plan_warmup(first, args.warmup), args.repeat,
+                                  args.entry_budget_s)
+                row["wall_ms"] = float(np.median(times) * 1e3)
+                row["min_ms"] = float(np.min(times) * 1e3)
+                row["reps"] = len(times)
+                row["tflops"] = flops / row["wall_ms"] / 1e9
+                row["torch_wall_ms"], row["torch_ev_ms"] = torch_row["wall_ms"], torch_row["ev_ms"]
+                row["vs_torch_wall"] = torch_row["wall_ms"] / row["wall_ms"]
+                row["vs_torch_events"] = torch_row["ev_ms"] / row["wall_ms"]
+                del ctx, vm, main
+                config.device.allocator.trim()
+            except Exception as ex:
+                row["ok"] = False
+                row["error"] = f"{type(ex).__name__}: {ex}"[:800]
+                log(traceback.format_exc(limit=4))
+            rows.append(row)
+            log(f"[{time.perf_counter() - t_all:5.0f}s] {_plan_line(row)}")
+            _write_results(args, "run", rows, skipped, _run_table(rows), partial=True)
+        a = b = c_torch = ref = a_dev = b_dev = None
+        _empty_cache()
+        config.device.allocator.trim()
+
+
+def _plan_line(r: dict) -> str:
+    head = f"plan {r['scheme']} {r['label']}"
+    if "error" in r:
+        return f"{head}: FAILED {r['error'][:300]}"
+    return (f"{head}: IREE {r['wall_ms']:.3f} ms wall = {r['tflops']:.1f} effective TFLOP/s | cuBLAS "
+            f"{r['torch_wall_ms']:.3f} wall, {r['torch_ev_ms']:.3f} events | speed {r['vs_torch_wall']:.3f}x "
+            f"wall/wall, "
+            f"{r['vs_torch_events']:.3f}x vs events | rel_err_f64 {r['rel_err_f64']:.2e} (cuBLAS "
+            f"{r['torch_rel_err_f64']:.2e}), diff torch {r['rel_diff_torch']:.2e}" + ("" if r["ok"] else "  NOT OK"))
+
+
+def _plan_table(rows) -> str:
+    plans = [r for r in rows if r.get("kind") == "plan" and r["name"] != "torch.matmul"]
+    if not plans:
+        return ""
+    lines = ["", "LCMA plans inside IREE (four dispatches): effective TFLOP/s = 2MNK / IREE wall per call; speed = "
+             "cuBLAS time / plan time.", "",
+             "| dtype | shape | plan | products | out | IREE ms (wall) | eff. TFLOP/s | cuBLAS ms (wall) "
+             "| cuBLAS ms (events) | speed wall/wall | speed vs events | rel err f64 | cuBLAS rel err f64 | ok |",
+             "|" + "---|" * 14]
+    for r in plans:
+        s = r["spec"]
+        p = r.get("plan", {})
+        head = (f"| {s['a_dtype']} | {s['M']}x{s['N']}x{s['K']} | {r.get('scheme', '')} | "
+                f"{p.get('product_dtype', '')} | {p.get('out_dtype', '')} | ")
+        if "error" in r:
+            lines.append(head + f"FAILED: {r['error'][:60]} | | | | | | | | NO |")
+            continue
+        lines.append(head + f"{r['wall_ms']:.3f} | {r['tflops']:.1f} | {r['torch_wall_ms']:.3f} | "
+                     f"{r['torch_ev_ms']:.3f} | {r['vs_torch_wall']:.3f}x | {r['vs_torch_events']:.3f}x | "
+                     f"{r['rel_err_f64']:.1e} | {r['torch_rel_err_f64']:.1e} | {'yes' if r['ok'] else 'NO'} |")
+    return "\n".join(lines) + "\n"
+
+
+def _load_generated(path: Path, fn: str):
+    import importlib.util
+    name = "falcon_gen_" + path.stem
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, path)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod
+        spec.loader.exec_module(mod)
+    return getattr(sys.modules[name], fn)
+
+
+def jit(args) -> int:
+    """Each plan's four kernels JIT-launched and timed one by one (the machine's Triton): combine A, B
+    and C with their bandwidth (bytes moved / time), the products with TFLOP/s; their sum against
+    cuBLAS by the same timer; combine tile candidates for information."""
+    if DEV == "cpu":
+        os.environ["TRITON_INTERPRET"] = "1"
+    import torch
+    import triton
+
+    d = Path(args.dir)
+    manifest = load_manifest(d)
+    sys.path.insert(0, str(d))
+    import falcon_triton_gemm as ftg
+
+    torch_setup()
+    bench = _bench_factory()
+    sms = torch.cuda.get_device_properties(0).multi_processor_count if DEV == "cuda" else 3
+    groups = _plan_groups(manifest, args)
+    rows, skipped, t_all = [], [], time.perf_counter()
+    log(f"jit: {sum(map(len, groups.values()))} plans; triton {triton.__version__}, {sms} SMs; "
+        f"budget {args.budget_s:.0f}s")
+    tdt = torch_dtype
+    for gi, ((M, N, K, dtype), entries) in enumerate(groups.items()):
+        if time.perf_counter() - t_all > args.budget_s:
+            skipped += [e["name"] for e in entries]
+            continue
+        flops = 2 * M * N * K
+        gspec = {"M": M, "N": N, "K": K, "batch": 1, "a_dtype": dtype, "b_dtype": dtype, "out_dtype": dtype,
+                 "trans_a": False, "trans_b": False, "f32_mode": "ieee"}
+        a, b = make_inputs(gspec, seed=2000 + gi)
+        idx, ref = plan_ref_rows(M, N, K, a, b, args.check_rows, seed=2000 + gi)
+        t_torch = bench(lambda: torch.matmul(a, b))
+        rows.append({"name": "torch.matmul", "spec": gspec, "ms": t_torch, "tflops": flops / t_torch / 1e9})
+        log(f"[{time.perf_counter() - t_all:5.0f}s] {dtype} {M}x{N}x{K}: cuBLAS {t_torch:.3f} ms "
+            f"({flops / t_torch / 1e9:.1f} TFLOP/s)")
+        for e in entries:
+            if time.perf_counter() - t_all > args.budget_s:
+                skipped.append(e["name"])
+                continue
+            ps, g = e["spec"], e["geometry"]
+            row = {"name": e["name"], "spec": gspec, "plan": ps, "scheme": ps["scheme"], "kernels": {}}
+            bufs = {}
+            try:
+                bufs["a_ops"] = torch.empty((g["R"], g["bm"], g["bk"]), dtype=tdt(ps["dtype"]), device=DEV)
+                bufs["b_ops"] = torch.empty((g["R"], g["bk"], g["bn"]), dtype=tdt(ps["dtype"]), device=DEV)
+                bufs["p"] = torch.empty((g["R"], g["bm"], g["bn"]), dtype=tdt(ps["product_dtype"]), device=DEV)
+                bufs["c"] = torch.empty((M, N), dtype=tdt(ps["out_dtype"]), device=DEV)
+                io = {"a": (a, bufs["a_ops"]), "b": (b, bufs["b_ops"]), "c": (bufs["p"], bufs["c"])}
+                total = 0.0
+                for role in ("a", "b", "p", "c"):
+                    if role == "p":
+                        P = e["jit"]["p"]
+
+                        def prod():
+                            ftg.launch(bufs["a_ops"], bufs["b_ops"], bufs["p"], num_sms=sms,
+                                       f32_mode=ps["f32_mode"], **P["config"])
+                        t0 = time.perf_counter()
+                        prod()
+                        torch.cuda.synchronize() if DEV == "cuda" else None
+                        ms = bench(prod)
+                        pf = 2 * g["R"] * g["bm"] * g["bn"] * g["bk"]
+                        row["kernels"]["products"] = {"ms": ms, "tflops": pf / ms / 1e9, "config": P["label"],
+                                                      "compile_s": time.perf_counter() - t0}
+                        total += ms
+                        log(f"    products {P['label']:<22} {ms:8.3f} ms  {pf / ms / 1e9:7.1f} TFLOP/s")
+                        continue
+                    x, y = io[role]
+                    for ci, cand in enumerate(e["jit"][role][:max(1, args.candidates)]):
+                        if ci and time.perf_counter() - t_all > args.budget_s:
+                            break
+                        fn = _load_generated(d / cand["source"], cand["fn"])
+
+                        def comb(fn=fn, cand=cand):
+                            fn[(cand["programs"],)](x, y, num_warps=cand["num_warps"], **cand["constexprs"])
+                        try:
+                            t0 = time.perf_counter()
+                            comb()
+                            torch.cuda.synchronize() if DEV == "cuda" else None
+                            cs = time.perf_counter() - t0
+                            ms = bench(comb)
+                        except Exception as ex:
+                            log(f"    combine {role.upper()} {cand['config']}: FAILED {type(ex).__name__}: {ex}"[:300])
+                            continue
+                        nbytes = cand["traffic"]["read"] + cand["traffic"]["written"]
+                        r = {"ms": ms, "gbps": nbytes / ms / 1e6, "config": cand["config"], "groups": cand["groups"],
+                             "bytes": nbytes, "default": ci == 0, "compile_s": cs}
+                        row["kernels"].setdefault(f"combine_{role}", []).append(r)
+                        tag = " (default)" if ci == 0 else " " * 10
+                        log(f"    combine {role.upper()} {cand['config']:<16}{tag} "
+                            f"{ms:8.3f} ms  {nbytes / ms / 1e6:7.0f} GB/s  {cand['groups']} group(s)")
+                        if ci == 0:
+                            total += ms
+                            comb()  # the default's output feeds the next kernel
+                torch.cuda.synchronize() if DEV == "cuda" else None
+                row["rel_err_f64"] = rel(bufs["c"][idx], ref)
+                row["ms"] = total
+                row["tflops"] = flops / total / 1e9
+                row["cublas_ms"] = t_torch
+                row["vs_torch"] = t_torch / total
+                row["ok"] = bool(row["rel_err_f64"] <= PLAN_TOL[ps["out_dtype"]])
+                log(f"[{time.perf_counter() - t_all:5.0f}s] plan {ps['scheme']} {e['label']}: sum of kernels "
+                    f"{total:.3f} ms = {row['tflops']:.1f} effective TFLOP/s, {row['vs_torch']:.3f}x cuBLAS; "
+                    f"rel_err_f64 {row['rel_err_f64']:.2e}" + ("" if row["ok"] else "  NOT OK"))
+            except Exception as ex:
+                row["ok"] = False
+                row["error"] = f"{type(ex).__name__}: {ex}"[:800]
+                log(traceback.format_exc(limit=4))
+            rows.append(row)
+            bufs.clear()
+            _empty_cache()
+            _write_results(args, "jit", rows, skipped, _jit_table(rows), partial=True)
+        a = b = ref = None
+        _empty_cache()
+    return _finish(args, "jit", rows, skipped, _jit_table(rows))
+
+
+def _jit_table(rows) -> str:
+    lines = ["Each kernel of a plan JIT-launched and timed alone (do_bench median, L2 flushed; 3 event-timed calls "
+             "over 20 ms). Combine bandwidth = bytes read and written / time.", "",
+             "| dtype | shape | plan | products | combine A ms (GB/s) | combine B ms (GB/s) | products ms (TFLOP/s) "
+             "| combine C ms (GB/s) | sum ms | eff. TFLOP/s | cuBLAS ms | vs cuBLAS | rel err f64 | ok |",
+             "|" + "---|" * 14]
+    for r in rows:
+        if r["name"] == "torch.matmul":
+            continue
+        s, p = r["spec"], r.get("plan", {})
+        head = (f"| {s['a_dtype']} | {s['M']}x{s['N']}x{s['K']} | {r.get('scheme', '')} | "
+                f"{p.get('product_dtype', '')} | ")
+        if "error" in r:
+            lines.append(head + f"FAILED: {r['error'][:60]} | | | | | | | | | NO |")
+            continue
+        k = r["kernels"]
+
+        def comb(role):
+            d = next((x for x in k.get(f"combine_{role}", []) if x["default"]), None)
+            return f"{d['ms']:.3f} ({d['gbps']:.0f})" if d else "-"
+        pr = k.get("products")
+        lines.append(head + f"{comb('a')} | {comb('b')} | {pr['ms']:.3f} ({pr['tflops']:.0f}) | {comb('c')} | "
+                     f"{r['ms']:.3f} | {r['tflops']:.1f} | {r['cublas_ms']:.3f} | {r['vs_torch']:.3f}x | "
+                     f"{r['rel_err_f64']:.1e} | {'yes' if r['ok'] else 'NO'} |")
+    cands = [(r, role, x) for r in rows if r["name"] != "torch.matmul" and "error" not in r
+             for role in "abc" for x in r["kernels"].get(f"combine_{role}", [])]
+    if any(not x["default"] for _, _, x in cands):
+        lines += ["", "Combine tile candidates:", "", "| plan | kernel | config | groups | ms | GB/s | default |",
+                  "|" + "---|" * 7]
+        for r, role, x in cands:
+            lines.append(f"| {r['name']} | combine {role.upper()} | {x['config']} | {x['groups']} | {x['ms']:.3f} | "
+                         f"{x['gbps']:.0f} | {'yes' if x['default'] else ''} |")
+    return "\n".join(lines) + "\n"
 
 
 def tolerance(spec: dict) -> float:
@@ -373,6 +712,12 @@ def _run_line(r: dict) -> str:
 
 
 def _run_table(rows) -> str:
+    return _gemm_table([r for r in rows if r.get("kind") != "plan"]) + _plan_table(rows)
+
+
+def _gemm_table(rows) -> str:
+    if not rows:
+        return ""
     lines = ["Speed = torch time / IREE time (> 1: IREE faster); IREE is wall clock per synchronous call.", "",
              "| dtype | shape (MxNxK) | label | config | triton | IREE ms (wall) | TFLOP/s | torch ms (wall) "
              "| torch ms (events) | speed wall/wall | speed vs events | rel err f64 | rel diff torch | ok |",
@@ -571,6 +916,17 @@ def check(args) -> int:
         inst = rt.VmInstance()
     except Exception:
         rt = None
+    for e in manifest.get("plans", []):
+        p = d / e["file"]
+        if not p.is_file() or p.stat().st_size != e["vmfb_bytes"]:
+            problems.append(f"{e['file']}: missing or wrong size")
+        for role in "abc":
+            for cand in e["jit"][role]:
+                if not (d / cand["source"]).is_file():
+                    problems.append(f"{cand['source']}: missing")
+        if rt is not None and p.is_file() and \
+                "main" not in rt.VmModule.copy_buffer(inst, p.read_bytes()).function_names:
+            problems.append(f"{e['file']}: no main")
     for e in manifest["entries"]:
         p = d / e["file"]
         if not p.is_file() or p.stat().st_size != e["vmfb_bytes"]:
@@ -581,7 +937,8 @@ def check(args) -> int:
             if not want <= set(names):
                 problems.append(f"{e['file']}: functions {names}")
     size = sum(p.stat().st_size for p in d.rglob("*") if p.is_file())
-    log(f"{len(manifest['entries'])} modules, {len(manifest['failures'])} failed at prepare, "
+    log(f"{len(manifest['entries'])} modules, {len(manifest.get('plans', []))} plan modules, "
+        f"{len(manifest['failures'])} failed at prepare, "
         f"{size / 2**20:.1f} MiB; modules loaded: {'yes' if rt else 'no (no iree.runtime)'}")
     for p in problems:
         log("PROBLEM:", p)
@@ -618,7 +975,8 @@ def _finish(args, mode: str, rows, skipped, table: str) -> int:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="mode", required=True)
-    for name, helptext in (("run", "check and time the modules (GPU)"), ("tune", "JIT-time configurations (GPU)")):
+    for name, helptext in (("run", "check and time the modules (GPU)"), ("tune", "JIT-time configurations (GPU)"),
+                           ("jit", "JIT-time each kernel of the LCMA plans (GPU)")):
         q = sub.add_parser(name, help=helptext)
         q.add_argument("dir")
         q.add_argument("--dtypes", nargs="+", choices=DTYPES)
@@ -628,11 +986,16 @@ def main(argv=None) -> int:
         q.add_argument("--check-rows", type=int, default=16, help="rows checked against float64 (big problems)")
         q.add_argument("--cpu", action="store_true", help="dry run on the CPU (torch CPU, local-task, "
                        "Triton's interpreter): tests this script's logic without a GPU")
+        if name in ("run", "jit"):
+            q.add_argument("--plans", nargs="+", help="only these plans (scheme names)")
+        if name == "jit":
+            q.add_argument("--candidates", type=int, default=4,
+                           help="combine tile configurations timed per kernel, the default first")
         if name == "run":
             q.add_argument("--repeat", type=int, default=20)
             q.add_argument("--warmup", type=int, default=3)
             q.add_argument("--entry-budget-s", type=float, default=15.0, help="timed seconds per module")
-        else:
+        elif name == "tune":
             q.add_argument("--configs", nargs="+", help="only these candidate labels (from the manifest)")
     c = sub.add_parser("check", help="check the bundle's files (no GPU)")
     c.add_argument("dir")
@@ -642,7 +1005,7 @@ def main(argv=None) -> int:
     try:
         for s in getattr(args, "shapes", None) or []:
             parse_shape(s)
-        return {"run": run, "tune": tune, "check": check}[args.mode](args)
+        return {"run": run, "tune": tune, "jit": jit, "check": check}[args.mode](args)
     except ValueError as e:
         log(f"error: {e}")
         return 2

@@ -485,15 +485,19 @@ def default_combine_config(cs: CombineSpec) -> CombineConfig:
     ``LIVE_BUDGET`` f32 values per thread (at least half a 16-byte vector per thread and tile; half as
     many values when there are several groups, which the compiler interleaves).
 
-    Checked here (no GPU): no register spills for Strassen, Strassen^2 (bf16, f32) and Strassen^3 (f32).
+    Planes past 2^31 elements get half the values per thread too (64-bit offsets cost registers).
+    Checked here (no GPU): no register spills for the default plans (``gpu_kernels.py`` ``PLAN_DEFAULTS``).
     Speed is measured on the GPU (``gpu_kernels.py jit``)."""
     wide = max(DTYPE_BYTES[cs.in_dtype], DTYPE_BYTES[cs.out_dtype])
     tile_c, threads, vec = 128 // wide, 128, 16 // wide
+    # Planes past 2^31 elements: 64-bit plane offsets, no immediate store offsets, more registers
+    # (Strassen^2 bf16 at 32768^3: 255 registers and a spill with 16x64 tiles, 8x64 fit).
+    wide_offsets = cs.planes * cs.block_r * cs.block_c > 2**31 - 1
     best = None
     for cap in (16, 32, 64):
         groups = output_groups(cs, cap)
         per_thread = min(32, LIVE_BUDGET // _live(cs, groups))
-        if len(groups) > 1:
+        if len(groups) > 1 or wide_offsets:
             per_thread //= 2
         if per_thread < max(1, vec // 2):
             continue

@@ -121,10 +121,14 @@ def test_groups_and_default_tiles():
             assert all(len(frozenset().union(*(needs[t] for t in g))) <= cap for g in groups)
         else:
             assert all(len(g) <= cap for g in groups)
-    # Strassen^3 f32: one group of all 64 blocks in 8x32 tiles reads A once (16: 36 groups, 9x the reads).
+    # Strassen^3 f32 (343 x 4096^2 planes: 64-bit offsets): groups of up to 32 input blocks in 8x32 tiles,
+    # 6 groups reading A 2.8 times (16: 36 groups, 8.9 times; 64: one group, but too many registers).
     cfg = lcma.default_combine_config(big["a"])
-    assert (cfg.label, len(lcma.output_groups(big["a"], cfg.max_live))) == ("8x32,w4,l64", 1)
+    assert (cfg.label, len(lcma.output_groups(big["a"], cfg.max_live))) == ("8x32,w4,l32", 6)
+    assert big["a"].traffic_bytes(lcma.output_groups(big["a"], 32))["read"] == 181 * 4096 * 4096 * 4
     assert len(lcma.output_groups(big["a"], 16)) == 36
+    two32 = lcma.combine_specs(lcma.PlanSpec(32768, 32768, 32768, "strassen^2"))
+    assert lcma.default_combine_config(two32["a"]).label == "8x64,w4,l16"  # 49 x 8192^2 planes: half the tile
     one = lcma.combine_specs(lcma.PlanSpec(16384, 16384, 16384, "strassen"))
     assert lcma.default_combine_config(one["a"]).label == "64x64,w4,l16"
     two = lcma.combine_specs(lcma.PlanSpec(16384, 16384, 16384, "strassen^2"))

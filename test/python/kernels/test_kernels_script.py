@@ -173,3 +173,66 @@ def test_prepare_real_bundle(tmp_path):
     assert job["class"] == "mn-small" and len(job["candidates"]) == 6
     assert all(c["aot"]["stack_bytes"] == 0 and c["aot"]["shared"] > 0 for c in job["candidates"])
     assert _run(bundle / "gpu_kernels.py", "check", bundle).returncode == 0
+
+
+def _script_module():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("gpu_kernels_under_test", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_plan_items():
+    gk = _script_module()
+    specs = gk.parse_plan_items(["strassen,strassen^2@64x32x48/f32", "2x2x3:11@61x93x47/bf16/f32"],
+                                [(128, 128, 128), (256, 64, 32)], ["bf16", "f32"])
+    assert [(s.scheme, s.M, s.N, s.K, s.dtype, s.product_dtype) for s in specs] == [
+        ("strassen", 128, 128, 128, "bf16", "bf16"), ("strassen", 128, 128, 128, "f32", "f32"),
+        ("strassen", 256, 64, 32, "bf16", "bf16"), ("strassen", 256, 64, 32, "f32", "f32"),
+        ("strassen^2", 64, 32, 48, "f32", "f32"), ("2x2x3:11", 61, 93, 47, "bf16", "f32")]
+    default = gk.parse_plan_items(["default"], [], [])
+    assert [s.name for s in default][:2] == ["strassen_bf16_16384x16384x16384_pbf16_obf16",
+                                             "strassen_bf16_16384x16384x16384_pf32_obf16"]
+    assert default[-1].name == "strassen3_f32_32768x32768x32768_pf32_of32"
+    with pytest.raises(ValueError, match="unknown scheme 'nope'"):
+        gk.parse_plan_items(["nope@8x8x8"], [], ["bf16"])
+    with pytest.raises(ValueError, match="expected SCHEME"):
+        gk.parse_plan_items(["strassen@8x8x8/f64"], [], ["bf16"])
+
+
+def test_dry_run_plans(tmp_path):
+    """Plan modules through prepare --cpu (IREE's own product as @main), run --cpu, and jit --cpu (the
+    generated kernels under Triton's interpreter, in the script's own process)."""
+    if not have("torch"):
+        pytest.skip("needs torch")
+    bundle, out = tmp_path / "bundle", tmp_path / "out"
+    r = _run(SCRIPT, "prepare", bundle, "--cpu", "--no-gemm", "--no-checks", "--no-tune",
+             "--plans", "strassen@90x70x100/bf16,2x2x3:11@61x93x47/f32")
+    assert r.returncode == 0, r.stdout + r.stderr
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    assert [p["name"] for p in manifest["plans"]] == ["strassen_bf16_90x70x100_pbf16_obf16",
+                                                      "2x2x3-11_f32_61x93x47_pf32_of32"]
+    p = manifest["plans"][0]
+    assert len(p["jit"]["a"]) == 4 and p["jit"]["a"][0]["config"] == "64x64,w4,l16"  # the default first
+    assert all((bundle / c["source"]).is_file() for role in "abc" for c in p["jit"][role])
+    assert _run(bundle / "gpu_kernels.py", "check", bundle).returncode == 0
+
+    r = _run(bundle / "gpu_kernels.py", "run", bundle, "--cpu", "--repeat", "2", "--warmup", "1", out=out)
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows = json.loads((out / "gpu_kernels_run.json").read_text())["rows"]
+    plans = [x for x in rows if x["name"] != "torch.matmul"]
+    assert [x["scheme"] for x in plans] == ["strassen", "2x2x3:11"] and all(x["ok"] for x in plans)
+    assert all(x["tflops"] == 2 * 90 * 70 * 100 / x["wall_ms"] / 1e9 for x in plans[:1])
+    assert "| eff. TFLOP/s |" in (out / "gpu_kernels_run.md").read_text()
+
+    if not have("triton"):
+        pytest.skip("the jit dry run needs triton")
+    r = _run(bundle / "gpu_kernels.py", "jit", bundle, "--cpu", out=out)
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows = [x for x in json.loads((out / "gpu_kernels_jit.json").read_text())["rows"] if x["name"] != "torch.matmul"]
+    assert len(rows) == 2 and all(x["ok"] for x in rows), rows
+    assert rows[0]["rel_err_f64"] < 3e-2 and rows[1]["rel_err_f64"] < 1e-5  # the generated kernels, interpreted
+    k = rows[0]["kernels"]
+    assert [c["default"] for c in k["combine_a"]] == [True, False, False, False] and "products" in k
+    assert "Combine tile candidates" in (out / "gpu_kernels_jit.md").read_text()

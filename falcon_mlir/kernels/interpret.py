@@ -6,8 +6,13 @@ library functions (``tl.zeros``, ...) are defined when ``triton`` is
 imported. So one process cannot both compile kernels ahead of time and
 interpret them; :func:`run_interpreted` starts ``python -m
 falcon_mlir.kernels.interpret DIR`` with ``TRITON_INTERPRET=1`` for a batch of
-jobs, leaving the caller's Triton untouched. The child needs torch (the
-interpreter reads tensors through ``data_ptr``) and Triton.
+jobs, leaving the caller's Triton untouched (it also keeps Triton out of a
+process that may have imported TensorFlow, see :mod:`._worker`).
+:func:`run_plans_interpreted` does the same for LCMA plans (:mod:`.lcma`):
+the generated combine kernels, the batched GEMM and combine C in turn,
+returning every stage. The child needs torch (the interpreter reads tensors
+through ``data_ptr``) and Triton. Triton's interpreter rounds f32 to bf16 by
+truncation (the GPU rounds to nearest even).
 
 Arrays cross as ``.npy`` files; bf16 travels as its uint16 bit pattern
 (``ml_dtypes.bfloat16`` on the caller's side).

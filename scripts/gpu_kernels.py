@@ -1,0 +1,585 @@
+#!/usr/bin/env python3
+"""Check and time falcon's generated GEMM kernels on a GPU, from a bundle built here; refill the table.
+
+``prepare DIR`` (HERE, with falcon-mlir, Triton 3.6 and the IREE compiler):
+for each shape x dtype x configuration, compile the kernel to an sm_90a cubin
+and a module ``@main(A, B) -> C`` that runs it
+(``falcon_mlir.kernels.gemm_module``), as ``DIR/modules/NAME.vmfb``; plus three
+small correctness modules (transposed, batched, f32 output, odd sizes) that
+also hold ``@reference``, the same product compiled by IREE itself (sm_80),
+listed first so that ``run`` does them first. Copies this script,
+``gpu_kernels_run.py`` (the GPU side) and the kernel source
+(``falcon_triton_gemm.py``) into DIR and writes ``manifest.json`` last; DIR
+gets a ``.gitignore`` of ``*`` (a bundle inside a checkout stays out of git and
+travels to the GPU machine only when named in ``carry``).
+
+Options: ``--shapes MxNxK ...`` (16-bit modules; default: 8192^3, 16384^3 and
+the Llama-3-8B / 70B weight shapes of workloads.md at M = 8192),
+``--f32-shapes`` (f32 modules; default the two squares, or ``--shapes`` when
+given), ``--dtypes`` (bf16 f16 f32; inputs and output of one type),
+``--configs LABEL ...`` (``KernelConfig`` labels such as
+``128x256x64,s3,w8,g8``; ``table``, the default, is the table's choice per
+shape), ``--no-checks``, ``--cpu`` (a bundle for a dry run of the GPU side
+here). A configuration that fails to compile is listed in the manifest and
+skipped.
+
+Tuning jobs (what ``tune`` runs there, cheapest first): ``--tune-shapes``
+(16-bit, default: the Llama shapes, two DeepSeek-V3 shapes with awkward N and
+16384^3), ``--tune-f32-shapes`` (default the squares; IEEE candidates plus,
+unless ``--no-tf32x3``, 3xTF32 candidates and cuBLAS TF32 for information),
+``--tune-dtypes``, ``--no-tune``. The candidates come per output-size class
+(``MN_CLASSES``); each is compiled here once first (``--no-tune-check`` skips
+that) and dropped if it fails or does not fit, its registers and stack noted.
+
+``pick RESULTS.json`` (HERE): from a ``tune`` result, the fastest candidate
+per dtype and output-size class (geometric mean of its speed against cuBLAS
+over the class's shapes) written into ``configs.json`` as ``tuned-*`` entries
+with a ``source`` note (date, GPU, Triton, numbers); ``--table`` another
+table, ``--dry-run`` prints without writing.
+
+``run DIR``, ``tune DIR``, ``check DIR``: the GPU side, see
+``gpu_kernels_run.py`` (this script forwards to it; there it needs no
+falcon-mlir).
+
+Usage::
+
+    python scripts/gpu_kernels.py prepare .kbundle                      # here
+    python scripts/gpu_kernels.py check .kbundle                        # here
+    python3 .kbundle/gpu_kernels.py run .kbundle --budget-s 120         # on the GPU machine
+    python3 .kbundle/gpu_kernels.py tune .kbundle --budget-s 230        # on the GPU machine
+    python scripts/gpu_kernels.py pick results/gpu_kernels_tune.json    # here, afterwards
+    python scripts/gpu_kernels.py prepare /tmp/dry --cpu --shapes 256x192x128 \
+        && python3 /tmp/dry/gpu_kernels.py run /tmp/dry --cpu          # dry run here
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import shutil
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import gpu_kernels_run as gpu  # noqa: E402  (the GPU side; copied into the bundle with this file)
+from gpu_kernels_run import DTYPES, FORMAT, KERNEL_FILE, MANIFEST, log, parse_shape, write_atomic  # noqa: E402
+
+#: workloads.md weight shapes (K, N) with M = 8192, as MxNxK, plus the squares.
+LLAMA = {"Llama-3-8B q/o": (4096, 4096), "Llama-3-8B k,v": (4096, 1024),
+         "Llama-3-8B gate,up": (4096, 14336), "Llama-3-8B down": (14336, 4096),
+         "Llama-3-70B q/o": (8192, 8192), "Llama-3-70B k,v": (8192, 1024),
+         "Llama-3-70B gate,up": (8192, 28672), "Llama-3-70B down": (28672, 8192)}
+#: DeepSeek-V3 weight shapes (K, N) with awkward N (workloads.md), for tuning.
+DEEPSEEK = {"DeepSeek-V3 kv_a": (7168, 576), "DeepSeek-V3 q_a": (7168, 1536)}
+SQUARES = {"square 8192": (8192, 8192, 8192), "square 16384": (16384, 16384, 16384)}
+#: Small correctness modules (with IREE's own @reference): dtype, M, N, K, batch, trans_a, trans_b, out.
+CHECKS = [("bf16", 1000, 1000, 1000, 1, True, False, "f32"),
+          ("f16", 1000, 1032, 776, 3, False, True, "f16"),
+          ("f32", 1000, 1000, 1000, 1, False, False, "f32")]
+#: IREE flags of ``--cpu`` (dry-run) bundles.
+CPU_FLAGS = ("--iree-hal-target-device=local", "--iree-hal-local-target-device-backends=llvm-cpu",
+             "--iree-llvmcpu-target-cpu=host")
+#: Output-size classes (M*N, inclusive bounds) of 16-bit tuning and of the table's tuned entries.
+#: At M = 8192: small = N <= 2048 (k,v; DeepSeek kv_a, q_a), mid = N <= 4096, large = the rest.
+MN_CLASSES = (("mn-small", 1, 8192 * 2048), ("mn-mid", 8192 * 2048 + 1, 8192 * 4096),
+              ("mn-large", 8192 * 4096 + 1, None))
+#: Tuning candidates (KernelConfig labels) per 16-bit output-size class: few tiles want smaller
+#: tiles (more waves over 132 SMs), many tiles the big ones.
+TUNE_16BIT = {
+    "mn-small": ["128x256x64,s3,w8,g8", "128x128x64,s4,w8,g8", "128x128x128,s3,w8,g8",
+                 "128x128x64,s4,w4,g8", "128x64x64,s4,w4,g8", "256x128x64,s3,w8,g8"],
+    "mn-mid": ["128x256x64,s3,w8,g8", "128x256x64,s3,w8,g16", "256x128x64,s3,w8,g8",
+               "128x256x64,s4,w8,g8,sub", "128x128x64,s4,w8,g8", "128x128x128,s3,w8,g8"],
+    "mn-large": ["128x256x64,s3,w8,g8", "128x256x64,s3,w8,g16", "256x128x64,s3,w8,g8",
+                 "128x256x64,s4,w8,g8,sub", "128x128x64,s4,w8,g8", "128x128x128,s3,w8,g8"],
+}
+#: IEEE f32 (FMA) candidates: none spills under Triton 3.6 (128x128x32,s3 was 0.836x of cuBLAS by JIT).
+TUNE_F32 = ["128x128x32,s3,w8,g8", "128x128x16,s4,w8,g8", "128x128x64,s2,w8,g8", "64x256x32,s3,w8,g8",
+            "128x256x16,s3,w8,g8", "128x128x32,s3,w8,g16"]
+#: 3xTF32 candidates (information only: not IEEE FMA).
+TUNE_TF32X3 = ["128x128x32,s3,w8,g8", "128x128x32,s2,w8,g8", "128x64x32,s4,w4,g8"]
+#: The default LCMA plans (``--plans default``): SCHEME@MxNxK/DTYPE[/PRODUCT_DTYPE], in the order run does them
+#: (grouped by shape and dtype). bf16: the grouped Strassen measured in torch (16384^3 1.053x, 32768^3 1.103x of
+#: cuBLAS), with f32 products for accuracy, and two levels; f32 (IEEE FMA products): one to three levels.
+PLAN_DEFAULTS = (
+    "strassen@16384x16384x16384/bf16", "strassen@16384x16384x16384/bf16/f32", "strassen^2@16384x16384x16384/bf16",
+    "strassen@8192x8192x8192/bf16", "strassen@32768x32768x32768/bf16", "strassen^2@32768x32768x32768/bf16",
+    "strassen@8192x8192x8192/f32", "strassen^2@16384x16384x16384/f32", "strassen^3@32768x32768x32768/f32",
+)
+#: Plans with more products than this get no combine tile candidates (their kernels take long to JIT-compile).
+CANDIDATE_MAX_R = 49
+#: Rough rates (FLOP/s) to order tuning jobs cheapest first.
+RATE = {"bf16": 650e12, "f16": 650e12, "f32": 45e12}
+
+
+def mn_class(M: int, N: int) -> str:
+    """The output-size class (``MN_CLASSES``) of an M x N output."""
+    for name, lo, hi in MN_CLASSES:
+        if M * N >= lo and (hi is None or M * N <= hi):
+            return name
+    raise ValueError(f"no class for {M}x{N}")  # pragma: no cover - the classes cover every size
+
+
+def default_shapes() -> dict:
+    """label -> (M, N, K): the squares and the Llama weight shapes at M = 8192 (duplicates merged)."""
+    labels = {}
+    for label, mnk in list(SQUARES.items()) + [(k, (8192, n, kk)) for k, (kk, n) in LLAMA.items()]:
+        labels.setdefault(mnk, []).append(label)
+    return {"; ".join(names): mnk for mnk, names in labels.items()}
+
+
+def default_tune_shapes() -> dict:
+    """label -> (M, N, K) of the 16-bit tuning jobs: Llama shapes, two DeepSeek shapes, 16384^3."""
+    shapes = default_shapes()
+    for label, (k, n) in DEEPSEEK.items():
+        shapes[label] = (8192, n, k)
+    return shapes
+
+
+def _labels(shapes: dict) -> dict:
+    return {mnk: label for label, mnk in shapes.items()}
+
+
+# --------------------------------------------------------------------------- prepare (here)
+
+def tune_jobs(args, known: dict) -> list:
+    """The tuning jobs, cheapest first: 16-bit shapes x dtypes, then f32 shapes (+ 3xTF32)."""
+    from falcon_mlir.kernels.configs import KernelConfig
+
+    def cand(label, mode="ieee"):
+        return {"label": label, "f32_mode": mode, "config": KernelConfig.parse(label).to_dict()}
+    jobs = []
+    for dtype in args.tune_dtypes:
+        shapes = args.tune_f32_shapes if dtype == "f32" else args.tune_shapes
+        for (M, N, K) in shapes:
+            if dtype == "f32":
+                cands = [cand(c) for c in TUNE_F32] + ([cand(c, "tf32x3") for c in TUNE_TF32X3]
+                                                       if args.tf32x3 else [])
+            else:
+                cands = [cand(c) for c in TUNE_16BIT[mn_class(M, N)]]
+            jobs.append({"label": known.get((M, N, K), f"{M}x{N}x{K}"), "M": M, "N": N, "K": K, "dtype": dtype,
+                         "class": "f32" if dtype == "f32" else mn_class(M, N), "candidates": cands,
+                         "torch_tf32": dtype == "f32" and args.tf32x3})
+    return sorted(jobs, key=lambda j: 2 * j["M"] * j["N"] * j["K"] / RATE[j["dtype"]])  # stable
+
+
+def check_candidates(jobs: list) -> list:
+    """Compile each distinct candidate here once (bf16 stands for f16), at the first job's shape that
+    uses it, all in one Triton child process; drop those that fail (shared memory, Triton); note
+    registers, stack and shared memory."""
+    from falcon_mlir.kernels import GemmSpec
+    from falcon_mlir.kernels.aot import compile_kernels
+    from falcon_mlir.kernels.configs import KernelConfig
+
+    first = {}
+    for job in jobs:
+        dtype = "bf16" if job["dtype"] == "f16" else job["dtype"]
+        for c in job["candidates"]:
+            key = (dtype, c["f32_mode"], job["class"], c["label"])
+            if key not in first:
+                first[key] = (GemmSpec(job["M"], job["N"], job["K"], dtype, dtype, dtype, f32_mode=c["f32_mode"]),
+                              KernelConfig.parse(c["label"]))
+    seen = {}
+    for key, k in zip(first, compile_kernels(list(first.values()), errors="return")):
+        dtype, _, _, label = key
+        if isinstance(k, Exception):
+            seen[key] = {"error": f"{type(k).__name__}: {k}"[:300]}
+            log(f"  tune candidate {dtype} {label} dropped: {seen[key]['error']}")
+        else:
+            seen[key] = {"registers": k.registers, "stack_bytes": k.stack_bytes, "shared": k.shared,
+                         "num_warps": k.num_warps}
+            log(f"  tune candidate {dtype} {key[1]} {label}: {k.registers} registers, stack {k.stack_bytes}, "
+                f"shared {k.shared} B")
+    for job in jobs:
+        dtype = "bf16" if job["dtype"] == "f16" else job["dtype"]
+        job["candidates"] = [dict(c, aot=seen[(dtype, c["f32_mode"], job["class"], c["label"])])
+                             for c in job["candidates"]
+                             if "error" not in seen[(dtype, c["f32_mode"], job["class"], c["label"])]]
+    return jobs
+
+
+def prepare(args) -> int:
+    from falcon_mlir.kernels import GemmSpec
+    from falcon_mlir.kernels.aot import KERNEL_SOURCE, compile_kernels
+    from falcon_mlir.kernels.configs import KernelConfig, adapt, choose_config
+
+    shapes = ({s: parse_shape(s) for s in args.shapes} if args.shapes else default_shapes())
+    f32_shapes = ({s: parse_shape(s) for s in args.f32_shapes} if args.f32_shapes
+                  else shapes if args.shapes else dict(SQUARES))
+    configs = [None if c == "table" else KernelConfig.parse(c) for c in args.configs]
+    plan_specs = parse_plan_items(args.plans, list(shapes.values()), args.dtypes) if args.plans else []
+    out = Path(args.dir)
+    if (out / MANIFEST).is_file():  # an older bundle of ours: its modules go
+        for old in list((out / "modules").glob("*.vmfb")) + list((out / "plans").glob("*.vmfb")):
+            old.unlink()
+    out.mkdir(parents=True, exist_ok=True)
+    (out / ".gitignore").write_text("# a build output (scripts/gpu_kernels.py prepare): never committed\n*\n")
+    entries, failures, t_all = [], [], time.perf_counter()
+
+    # What to build: the correctness modules first (run does them first, so a budget never skips them).
+    todo = []
+    if not args.no_checks:
+        for dtype, M, N, K, batch, ta, tb, o in CHECKS:
+            if dtype in args.dtypes:
+                todo.append(("check", GemmSpec(M, N, K, dtype, dtype, o, batch=batch, trans_a=ta, trans_b=tb),
+                             None, "check", True))
+    if not args.no_gemm:
+        for dtype in [d for d in args.dtypes if d != "f32"] + [d for d in args.dtypes if d == "f32"]:
+            for label, (M, N, K) in (f32_shapes if dtype == "f32" else shapes).items():
+                for config in configs:
+                    todo.append((label, GemmSpec(M, N, K, dtype, dtype, dtype), config, "perf", False))
+    # Every kernel in one Triton child process (the cached ones in none).
+    items = []
+    for _, spec, cfg, _, _ in todo:
+        try:
+            items.append((spec, adapt(spec, cfg) if cfg is not None else choose_config(spec)))
+        except ValueError as e:
+            items.append(e)
+    live = [it for it in items if not isinstance(it, Exception)]
+    done = iter([_dry_kernel(spec, cfg) for spec, cfg in live] if args.cpu
+                else compile_kernels(live, errors="return"))
+    kernels = [it if isinstance(it, Exception) else next(done) for it in items]
+    for (label, spec, config, kind, reference), kernel in zip(todo, kernels):
+        _build_module(out, args, entries, failures, label, spec, config, kind, reference, kernel)
+    plan_entries = prepare_plans(out, args, plan_specs, failures) if plan_specs else []
+    known = _labels(default_tune_shapes())
+    jobs = [] if args.no_tune else tune_jobs(args, known)
+    if jobs and not args.cpu and not args.no_tune_check:
+        jobs = check_candidates(jobs)
+    shutil.copyfile(KERNEL_SOURCE, out / KERNEL_FILE)
+    here = Path(__file__).resolve().parent
+    for script in ("gpu_kernels.py", "gpu_kernels_run.py"):
+        shutil.copyfile(here / script, out / script)
+    manifest = {"format": FORMAT, "made": time.strftime("%Y-%m-%d %H:%M:%S"), "entries": entries,
+                "plans": plan_entries, "failures": failures, "tune": {"jobs": jobs},
+                "kernel_sha256": hashlib.sha256((out / KERNEL_FILE).read_bytes()).hexdigest()}
+    write_atomic(out / MANIFEST, json.dumps(manifest, indent=1))
+    size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
+    log(f"prepared {len(entries)} modules, {len(plan_entries)} plan modules ({len(failures)} failed) and "
+        f"{len(jobs)} tuning jobs "
+        f"({sum(len(j['candidates']) for j in jobs)} candidates) in {time.perf_counter() - t_all:.0f}s: "
+        f"{out} holds {size / 2**20:.1f} MiB")
+    return 0 if entries or jobs or plan_entries else 1
+
+
+def parse_plan_items(items, shapes, dtypes) -> list:
+    """``--plans`` items -> PlanSpecs. An item is ``SCHEME[@MxNxK][/DTYPE[/PRODUCT_DTYPE]]`` or ``default``
+    (``PLAN_DEFAULTS``); commas separate items. Without ``@`` an item is built for every ``--shapes``
+    shape, without ``:DTYPE`` for every ``--dtypes`` dtype.
+
+    Raises:
+        ValueError: a malformed item (the message quotes it).
+    """
+    from falcon_mlir.catalog import UnknownSchemeError
+    from falcon_mlir.kernels.lcma import PlanSpec, resolve_scheme
+
+    specs = []
+    for raw in [x for it in items for x in it.split(",") if x.strip()]:
+        for item in (PLAN_DEFAULTS if raw.strip() == "default" else (raw.strip(),)):
+            head, _, types = item.partition("/")
+            scheme, _, shape = head.partition("@")
+            parts = types.split("/") if types else []
+            if len(parts) > 2 or any(p not in DTYPES for p in parts):
+                raise ValueError(f"plan {item!r}: expected SCHEME[@MxNxK][/DTYPE[/PRODUCT_DTYPE]], dtypes "
+                                 f"{', '.join(DTYPES)}")
+            try:
+                resolve_scheme(scheme)
+            except UnknownSchemeError as e:
+                raise ValueError(f"plan {item!r}: {e}") from None
+            for mnk in ([parse_shape(shape)] if shape else list(shapes)):
+                for dt in ([parts[0]] if parts else list(dtypes)):
+                    specs.append(PlanSpec(*mnk, scheme=scheme, dtype=dt,
+                                          product_dtype=parts[1] if len(parts) > 1 else None))
+    return specs
+
+
+def combine_candidates(default) -> list:
+    """Combine tile configurations the GPU's ``jit`` mode times besides the default (for information)."""
+    from dataclasses import replace
+    out = [default]
+    for tile_r, warps in ((default.tile_r // 2, 4), (default.tile_r * 2, 4), (default.tile_r * 2, 8)):
+        if 1 <= tile_r <= 256:
+            cand = replace(default, tile_r=tile_r, num_warps=warps)
+            if cand not in out:
+                out.append(cand)
+    return out
+
+
+def prepare_plans(out: Path, args, specs: list, failures: list) -> list:
+    """Compile the plans (every kernel in one Triton child), their modules, and the JIT launch facts
+    (generated sources copied into ``out/sources``); the manifest's ``plans`` entries."""
+    from dataclasses import asdict
+
+    from falcon_mlir.kernels import compile_module
+    from falcon_mlir.kernels.configs import choose_config
+    from falcon_mlir.kernels.embed import reference_func
+    from falcon_mlir.kernels.lcma import (COMBINE_FN, combine_launch, combine_source, combine_specs, compile_plans,
+                                          default_combine_config, output_groups, plan_geometry, plan_module,
+                                          products_spec, resolve_scheme)
+    from falcon_mlir.kernels.spec import GemmSpec
+
+    plans = [None] * len(specs) if args.cpu else compile_plans(specs, errors="return")
+    entries = []
+    for spec, plan in zip(specs, plans):
+        try:
+            if isinstance(plan, Exception):
+                raise plan
+            t0 = time.perf_counter()
+            if args.cpu:  # dry run: @main is IREE's own classical product (jit runs the kernels interpreted)
+                vmfb = compile_module(reference_func(GemmSpec(spec.M, spec.N, spec.K, spec.dtype, spec.dtype,
+                                                              spec.out_dtype), "main"), CPU_FLAGS)
+            else:
+                vmfb = compile_module(plan_module(plan))
+            write_atomic(out / "plans" / f"{spec.name}.vmfb", vmfb)
+            css = combine_specs(spec)
+            jit = {}
+            for role in ("a", "b", "c"):
+                default = getattr(plan, f"combine_{role}").config if plan else default_combine_config(css[role])
+                cands = combine_candidates(default) if css[role].planes <= CANDIDATE_MAX_R else [default]
+                jit[role] = []
+                for cfg in cands:
+                    groups = output_groups(css[role], cfg.max_live)
+                    text = combine_source(css[role], groups)
+                    src = f"sources/combine_{hashlib.sha256(text.encode()).hexdigest()[:32]}.py"
+                    if not (out / src).is_file():
+                        write_atomic(out / src, text)
+                    cx, programs = combine_launch(css[role], cfg)
+                    jit[role].append({"source": src, "fn": COMBINE_FN[role], "constexprs": cx, "programs": programs,
+                                      "num_warps": cfg.num_warps, "config": cfg.label, "groups": len(groups),
+                                      "traffic": css[role].traffic_bytes(groups)})
+            if plan is not None:
+                md = plan.metadata()
+                products = plan.products.config
+            else:
+                geo = plan_geometry(spec)
+                products = choose_config(products_spec(spec, geo))
+                md = {"scheme": resolve_scheme(spec.scheme).name, "geometry": asdict(geo), "traffic": None,
+                      "kernels": {"combine_a": {"config": jit["a"][0]["config"]},
+                                  "combine_b": {"config": jit["b"][0]["config"]},
+                                  "products": {"config": products.label},
+                                  "combine_c": {"config": jit["c"][0]["config"]}}}
+            jit["p"] = {"config": products.to_dict(), "label": products.label}
+            label = f"{spec.dtype} {spec.M}x{spec.N}x{spec.K} products {spec.product_dtype} out {spec.out_dtype}"
+            entries.append({"name": spec.name, "label": label, "file": f"plans/{spec.name}.vmfb",
+                            "spec": spec.to_dict(), "scheme_name": md["scheme"], "geometry": md["geometry"],
+                            "kernels": md["kernels"], "traffic": md["traffic"], "jit": jit, "vmfb_bytes": len(vmfb)})
+            ks = md["kernels"]
+            log(f"  plan {spec.name}: iree {time.perf_counter() - t0:.1f}s, {len(vmfb)} B; " + "; ".join(
+                f"{r} {ks[r].get('config')} {ks[r].get('registers')} regs, stack {ks[r].get('stack_bytes')}"
+                for r in ("combine_a", "combine_b", "products", "combine_c")))
+        except Exception as e:  # one failing plan must not stop the bundle
+            failures.append({"label": "plan", "spec": spec.name, "config": spec.scheme,
+                             "error": f"{type(e).__name__}: {e}"})
+            log(f"  FAILED plan {spec.name}: {type(e).__name__}: {e}")
+    return entries
+
+
+def _build_module(out, args, entries, failures, label, spec, config, kind, reference, kernel) -> None:
+    """Compile one GEMM module (``kernel`` compiled already, or the exception that stopped it) into the bundle."""
+    from falcon_mlir.kernels import compile_module, gemm_module
+    from falcon_mlir.kernels.embed import reference_func
+
+    cfg_label = getattr(config, "label", "table")
+    try:
+        if isinstance(kernel, Exception):
+            raise kernel
+        config = kernel.config
+        t0 = time.perf_counter()
+        if args.cpu:
+            vmfb = compile_module(reference_func(spec, "main") + (reference_func(spec) if reference else ""),
+                                  CPU_FLAGS)
+        else:
+            vmfb = compile_module(gemm_module(spec, kernel=kernel, reference=reference))
+        name = f"{spec.name}__{config.label.replace(',', '_')}"
+        write_atomic(out / "modules" / f"{name}.vmfb", vmfb)
+        entries.append({"name": name, "label": label, "kind": kind, "file": f"modules/{name}.vmfb",
+                        "spec": spec.to_dict(), "config": config.to_dict(), "config_label": config.label,
+                        "kernel": kernel.metadata(), "reference": reference, "vmfb_bytes": len(vmfb)})
+        log(f"  {name}: triton {kernel.compile_seconds:.1f}s{' (cached)' if kernel.from_cache else ''}, "
+            f"iree {time.perf_counter() - t0:.1f}s, cubin {len(kernel.cubin)} B, shared {kernel.shared} B, "
+            f"{kernel.threads} threads, {kernel.registers} registers, stack {kernel.stack_bytes}, "
+            f"{kernel.num_programs} programs")
+    except Exception as e:  # one failing configuration must not stop the bundle
+        failures.append({"label": label, "spec": spec.name, "config": cfg_label,
+                         "error": f"{type(e).__name__}: {e}"})
+        log(f"  FAILED {spec.name} {cfg_label}: {type(e).__name__}: {e}")
+
+
+def _dry_kernel(spec, config):
+    """For ``--cpu`` bundles: @main is IREE's own linalg code, so no kernel; the metadata is empty."""
+    from falcon_mlir.kernels.aot import CompiledKernel
+    return CompiledKernel(spec=spec, config=config, arch="none", name="none", cubin=b"", num_warps=0,
+                          shared=0, global_scratch_size=0, global_scratch_align=1, profile_scratch_size=0,
+                          profile_scratch_align=1, num_programs=0, triton_version="none", key="dry-run")
+
+
+# --------------------------------------------------------------------------- pick (here)
+
+def _geomean(xs) -> float:
+    return math.exp(sum(math.log(x) for x in xs) / len(xs))
+
+
+def pick_entries(result: dict, date: str = None) -> list:
+    """Table entries (``tuned-*``) from a ``tune`` result: per dtype (and f32 mode) and class, the
+    candidate with the best geometric mean of its speed against cuBLAS over the class's shapes.
+
+    Only correct (``ok``) rows count; a candidate must have been measured on every shape of its class
+    that has any correct candidate (else the best-covered ones compete). f32 jobs form one class.
+    The ``source`` note gives the date (the result's, else ``date``, else today), the GPU, Triton, every
+    shape's ratio (cuBLAS time / kernel time, both by CUDA events) and the shapes where another
+    candidate was more than 5% faster.
+    """
+    env = result.get("env", {})
+    made = date or env.get("date") or time.strftime("%Y-%m-%d")
+    gpu_name = env.get("gpu", "GPU")
+    who = f"Triton {env.get('triton', '?')} JIT"
+    groups = {}
+    for r in result["rows"]:
+        if r["name"] == "torch.matmul" or not r.get("ok") or "vs_torch" not in r:
+            continue
+        s = r["spec"]
+        mode = r.get("f32_mode", "ieee")
+        cls = "f32" if s["a_dtype"] == "f32" else mn_class(s["M"], s["N"])
+        groups.setdefault((s["a_dtype"], mode, cls), {}).setdefault(r["config"], {})[
+            f"{s['M']}x{s['N']}x{s['K']}"] = r["vs_torch"]
+    entries = []
+    order = {"bf16": 0, "f16": 1, "f32": 2}
+    cls_order = {name: i for i, (name, _, _) in enumerate(MN_CLASSES)}
+    for (dtype, mode, cls), by_cfg in sorted(groups.items(), key=lambda kv: (order[kv[0][0]], kv[0][1],
+                                                                            cls_order.get(kv[0][2], 0))):
+        shapes = sorted({sh for ratios in by_cfg.values() for sh in ratios})
+        most = max(len(r) for r in by_cfg.values())
+        full = {c: r for c, r in by_cfg.items() if len(r) == most}
+        ranked = sorted(full.items(), key=lambda kv: -_geomean(list(kv[1].values())))
+        (best, ratios), runner = ranked[0], (ranked[1] if len(ranked) > 1 else None)
+        each = ", ".join(f"{sh} {ratios[sh]:.3f}x" for sh in shapes if sh in ratios)
+        note = (f"{gpu_name} tune {made} ({who}; speed = cuBLAS time / kernel time, both by CUDA events: "
+                f"do_bench median, L2 flushed): {best} "
+                f"{_geomean(list(ratios.values())):.3f}x of cuBLAS, geometric mean over {len(ratios)} shape(s): {each}")
+        if runner:
+            note += f"; runner-up {runner[0]} {_geomean(list(runner[1].values())):.3f}x"
+        better = []
+        for sh in shapes:
+            top_cfg, top = max(((c, r[sh]) for c, r in by_cfg.items() if sh in r), key=lambda cr: cr[1])
+            if sh in ratios and top > 1.05 * ratios[sh]:
+                better.append(f"{sh} {top_cfg} {top:.3f}x")
+        if better:
+            note += "; faster there: " + ", ".join(better)
+        if most < len(shapes):
+            note += f" (candidates measured on {most} of {len(shapes)} shapes)"
+        if dtype == "f32":
+            name, inputs = f"tuned-{'f32' if mode == 'ieee' else mode}", ["f32" if mode == "ieee" else mode]
+            if mode != "ieee":
+                note += " [not IEEE FMA]"
+            entry = {"name": name, "inputs": inputs, "out": ["f32"], "min_m": 65}
+        else:
+            lo, hi = next((lo, hi) for n, lo, hi in MN_CLASSES if n == cls)
+            entry = {"name": f"tuned-{dtype}-{cls}", "inputs": [dtype], "out": [dtype], "min_m": 65, "min_mn": lo}
+            if hi is not None:
+                entry["max_mn"] = hi
+        entry.update(config=best, source=note)
+        entries.append(entry)
+    return entries
+
+
+def _narrow(entry: dict) -> bool:
+    """A table entry for a narrow corner (``max_m`` or ``max_n`` set): kept ahead of the tuned classes."""
+    return entry.get("max_m") is not None or entry.get("max_n") is not None
+
+
+def pick(args) -> int:
+    from falcon_mlir.kernels import GemmSpec
+    from falcon_mlir.kernels.configs import TABLE_PATH, choose_config, load_table
+
+    result = json.loads(Path(args.results).read_text())
+    if result.get("mode") != "tune":
+        log(f"error: {args.results} is not a tune result (mode {result.get('mode')!r})")
+        return 2
+    new = pick_entries(result, args.date)
+    if not new:
+        log("error: no correct candidate rows in the result")
+        return 1
+    table_path = Path(args.table) if args.table else TABLE_PATH
+    table = json.loads(table_path.read_text())
+    kept = [e for e in table["entries"] if not e["name"].startswith("tuned-")]
+    # Narrow entries (a bound on M or N: small M, narrow N) stay first, the tuned ones (min_m 65) come
+    # before every other entry.
+    narrow = [e for e in kept if _narrow(e)]
+    table["entries"] = narrow + new + [e for e in kept if not _narrow(e)]
+    text = json.dumps(table, indent=2) + "\n"
+    for e in new:
+        log(f"{e['name']}: {e['config']}\n    {e['source']}")
+    if args.dry_run:
+        return 0
+    write_atomic(table_path, text)
+    load_table.cache_clear()
+    load_table(str(table_path))  # still a valid table
+    for r in result["rows"]:
+        if r["name"] == "torch.matmul" or r.get("f32_mode", "ieee") != "ieee":
+            continue
+        s = r["spec"]
+        spec = GemmSpec(s["M"], s["N"], s["K"], s["a_dtype"], s["a_dtype"], s["a_dtype"])
+        r["table"] = choose_config(spec, str(table_path)).label
+    chosen = sorted({(f"{r['spec']['a_dtype']} {r['spec']['M']}x{r['spec']['N']}x{r['spec']['K']}", r["table"])
+                     for r in result["rows"] if "table" in r})
+    for shape, label in chosen:
+        log(f"  the table now gives {shape}: {label}")
+    log(f"wrote {len(new)} tuned entries into {table_path}")
+    return 0
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] not in ("prepare", "pick"):
+        return gpu.main(argv)  # run, tune, check
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = p.add_subparsers(dest="mode", required=True)
+    pp = sub.add_parser("prepare", help="build the bundle here")
+    pp.add_argument("dir")
+    pp.add_argument("--shapes", nargs="+", help="MxNxK ... (default: squares and Llama weights at M=8192)")
+    pp.add_argument("--f32-shapes", nargs="+", help="MxNxK of the f32 modules (default: the squares, "
+                    "or --shapes when given)")
+    pp.add_argument("--dtypes", nargs="+", choices=DTYPES, default=list(DTYPES))
+    pp.add_argument("--configs", nargs="+", default=["table"], help="KernelConfig labels or 'table'")
+    pp.add_argument("--tune-shapes", nargs="+", help="16-bit tuning shapes (default: Llama, DeepSeek kv_a/q_a, "
+                    "the squares)")
+    pp.add_argument("--tune-f32-shapes", nargs="+", help="f32 tuning shapes (default: the squares)")
+    pp.add_argument("--tune-dtypes", nargs="+", choices=DTYPES, default=list(DTYPES))
+    pp.add_argument("--no-tf32x3", dest="tf32x3", action="store_false",
+                    help="leave 3xTF32 and cuBLAS TF32 (information) out of the f32 tuning jobs")
+    pp.add_argument("--no-tune", action="store_true", help="no tuning jobs")
+    pp.add_argument("--no-tune-check", action="store_true", help="do not compile the tuning candidates here")
+    pp.add_argument("--no-checks", action="store_true", help="leave out the small correctness modules")
+    pp.add_argument("--no-gemm", action="store_true", help="no GEMM modules for --shapes (e.g. a plans-only bundle)")
+    pp.add_argument("--plans", nargs="+", help="LCMA plan modules: SCHEME[@MxNxK][/DTYPE[/PRODUCT_DTYPE]] items "
+                    "(commas allowed; without @ for every --shapes shape, without /DTYPE for every --dtypes "
+                    "dtype), or 'default' (PLAN_DEFAULTS)")
+    pp.add_argument("--cpu", action="store_true",
+                    help="dry-run bundle: @main is IREE's own llvm-cpu code (tests the run logic here)")
+    pk = sub.add_parser("pick", help="write the tune result's winners into the configuration table")
+    pk.add_argument("results", help="gpu_kernels_tune.json")
+    pk.add_argument("--table", help="table to rewrite (default: the package's configs.json)")
+    pk.add_argument("--dry-run", action="store_true", help="print the entries, write nothing")
+    pk.add_argument("--date", help="date of the measurement for the notes (default: the result's, else today)")
+    args = p.parse_args(argv)
+    try:
+        if args.mode == "pick":
+            return pick(args)
+        for s in (args.shapes or []) + (args.f32_shapes or []) + (args.tune_shapes or []) + \
+                (args.tune_f32_shapes or []):
+            parse_shape(s)
+        args.tune_shapes = ([parse_shape(s) for s in args.tune_shapes] if args.tune_shapes
+                            else list(default_tune_shapes().values()))
+        args.tune_f32_shapes = ([parse_shape(s) for s in args.tune_f32_shapes] if args.tune_f32_shapes
+                                else list(SQUARES.values()))
+        return prepare(args)
+    except ValueError as e:
+        log(f"error: {e}")
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,49 @@
+"""Shared fixtures of the kernel tests: an isolated kernel cache and compiled kernels reused per session."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+from kernel_helpers import have
+
+from falcon_mlir.kernels.aot import CompiledKernel
+from falcon_mlir.kernels.configs import KernelConfig
+from falcon_mlir.kernels.spec import GemmSpec
+
+
+@pytest.fixture(scope="session", autouse=True)
+def kernel_cache(tmp_path_factory):
+    """Point $FALCON_KERNEL_CACHE at a fresh folder for this session (the user's cache stays out)."""
+    mp = pytest.MonkeyPatch()
+    path = tmp_path_factory.mktemp("falcon-kernel-cache")
+    mp.setenv("FALCON_KERNEL_CACHE", str(path))
+    yield path
+    mp.undo()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def triton_stays_out():
+    """No kernel test imports Triton into the pytest process: other tests may import TensorFlow, and
+    Triton after TensorFlow aborts the process (both ship LLVM). Compiling and interpreting run in
+    child processes."""
+    yield
+    assert "triton" not in sys.modules, "a kernel test imported triton into the pytest process"
+
+
+_COMPILED = {}
+
+
+@pytest.fixture(scope="session")
+def compiled():
+    """``compiled(spec, config=None)``: compile once per session (needs Triton)."""
+    if not have("triton"):
+        pytest.skip("needs triton")
+    from falcon_mlir.kernels.aot import compile_kernel
+
+    def get(spec: GemmSpec, config: KernelConfig = None) -> CompiledKernel:
+        key = (spec, config)
+        if key not in _COMPILED:
+            _COMPILED[key] = compile_kernel(spec, config)
+        return _COMPILED[key]
+    return get

@@ -1,0 +1,355 @@
+"""Grouped LCMA plans (falcon_mlir.kernels.lcma): generated combine kernels, numerics, module text, iree-compile.
+
+Numerics run every kernel of a plan (combine A, combine B, the batched GEMM,
+combine C) under Triton's CPU interpreter in one child process, at small and
+odd sizes, and check each stage against float64 from the stage before it,
+and the whole plan against float64 ``A @ B`` (exactly, for integer-valued f32
+inputs). Triton's interpreter rounds f32 to bf16 by truncation (the GPU
+rounds to nearest), so bf16 stages are allowed one bf16 ulp (2^-7 relative).
+"""
+
+from __future__ import annotations
+
+import re
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from kernel_helpers import fake_plan, have, skip_without
+
+from falcon_mlir.catalog import Scheme
+from falcon_mlir.kernels import aot, embed, lcma
+from falcon_mlir.kernels.configs import KernelConfig
+
+SMALL_GEMM = KernelConfig.parse("32x32x16,s2,w4,g2")
+#: Small tiles so that every block has several tiles, some partial (blocks of 48 rows or columns).
+SMALL_COMBINE = {r: lcma.CombineConfig(8, 32, 4, 16) for r in "abc"}
+#: The plans' own (fixed) schemes: Strassen, a non-2x2 one, a 3x3x3 one and Strassen at two levels.
+SCHEMES = ("strassen", "2x2x3:11", "3x3x3:23", "strassen^2")
+
+
+# --------------------------------------------------------------------------- spec, geometry, generator
+
+def test_spec_and_geometry():
+    s = lcma.PlanSpec(1000, 1032, 776, "strassen")
+    assert (s.out_dtype, s.product_dtype) == ("bf16", "bf16") and s.flops == 2 * 1000 * 1032 * 776
+    assert s.name == "strassen_bf16_1000x1032x776_pbf16_obf16"
+    assert lcma.PlanSpec(8, 8, 8, "strassen^2", "f32").name == "strassen2_f32_8x8x8_pf32_of32"
+    g = lcma.plan_geometry(s)
+    # ceil(1000/2) = 500 -> 512, ceil(776/2) = 388 -> 400, ceil(1032/2) = 516 -> 528 (multiples of 16)
+    assert (g.m, g.k, g.n, g.R, g.bm, g.bk, g.bn) == (2, 2, 2, 7, 512, 400, 528)
+    assert g.a_ops_shape == (7, 512, 400) and g.products_shape == (7, 512, 528)
+    g2 = lcma.plan_geometry(lcma.PlanSpec(16384, 16384, 16384, "strassen^2"))
+    assert (g2.m, g2.R, g2.bm) == (4, 49, 4096)
+    p = lcma.products_spec(s, g)
+    assert (p.M, p.N, p.K, p.batch, p.out_dtype) == (512, 528, 400, 7, "bf16")
+    assert lcma.PlanSpec.from_dict(s.to_dict()) == s
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    (dict(M=0, N=1, K=1), "PlanSpec.M must be a positive int"),
+    (dict(M=1, N=1, K=1, dtype="f64"), "PlanSpec.dtype"),
+    (dict(M=1, N=1, K=1, product_dtype="i8"), "PlanSpec.product_dtype"),
+    (dict(M=1, N=1, K=1, dtype="f32", align=2), "not a multiple of 16 bytes"),
+    (dict(M=1, N=1, K=1, f32_mode="x"), "f32_mode"),
+])
+def test_spec_rejects(kwargs, words):
+    with pytest.raises(ValueError, match=words):
+        lcma.PlanSpec(**kwargs)
+
+
+def _parse_source(text: str, cs: lcma.CombineSpec) -> list:
+    """The coefficient rows a generated kernel computes, read back from its source text."""
+    rows = [[Fraction(0)] * len(cs.coeffs[0]) for _ in cs.coeffs]
+    term = re.compile(r"([+-]?)\s*(?:([0-9.e+-]+) \* )?(x\d*)")
+
+    def add(t, expr, names):
+        for sign, coef, name in term.findall(expr):
+            c = Fraction(coef) if coef else Fraction(1)
+            rows[t][names(name)] += -c if sign == "-" else c
+    if cs.direction == "split":
+        for s_, i, j in re.findall(r"x(\d+) = _block_load\(x_ptr, p, q, (\d+), (\d+),", text):
+            assert (int(i), int(j)) == divmod(int(s_), cs.grid_c)  # input s is block (s // grid_c, s % grid_c)
+        for t, expr in re.findall(r"_plane_store\(y_ptr, p, q, (\d+), (.+), BR, BC, EVEN\)", text):
+            add(int(t), expr, lambda nm: int(nm[1:]))
+    else:
+        current = None
+        for line in text.splitlines():
+            m = re.match(r"\s+x = _plane_load\(x_ptr, p, q, (\d+),", line)
+            if m:
+                current = int(m.group(1))
+            m = re.match(r"\s+acc(\d+) = (?:acc\d+)?(.+)$", line)
+            if m and "tl.zeros" not in line:
+                add(int(m.group(1)), m.group(2), lambda nm: current)
+        for i, j, t in re.findall(r"_block_store\(y_ptr, p, q, (\d+), (\d+), acc(\d+),", text):
+            assert (int(i), int(j)) == divmod(int(t), cs.grid_c)
+    return rows
+
+
+@pytest.mark.parametrize("scheme", SCHEMES + ("strassen^3",))
+def test_generated_source_computes_the_scheme(scheme):
+    """Read the coefficients back out of the generated text: exactly U, V and W, every output once."""
+    s = lcma.resolve_scheme(scheme)
+    spec = lcma.PlanSpec(97 * s.m, 89 * s.n, 101 * s.k, scheme)
+    for role, cs in lcma.combine_specs(spec).items():
+        groups = lcma.output_groups(cs, lcma.default_combine_config(cs).max_live)
+        assert sorted(t for g in groups for t in g) == list(range(len(cs.coeffs)))  # a partition
+        text = lcma.combine_source(cs, groups)
+        compile(text, "<generated>", "exec")
+        assert _parse_source(text, cs) == [list(r) for r in cs.coeffs], f"{scheme} combine {role}"
+    # The rows are the scheme's own factors: U[r] flattened (input i*k+j), W regrouped per C block.
+    css = lcma.combine_specs(spec)
+    assert css["a"].coeffs[3] == tuple(Fraction(x) for x in s.U[3].reshape(-1))
+    assert css["c"].coeffs[1] == tuple(Fraction(s.W[r, 0, 1]) for r in range(s.R))
+
+
+def test_parser_sees_a_wrong_index():
+    """The read-back check has teeth: swapping two block indices in the text is caught."""
+    spec = lcma.PlanSpec(64, 64, 64, "strassen")
+    cs = lcma.combine_specs(spec)["a"]
+    text = lcma.combine_source(cs, lcma.output_groups(cs, 16))
+    wrong = text.replace("_plane_store(y_ptr, p, q, 0, x0 + x3,", "_plane_store(y_ptr, p, q, 0, x0 + x2,")
+    assert wrong != text and _parse_source(wrong, cs) != [list(r) for r in cs.coeffs]
+
+
+def test_groups_and_default_tiles():
+    big = lcma.combine_specs(lcma.PlanSpec(32768, 32768, 32768, "strassen^3", "f32"))
+    for role, cap in (("a", 16), ("c", 16)):
+        groups = lcma.output_groups(big[role], cap)
+        needs = big[role].needs()
+        if role == "a":
+            assert all(len(frozenset().union(*(needs[t] for t in g))) <= cap for g in groups)
+        else:
+            assert all(len(g) <= cap for g in groups)
+    # Strassen^3 f32 (343 x 4096^2 planes: 64-bit offsets): groups of up to 32 input blocks in 8x32 tiles,
+    # 6 groups reading A 2.8 times (16: 36 groups, 8.9 times; 64: one group, but too many registers).
+    cfg = lcma.default_combine_config(big["a"])
+    assert (cfg.label, len(lcma.output_groups(big["a"], cfg.max_live))) == ("8x32,w4,l32", 6)
+    assert big["a"].traffic_bytes(lcma.output_groups(big["a"], 32))["read"] == 181 * 4096 * 4096 * 4
+    assert len(lcma.output_groups(big["a"], 16)) == 36
+    two32 = lcma.combine_specs(lcma.PlanSpec(32768, 32768, 32768, "strassen^2"))
+    assert lcma.default_combine_config(two32["a"]).label == "8x64,w4,l16"  # 49 x 8192^2 planes: half the tile
+    one = lcma.combine_specs(lcma.PlanSpec(16384, 16384, 16384, "strassen"))
+    assert lcma.default_combine_config(one["a"]).label == "64x64,w4,l16"
+    two = lcma.combine_specs(lcma.PlanSpec(16384, 16384, 16384, "strassen^2"))
+    assert lcma.default_combine_config(two["a"]).label == "16x64,w4,l16"
+    assert lcma.CombineConfig.parse("16x64,w4,l16") == lcma.CombineConfig()
+    with pytest.raises(ValueError, match="expected RxC"):
+        lcma.CombineConfig.parse("16")
+    with pytest.raises(ValueError, match="tile_c must be a power of two"):
+        lcma.CombineConfig(16, 48)
+
+
+def test_traffic_formula():
+    """Bytes per combine: A (M x K) read once, R x bm x bk written; C: R products read, M x N written."""
+    spec = lcma.PlanSpec(16384, 16384, 16384, "strassen")
+    css = lcma.combine_specs(spec)
+    t = {r: css[r].traffic_bytes(lcma.output_groups(css[r], 16)) for r in "abc"}
+    mib = 2**20
+    assert t["a"] == {"read": 512 * mib, "written": 7 * 128 * mib}
+    assert t["c"] == {"read": 7 * 128 * mib, "written": 512 * mib}
+    f32 = lcma.combine_specs(lcma.PlanSpec(16384, 16384, 16384, "strassen", product_dtype="f32"))["c"]
+    assert f32.traffic_bytes([[0, 1, 2, 3]])["read"] == 7 * 256 * mib
+
+
+def test_reference_stages_are_the_product():
+    rng = np.random.default_rng(1)
+    for scheme in SCHEMES:
+        spec = lcma.PlanSpec(37, 29, 45, scheme, "f32")
+        a, b = rng.standard_normal((37, 45)), rng.standard_normal((45, 29))
+        st = lcma.reference_stages(spec, a, b)
+        assert np.allclose(st["c"], a @ b, atol=1e-12), scheme
+
+
+# --------------------------------------------------------------------------- interpreter: each kernel
+
+def _cases():
+    """key -> (PlanSpec, seed, integer inputs)."""
+    c = {}
+    for scheme in SCHEMES:
+        s = lcma.resolve_scheme(scheme)
+        # Odd sizes: blocks of 48 (not a multiple of the 32-column tiles), edges padded.
+        M, N, K = 48 * s.m - 5, 48 * s.n - 11, 48 * s.k - 3
+        if scheme == "strassen^2":
+            M, N, K = 130, 66, 100
+        for dtype, prod in (("bf16", "bf16"), ("f32", "f32")):
+            c[f"{scheme}-{dtype}"] = (lcma.PlanSpec(M, N, K, scheme, dtype, product_dtype=prod), False)
+    c["strassen-bf16-f32products"] = (lcma.PlanSpec(90, 70, 100, "strassen", product_dtype="f32"), False)
+    c["strassen-f16"] = (lcma.PlanSpec(90, 70, 100, "strassen", "f16"), False)
+    c["strassen-align8"] = (lcma.PlanSpec(61, 35, 43, "strassen", align=8), False)
+    c["strassen^2-f32-exact"] = (lcma.PlanSpec(130, 66, 100, "strassen^2", "f32"), True)
+    c["2x2x3:11-f32-exact"] = (lcma.PlanSpec(61, 93, 47, "2x2x3:11", "f32"), True)
+    return c
+
+
+CASES = _cases()
+
+
+def _transposed_scheme(name: str, r: int):
+    """``name`` with product r reading A's blocks transposed (U[r,i,j] <- U[r,j,i]): a wrong index."""
+    s = lcma.resolve_scheme(name)
+    U = s.U.copy()
+    U[r] = s.U[r].T
+    return Scheme(s.m, s.k, s.n, U, s.V, s.W, name=f"{s.name}-wrong")
+
+
+def _np_dtype(name):
+    import ml_dtypes
+    return {"bf16": ml_dtypes.bfloat16, "f16": np.float16, "f32": np.float32}[name]
+
+
+def _inputs(spec, seed, integers):
+    rng = np.random.default_rng(seed)
+    if integers:
+        a, b = rng.integers(-2, 3, (spec.M, spec.K)), rng.integers(-2, 3, (spec.K, spec.N))
+    else:
+        a, b = rng.standard_normal((spec.M, spec.K)), rng.standard_normal((spec.K, spec.N))
+    return a.astype(_np_dtype(spec.dtype)), b.astype(_np_dtype(spec.dtype))
+
+
+@pytest.fixture(scope="module")
+def interpreted():
+    """Every case (and a plan built from a scheme with a wrong index) through the interpreter, one child."""
+    if not (have("triton") and have("torch")):
+        pytest.skip("needs triton and torch (in a child process)")
+    from falcon_mlir.kernels.interpret import run_plans_interpreted
+    jobs, keys = [], []
+    for i, (key, (spec, integers)) in enumerate(CASES.items()):
+        a, b = _inputs(spec, i, integers)
+        jobs.append((lcma.plan_launches(spec, SMALL_GEMM, SMALL_COMBINE), a, b))
+        keys.append(key)
+    spec = lcma.PlanSpec(90, 70, 100, "strassen", "f32")
+    a, b = _inputs(spec, 99, False)
+    wrong = _transposed_scheme("strassen", 1)
+    assert not wrong.verify()
+    jobs.append((lcma.plan_launches(spec, SMALL_GEMM, SMALL_COMBINE, scheme=wrong), a, b))
+    keys.append("wrong-index")
+    outs = run_plans_interpreted(jobs)
+    return {k: (job, out) for k, job, out in zip(keys, jobs, outs)}
+
+
+def _close(x, ref, rel: float, abs_scale: float, what: str):
+    """|x - ref| <= rel |ref| + abs_scale max|ref| elementwise."""
+    x = np.asarray(x, dtype=np.float64)
+    bound = rel * np.abs(ref) + abs_scale * np.max(np.abs(ref))
+    worst = np.max(np.abs(x - ref) - bound)
+    assert worst <= 0, f"{what}: off by {worst:.3e} beyond rel {rel:g} + {abs_scale:g} of the scale"
+
+
+#: One rounding of the stored type (bf16 by truncation in the interpreter).
+STORE_REL = {"bf16": 2.0**-7, "f16": 2.0**-10, "f32": 2.0**-22}
+#: max|C - A@B| / max|A@B| allowed for the whole plan (each sum and product stored in the plan's types).
+PLAN_TOL = {"bf16": 3e-2, "f16": 3e-3, "f32": 2e-6}
+
+
+def check_plan(spec, a, b, out, scheme=None):
+    """Each stage against float64 from the stage before it, and the plan against float64 A @ B."""
+    st = lcma.reference_stages(spec, a, b, scheme)
+    acc = 1e-6  # f32 sums of a few terms (combines) or of K products (the GEMM), relative to the scale
+    _close(out["a_ops"], st["a_ops"], STORE_REL[spec.dtype], acc, "combine A")
+    _close(out["b_ops"], st["b_ops"], STORE_REL[spec.dtype], acc, "combine B")
+    own = out["a_ops"].astype(np.float64) @ out["b_ops"].astype(np.float64)
+    _close(out["products"], own, STORE_REL[spec.product_dtype], acc, "products")
+    _close(out["c"], lcma.combine_c_reference(spec, out["products"], scheme), STORE_REL[spec.out_dtype], acc,
+           "combine C")
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    err = np.max(np.abs(out["c"].astype(np.float64) - ref)) / np.max(np.abs(ref))
+    assert err < PLAN_TOL[spec.out_dtype], f"{spec.name}: plan error {err:.2e}"
+    return err
+
+
+@skip_without("triton", "torch")
+@pytest.mark.parametrize("key", list(CASES))
+def test_interpreted_plan(interpreted, key):
+    (launch, a, b), out = interpreted[key]
+    spec, integers = CASES[key]
+    assert not isinstance(out, str), f"{key} failed in the interpreter: {out}"
+    assert out["a_ops"].shape == lcma.plan_geometry(spec).a_ops_shape and out["c"].shape == (spec.M, spec.N)
+    assert out["c"].dtype == _np_dtype(spec.out_dtype)
+    check_plan(spec, a, b, out)
+    if integers:  # integer-valued f32: every sum and product is exact
+        assert np.array_equal(out["c"].astype(np.float64), a.astype(np.float64) @ b.astype(np.float64))
+
+
+@skip_without("triton", "torch")
+def test_wrong_coefficient_index_is_caught(interpreted):
+    """A plan generated from a scheme with one product's A blocks transposed computes something else,
+    and the checks above say so (against the right scheme), while its own stages are consistent."""
+    (launch, a, b), out = interpreted["wrong-index"]
+    spec = lcma.PlanSpec(90, 70, 100, "strassen", "f32")
+    assert not isinstance(out, str), out
+    with pytest.raises(AssertionError, match="combine A"):
+        check_plan(spec, a, b, out)
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    assert np.max(np.abs(out["c"] - ref)) / np.max(np.abs(ref)) > 0.1
+    st = lcma.reference_stages(spec, a, b, _transposed_scheme("strassen", 1))
+    _close(out["a_ops"], st["a_ops"], STORE_REL["f32"], 1e-6, "the wrong scheme's combine A")
+
+
+# --------------------------------------------------------------------------- module text and iree-compile
+
+@pytest.fixture(scope="module")
+def target():
+    return embed.cuda_target_attribute()
+
+
+def test_plan_module_text(target):
+    spec = lcma.PlanSpec(1000, 1032, 776, "3x3x3:23", product_dtype="f32", out_dtype="f32")
+    plan = fake_plan(spec)
+    text = lcma.plan_module(plan, target_attr=target)
+    assert text.count("hal.executable.source private @") == 4
+    assert text.count("flow.dispatch @") == 4
+    g = plan.geometry
+    assert (g.R, g.bm, g.bk, g.bn) == (23, 336, 272, 352)
+    assert "func.func @main(%a: tensor<1000x776xbf16>, %b: tensor<776x1032xbf16>) -> tensor<1000x1032xf32>" in text
+    lines = [ln.strip() for ln in text.splitlines() if "flow.dispatch" in ln]
+    assert lines[0].startswith("%lcma_a:3 = flow.dispatch @falcon_lcma_") and "::@falcon_combine_a(%a) : " \
+        "(tensor<1000x776xbf16>) -> (tensor<23x336x272xbf16>, tensor<128xi8>, tensor<128xi8>)" in lines[0]
+    assert "::@falcon_combine_b(%b) : (tensor<776x1032xbf16>) -> (tensor<23x272x352xbf16>," in lines[1]
+    assert re.search(r"::@falcon_gemm\(%lcma_a#0, %lcma_b#0\) : \(tensor<23x336x272xbf16>, tensor<23x272x352xbf16>\)"
+                     r" -> \(tensor<23x336x352xf32>, tensor<\d+xi8>, tensor<128xi8>\)", lines[2])
+    assert "::@falcon_combine_c(%lcma_p#0) : (tensor<23x336x352xf32>) -> (tensor<1000x1032xf32>," in lines[3]
+    assert "return %lcma_c#0 : tensor<1000x1032xf32>" in text
+    # Combine kernels: one read-only input, one output, the two scratch buffers; their grid and threads.
+    ka = plan.combine_a
+    exe_a = text[text.index("_a_" + ka.key[:8]):]
+    exe_a = exe_a[:exe_a.index("hal.executable.source") if "hal.executable.source" in exe_a else None]
+    assert exe_a.count("#hal.pipeline.binding<storage_buffer, ReadOnly>") == 1
+    assert exe_a.count("#hal.pipeline.binding<storage_buffer>") == 3
+    assert f"%x = arith.constant {ka.num_programs} : index" in exe_a
+    assert f"<workgroup_size = [{ka.threads} : index, 1 : index, 1 : index], workgroup_local_memory = 0>" in exe_a
+    assert "combine A, 23 outputs in 1 group(s)" in text
+
+
+def test_plan_module_compiles(target):
+    for spec in (lcma.PlanSpec(1000, 1032, 776, "strassen"), lcma.PlanSpec(61, 93, 47, "2x2x3:11", "f32")):
+        plan = fake_plan(spec)
+        vmfb = embed.compile_module(lcma.plan_module(plan, target_attr=target, reference=True))
+        for k in plan.kernels:
+            assert k.cubin in vmfb
+
+
+def test_huge_plan_compiles(target):
+    """Strassen^3 at 32768^3 f32: 23 GB operand tensors (343 x 4096 x 4096) are fine for IREE."""
+    plan = fake_plan(lcma.PlanSpec(32768, 32768, 32768, "strassen^3", "f32"))
+    assert embed.compile_module(lcma.plan_module(plan, target_attr=target))
+
+
+@skip_without("triton")
+def test_real_plan_compiles(target):
+    """Compile a small odd plan for sm_90a (four kernels, one Triton child), then the module with IREE."""
+    spec = lcma.PlanSpec(1000, 1032, 776, "strassen")
+    plan = lcma.compile_plan(spec)
+    for k in plan.kernels:
+        assert k.cubin[:4] == b"\x7fELF" and k.stack_bytes in (0, None)
+    assert plan.combine_a.shared == 0 and plan.combine_a.num_programs == 8 * 7  # 512x400 blocks in 64x64 tiles
+    vmfb = embed.compile_module(lcma.plan_module(plan, target_attr=target))
+    assert all(k.cubin in vmfb for k in plan.kernels)
+    again = lcma.compile_plan(spec)
+    assert all(k.from_cache for k in again.kernels)
+    if aot.cuobjdump_path():
+        # Combine kernels: plain loads and stores, no tensor cores; A's rows (776 bf16) allow 16-byte loads.
+        sass = aot.sass(plan.combine_a)
+        ops = aot.sass_opcodes(sass)
+        assert ops["HGMMA"] == 0 and ops["LDG"] > 0 and ops["STG"] > 0
+        assert "LDG.E.128" in sass and "STG.E.128" in sass

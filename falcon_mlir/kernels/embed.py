@@ -125,7 +125,11 @@ def external_executable(name: str, entry: str, cubin: bytes, target_attr: str, i
     """``hal.executable.source`` text for one precompiled kernel taking ``inputs`` read-only pointers,
     then ``outputs`` pointers, then Triton's global and profile scratch (all bindings, in order), on
     a 1-D grid of ``num_programs`` blocks of ``threads`` threads with ``shared`` bytes of dynamic
-    shared memory; the cubin embedded inline for ``target_attr``."""
+    shared memory; the cubin embedded inline for ``target_attr``.
+
+    The object also names a ``path`` (``NAME.cubin``, never read: the inline
+    ``data`` wins): IREE 3.13 prints an object without a path as ``{, data =
+    ...}``, which does not parse back, so falcon-opt's output would not."""
     data = cubin.hex().upper()
     bindings = ["#hal.pipeline.binding<storage_buffer, ReadOnly>"] * inputs + \
         ["#hal.pipeline.binding<storage_buffer>"] * (outputs + 2)
@@ -133,7 +137,7 @@ def external_executable(name: str, entry: str, cubin: bytes, target_attr: str, i
     note = f"  // {comment}\n" if comment else ""
     return f"""hal.executable.source private @{name} <objects = #hal.executable.objects<{{
     {target_attr} = [
-      #hal.executable.object<{{data = dense<"0x{data}"> : vector<{len(cubin)}xi8>}}>]}}>> {{
+      #hal.executable.object<{{path = "{name}.cubin", data = dense<"0x{data}"> : vector<{len(cubin)}xi8>}}>]}}>> {{
 {note}  hal.executable.export public @{entry} ordinal(0)
       layout(#hal.pipeline.layout<bindings = [
         {sep.join(bindings)}]>)

@@ -38,13 +38,25 @@ def test_target_attribute_is_exact(target):
     assert embed.cuda_target_attribute(list(embed.DEFAULT_CUDA_FLAGS)) == target  # cached per flags
 
 
+def test_executable_source_round_trips(target):
+    """IREE prints an object without a path as ``{, data = ...}``, which does not
+    parse back; ours names one, so printed modules (falcon-opt's output) parse."""
+    from iree.compiler import ir
+    text = embed.executable_source(fake_kernel(SPEC), target, "exe")
+    with ir.Context():
+        printed = str(ir.Module.parse("module {\n" + text + "\n}"))
+    assert "{, data" not in printed and 'path = "exe.cubin", data = dense<' in printed
+    with ir.Context():
+        ir.Module.parse(printed)
+
+
 def test_executable_source_text(target):
     k = fake_kernel(SPEC)
     text = embed.executable_source(k, target, "exe")
     head = text.split("\n", 1)[0]
     assert head == "hal.executable.source private @exe <objects = #hal.executable.objects<{"
     assert f'{target} = [' in text
-    assert (f'#hal.executable.object<{{data = dense<"0x{k.cubin.hex().upper()}"> : '
+    assert (f'#hal.executable.object<{{path = "exe.cubin", data = dense<"0x{k.cubin.hex().upper()}"> : '
             f'vector<{len(k.cubin)}xi8>}}>]}}>> {{') in text
     assert "hal.executable.export public @falcon_gemm ordinal(0)" in text
     bindings = re.findall(r"#hal\.pipeline\.binding<storage_buffer(, ReadOnly)?>", text)

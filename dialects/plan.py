@@ -15,7 +15,11 @@ A plan fixes, for one contraction, how it is computed:
   composed (Kronecker product) into one scheme, combine A writes all R
   combined operands as one R x block tensor in one op (likewise B), one
   batched contraction over R computes every product, and combine C reads the
-  products from that one tensor,
+  products from that one tensor. ``"kernel"`` (CUDA, the FalconGEMM paper's
+  generated kernels): the same grouped plan run by falcon's own generated
+  kernels, four dispatches (combine A, combine B, the R products as one
+  batched GEMM, combine C; :mod:`falcon_mlir.kernels.lcma`); lcma-rewrite
+  leaves the op with its plan and the ``falcon-kernels`` pass replaces it,
 * ``tiles``: per-product tile choices (reserved; ``None`` = IREE's default).
 
 In the IR the plan is the discardable attribute ``falcon.plan`` on the
@@ -24,7 +28,8 @@ contraction op, a dictionary::
     linalg.matmul {falcon.plan = {schemes = ["strassen", "strassen"],
                                   edge = "peel", form = "per-product"}} ...
 
-The rewrite removes it, so IREE only ever sees upstream dialects.
+The rewrite removes it (``falcon-kernels`` for the ``kernel`` form), so IREE
+only ever sees upstream dialects.
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ PLAN_ATTR = "falcon.plan"
 #: Edge strategies and forms of a plan: the one list the options, the
 #: decision and the cost model use.
 EDGES = ("peel", "pad")
-FORMS = ("per-product", "grouped")
+FORMS = ("per-product", "grouped", "kernel")
 
 
 class PlanError(ValueError):
@@ -52,7 +57,7 @@ class Plan:
         schemes: catalog names, one per level, outermost first (e.g.
             ``("strassen", "3x3x3:23")``).
         edge: ``"peel"`` or ``"pad"``.
-        form: ``"per-product"`` or ``"grouped"``.
+        form: ``"per-product"``, ``"grouped"`` or ``"kernel"``.
         tiles: reserved for per-product tile choices; ``None`` today.
 
     Raises:

@@ -110,10 +110,12 @@ def _grouped_ok(schemes: Sequence[str]) -> bool:
     return st.R <= MAX_PRODUCTS and st.max_terms <= MAX_GROUPED_TERMS
 
 
-def _error(schemes: Sequence[str], pb: Problem) -> Optional[float]:
+def _error(schemes: Sequence[str], pb: Problem, form: str = "per-product") -> Optional[float]:
     from falcon_mlir.decision import numerics
 
     try:
+        if form == "kernel":
+            return numerics.kernel_plan_error(list(schemes), pb.K, pb.lhs, pb.acc)
         return numerics.predicted_error(list(schemes), pb.K, pb.acc)
     except ValueError:
         return None
@@ -125,7 +127,7 @@ _CACHE: Dict[tuple, Decision] = {}
 def decide(pb: Problem, profile: Optional[Profile] = None, *, levels: Optional[int] = None,
            forms: Sequence[str] = FORMS, edges: Sequence[str] = EDGES,
            budget: Optional[float] = None, forced: Optional[Sequence[str]] = None,
-           min_gain: float = MIN_GAIN) -> Decision:
+           min_gain: float = MIN_GAIN, kernel_budget: Optional[float] = None) -> Decision:
     """Rank classical and LCMA plans for one contraction and pick one.
 
     Args:
@@ -139,6 +141,9 @@ def decide(pb: Problem, profile: Optional[Profile] = None, *, levels: Optional[i
         forced: per-level scheme names the user forced: evaluated and
             returned as the choice (the ranking still fills the alternatives).
         min_gain: required predicted gain over classical (fraction).
+        kernel_budget: the error budget of ``kernel``-form plans (their error
+            is :func:`falcon_mlir.decision.numerics.kernel_plan_error`; ``None``:
+            ``budget``).
 
     Returns:
         :class:`Decision` (the chosen estimate, classical's, alternatives, reason).
@@ -148,11 +153,12 @@ def decide(pb: Problem, profile: Optional[Profile] = None, *, levels: Optional[i
     """
     profile = profile or load_profile("host")
     key = (pb, json.dumps(profile.to_dict(), sort_keys=True), levels, tuple(forms),
-           tuple(edges), budget, tuple(forced) if forced else None, min_gain)
+           tuple(edges), budget, tuple(forced) if forced else None, min_gain, kernel_budget)
     hit = _CACHE.get(key)
     if hit is not None:
         return hit
-    d = _decide(pb, profile, levels, tuple(forms), tuple(edges), budget, forced, min_gain)
+    budgets = {"kernel": budget if kernel_budget is None else kernel_budget}
+    d = _decide(pb, profile, levels, tuple(forms), tuple(edges), (budget, budgets), forced, min_gain)
     if len(_CACHE) > 4096:
         _CACHE.clear()
     _CACHE[key] = d
@@ -192,7 +198,7 @@ def _settled(dec: Decision, cm: CostModel, pb: Problem, profile: Profile, forms,
     if forced:
         form = forms[0] if len(forms) == 1 else "per-product"
         est = cm.plan(pb, tuple(forced), edges[0], form)
-        est.error = _error(forced, pb) if is_float else None
+        est.error = _error(forced, pb, form) if is_float else None
         dec.choice = est
         dec.reason = (f"scheme forced by option ({', '.join(forced)}); predicted {_ms(est)} "
                       f"vs classical {_ms(classical)}")
@@ -254,6 +260,8 @@ class _Search:
         other edge strategy and the grouped form for the best ones (returned)."""
         forms = self.forms
         names = [n for n in single_level_names() if _fits(self.pb, (n,))]
+        if self.profile.auto_schemes is not None:
+            names = [n for n in names if n in self.profile.auto_schemes]
         names = [n for n in names if self.aligned((n,))]
         if "per-product" in forms:
             for n in names:
@@ -270,6 +278,8 @@ class _Search:
                 self.consider((n,), "per-product")
             if "grouped" in forms and _grouped_ok((n,)):
                 self.consider((n,), "grouped")
+            if "kernel" in forms:
+                self.consider((n,), "kernel", ("pad",))
         return top
 
     def run(self, levels: Optional[int]) -> Dict[tuple, Estimate]:
@@ -290,6 +300,8 @@ class _Search:
                         self.consider(s, "per-product")
                     if "grouped" in self.forms and _grouped_ok(s):
                         self.consider(s, "grouped")
+                    if "kernel" in self.forms:
+                        self.consider(s, "kernel", ("pad",))
             min_r = min(scheme_stats(n).R for n in top)
             level_l = sorted((s for s in self.best
                               if len(s) == L and self.r_of(s) * min_r <= MAX_PRODUCTS),
@@ -305,16 +317,19 @@ def _pick(dec: Decision, cands: list, pb: Problem, profile: Profile, budget, min
     align = profile.align
     ok = []
     over = 0
+    budget, per_form = budget
     for e in cands:
-        e.error = _error(e.schemes, pb)
-        if budget is not None and (e.error is None or e.error > budget):
+        e.error = _error(e.schemes, pb, e.form)
+        b = per_form.get(e.form, budget)
+        if b is not None and (e.error is None or e.error > b):
             over += 1
+            over_budget = b
             continue
         ok.append(e)
         if len(ok) == 4:
             break
     if not ok:
-        dec.reason = (f"auto: no plan meets max-error {budget:.1e} ({over} over it); classical"
+        dec.reason = (f"auto: no plan meets max-error {over_budget:.1e} ({over} over it); classical"
                       if over else
                       (f"auto: no plan divides M, N, K into blocks that are multiples of {align}"
                        + (", powers of two" if profile.pow2_blocks else "")

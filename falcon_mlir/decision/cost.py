@@ -243,13 +243,17 @@ class CostModel:
 
     # -- primitives ----------------------------------------------------------
     def gemm(self, M, N, K, batch, ein: str, eacc: str, est: Estimate, part: str,
-             rhs_bytes: Optional[int] = None, scale: float = 1.0) -> None:
+             rhs_bytes: Optional[int] = None, scale: float = 1.0,
+             batch_rate: bool = False) -> None:
         """Add one classical GEMM dispatch (roofline of the profile's GEMM rate).
 
         ``scale`` multiplies the time: a plan's products run at the profile's
         fitted ``<form>_products`` factor of the isolated-GEMM rate (operands
         fresh from the combines, not hot in cache; see
-        :mod:`falcon_mlir.calibration.fit`).
+        :mod:`falcon_mlir.calibration.fit`). ``batch_rate``: rate the batch at
+        its total work (M stacked ``batch`` times), as a persistent kernel runs
+        it (falcon's kernels: the 49 products of Strassen^2 at 16384^3 f32 ran
+        at the 16384^3 rate, not at 4096^3's).
         """
         if M <= 0 or N <= 0 or K <= 0:
             return
@@ -258,7 +262,8 @@ class CostModel:
         bi, bo = _eb(ein), _eb(eacc)
         br = bi if rhs_bytes is None else rhs_bytes
         moved = batch * (M * K * bi + K * N * br + 2 * M * N * bo)
-        t = max(flops / p.gemm_rate(ein, M, N, K), moved / p.bandwidth) * scale
+        rate = p.gemm_rate(ein, M * batch if batch_rate else M, N, K)
+        t = max(flops / rate, moved / p.bandwidth) * scale
         est.add(part, t + p.dispatch_overhead, 1)
 
     def stream(self, nbytes: float, est: Estimate, part: str, eff: float = 1.0,
@@ -285,14 +290,17 @@ class CostModel:
             pb: the contraction.
             schemes: per-level catalog names, outer level first.
             edge: ``peel`` or ``pad``.
-            form: ``per-product`` or ``grouped`` (all levels composed).
+            form: ``per-product``, ``grouped`` (all levels composed) or ``kernel``
+            (the grouped plan as falcon's generated CUDA kernels).
 
         Raises:
             falcon_mlir.catalog.UnknownSchemeError: unknown scheme name.
         """
         schemes = tuple(schemes)
         est = Estimate(schemes, edge, form)
-        if form == "grouped":
+        if form == "kernel":
+            self._kernel_plan(pb, scheme_stats("*".join(schemes)), est)
+        elif form == "grouped":
             st = scheme_stats("*".join(schemes)) if len(schemes) > 1 else scheme_stats(schemes[0])
             self._edges(pb.M, pb.N, pb.K, pb, st, edge, est, lambda M, N, K:
                         self._grouped_level(M, N, K, pb, st, est), pb.lhs, pb.rhs)
@@ -380,6 +388,24 @@ class CostModel:
         nc, sc = len(st.comb_c), sum(st.comb_c)
         self.stream(B * Mb * Nb * (sc + 2 * nc) * bc, est, "combine_c", eff,
                     flops=2.0 * B * sc * Mb * Nb, acc=eacc, dispatches=nc)
+
+    def _kernel_plan(self, pb: Problem, st: SchemeStats, est: Estimate) -> None:
+        """Kernel form (:mod:`falcon_mlir.kernels.lcma`): four dispatches on blocks
+        rounded up to the scheme's format (the kernels pad inside): combine A reads
+        A once and writes the R combined operands, likewise B; the R products as
+        one batched GEMM in the input type; combine C reads each product once and
+        writes C. The combines stream at the profile's bandwidth times its
+        ``kernel_combine`` factor; B is combined at run time even when constant."""
+        B, R = pb.batch, st.R
+        Mb, Nb, Kb = -(-pb.M // st.m), -(-pb.N // st.n), -(-pb.K // st.k)
+        ba, bb, bc = _eb(pb.lhs), _eb(pb.rhs), _eb(pb.acc)
+        eff = self.p.form_efficiency("kernel")
+        self.stream(B * (pb.M * pb.K * ba + R * Mb * Kb * ba), est, "combine_a", eff)
+        self.stream(B * (pb.K * pb.N * bb + R * Kb * Nb * bb), est, "combine_b", eff)
+        self.gemm(Mb, Nb, Kb, B * R, pb.lhs, pb.lhs, est, "products",
+                  scale=self.p.product_factor("kernel"), batch_rate=True)
+        self.stream(B * (R * Mb * Nb * ba + pb.M * pb.N * bc), est, "combine_c", eff)
+        est.temp_bytes = max(est.temp_bytes, B * R * (Mb * Kb + Kb * Nb + Mb * Nb) * ba)
 
     def _grouped_level(self, M, N, K, pb, st: SchemeStats, est) -> None:
         """Grouped form on a divisible core: group combine A, B; one batched product; combine C."""

@@ -73,6 +73,7 @@ def explain_entry(e: dict) -> str:
         for a in pt.get("alternatives", []):
             lines.append(f"  alternative: {a['plan']}: {_ms(a['seconds'])} "
                          f"({_ratio(pt['classical'], a['seconds'])})")
+    lines += [_kernel_line(k) for k in e.get("kernels", [])]
     pe = e.get("predicted_error")
     if pe:
         line = f"  predicted error: classical {pe['classical']:.1e}"
@@ -80,6 +81,19 @@ def explain_entry(e: dict) -> str:
             line += f", this plan {pe['plan']:.1e}"
         lines.append(line)
     return "\n".join(lines)
+
+
+def _kernel_line(k: dict) -> str:
+    """One line for a falcon-kernels entry joined to the contraction (``kernels``)."""
+    if k.get("kernel") == "plan":
+        p = k.get("plan") or {}
+        return (f"  kernels: plan {p.get('scheme')} (R = {p.get('R')}, products in "
+                f"{p.get('products')}, GEMM {p.get('gemm_config')}) as 4 {k.get('arch')} dispatches")
+    if k.get("kernel") == "classical":
+        extra = f"; {k['reason']}" if k.get("reason", "").startswith("kernel-form") else ""
+        return (f"  kernels: falcon's classical GEMM {k.get('config')} ({k.get('arch')}, "
+                f"{k.get('programs')} programs){extra}")
+    return f"  kernels: none ({k.get('reason')})"
 
 
 def explain(report: List[dict]) -> str:

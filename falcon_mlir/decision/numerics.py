@@ -276,6 +276,62 @@ def predicted_error(schemes: Sequence, K: int, acc: str, lhs: Optional[str] = No
     return CALIBRATION * u * math.sqrt(KL + Q) * growth_factor(ss)
 
 
+#: Kernel-form error coefficients (:func:`kernel_plan_error`), fitted as upper
+#: bounds of the H200 measurements of 2026-12-01 (random normal inputs,
+#: max-norm relative error against float64, docs/kernels.md): bf16 classical
+#: kernel 2.2e-3 to 3.0e-3 (0.56-0.77 u); grouped Strassen with f32 products
+#: 6.2e-3, with bf16 products 8.9e-3 (16384^3) and 7.4e-3 (32768^3); Strassen^2
+#: with bf16 products 1.9e-2 and 1.6e-2.
+KERNEL_ROUND_OUT = 0.8       # final rounding of C, in u(out)
+KERNEL_ROUND_SUMS = 0.4      # combined operands rounded to the input type, in u(in) x G
+KERNEL_ROUND_PRODUCTS = 0.3  # products stored in a narrow type, in u(products) x G
+#: Default budget of a narrow (bf16/f16) result under the kernel form, in u(out).
+KERNEL_NARROW_BUDGET = 4.0
+
+
+def kernel_plan_error(schemes: Sequence, K: int, lhs: str, out: str,
+                      products: Optional[str] = None) -> float:
+    """Predicted max-norm relative error of a GEMM run by falcon's CUDA kernels
+    (:mod:`falcon_mlir.kernels`): classical (``schemes == []``) or a grouped plan
+    in the kernel form, where every sum and product accumulates in f32 and the
+    roundings happen in three places: the combined operands (rounded once to
+    the input type ``lhs``), the stored products (``products``, default the
+    input type) and C (``out``).
+
+    ``e_f32(schemes, K) + 0.8 u(out) + G (0.4 u(lhs) + 0.3 u(products))``,
+    with ``u(f32)`` terms dropped where the type is f32 (its accumulation is
+    ``e_f32``: :func:`predicted_error` with an f32 accumulator) and G the
+    plan's growth factor (:func:`growth_factor`). The coefficients are
+    :data:`KERNEL_ROUND_OUT`, :data:`KERNEL_ROUND_SUMS`,
+    :data:`KERNEL_ROUND_PRODUCTS`: upper bounds of the H200 measurements.
+
+    Raises:
+        ValueError: K < 1 or a type without a unit roundoff.
+    """
+    products = products or lhs
+    err = predicted_error(list(schemes), K, "f32")
+
+    def narrow(t: str) -> float:
+        return 0.0 if _dtype(t) in ("f32", "f64") else unit_roundoff(t)
+
+    err += KERNEL_ROUND_OUT * narrow(out)
+    if schemes:
+        err += growth_factor(schemes) * (KERNEL_ROUND_SUMS * narrow(lhs)
+                                         + KERNEL_ROUND_PRODUCTS * narrow(products))
+    return err
+
+
+def kernel_max_error(out: str) -> Optional[float]:
+    """Default budget under the kernel form: :func:`default_max_error` for f32
+    results; ``KERNEL_NARROW_BUDGET * u(out)`` for a bf16 or f16 result (a bf16
+    C is itself good to u = 2^-8 of its value; classical GEMM's own rounding
+    is 0.8 u, so a plan may add about three more units)."""
+    key = _dtype(out)
+    if key in ("bf16", "f16"):
+        return KERNEL_NARROW_BUDGET * unit_roundoff(key)
+    return default_max_error(out)
+
+
 def classical_error(K: int, acc: str) -> float:
     """Predicted error of classical GEMM: ``CALIBRATION * u(acc) * sqrt(K)``."""
     return predicted_error([], K, acc)

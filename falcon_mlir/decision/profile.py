@@ -84,6 +84,7 @@ PRESETS = {
     "neoverse-v1": "neoverse-v1.json",
     "h200": "h200.json",
     "h200-iree": "h200-iree.json",
+    "h200-falcon": "h200-falcon.json",
     "h100": "h100.json",
     "a100": "a100.json",
     "h20": "h20.json",
@@ -132,6 +133,12 @@ class Profile:
         min_gain: the predicted gain a plan needs over classical on this
             target (fraction), from the model's measured error here; ``None``
             = :data:`falcon_mlir.decision.MIN_GAIN`.
+        plan_forms: the plan forms ``form=auto`` chooses among on this target
+            (default per-product and grouped; ``h200-falcon``: kernel, the form
+            falcon's generated CUDA kernels run).
+        auto_schemes: the catalog schemes ``scheme=auto`` may use at any level
+            on this target (``None``: all); a profile names only the schemes
+            whose form was measured there (``h200-falcon``: Strassen's kernels).
 
     Derived: :attr:`fused_combine_c` (GPU profiles: combine C is one
     dispatch over the whole output; see ``passes/lcma_rewrite.py``).
@@ -154,6 +161,8 @@ class Profile:
     min_block_k: int = 1
     min_gain: Optional[float] = None
     max_levels: Optional[int] = None
+    plan_forms: Tuple[str, ...] = ("per-product", "grouped")
+    auto_schemes: Optional[Tuple[str, ...]] = None
 
     # ------------------------------------------------------------------ rates
     def _key(self, elem: str) -> str:
@@ -226,6 +235,9 @@ class Profile:
             "min_block_k": self.min_block_k,
             **({"min_gain": self.min_gain} if self.min_gain is not None else {}),
             **({"max_levels": self.max_levels} if self.max_levels is not None else {}),
+            **({"plan_forms": list(self.plan_forms)}
+               if self.plan_forms != ("per-product", "grouped") else {}),
+            **({"auto_schemes": list(self.auto_schemes)} if self.auto_schemes else {}),
         }
 
     @classmethod
@@ -310,7 +322,9 @@ class Profile:
             min_gain=(None if d.get("min_gain") is None else
                       _fraction(d["min_gain"], "min_gain", where)),
             max_levels=(None if d.get("max_levels") is None else
-                        _pos_int(d["max_levels"], "max_levels", where)))
+                        _pos_int(d["max_levels"], "max_levels", where)),
+            plan_forms=_plan_forms(d.get("plan_forms", ["per-product", "grouped"]), where),
+            auto_schemes=_auto_schemes(d.get("auto_schemes"), where))
 
     def save(self, path) -> None:
         """Write the profile as JSON to ``path`` atomically
@@ -337,6 +351,24 @@ def _rate(table, M: float, N: float, K: float) -> float:
             t = (math.log(n) - math.log(n0)) / (math.log(n1) - math.log(n0))
             return math.exp(math.log(r0) + t * (math.log(r1) - math.log(r0)))
     return table[-1][1]  # pragma: no cover - table is sorted
+
+
+def _plan_forms(v, where: str) -> Tuple[str, ...]:
+    from falcon_mlir.dialects.plan import FORMS
+
+    if not isinstance(v, list) or not v or not all(isinstance(f, str) and f in FORMS for f in v):
+        raise ProfileError(f"{where}: field 'plan_forms' must be a non-empty list of "
+                           f"{', '.join(FORMS)}")
+    return tuple(v)
+
+
+def _auto_schemes(v, where: str) -> Optional[Tuple[str, ...]]:
+    if v is None:
+        return None
+    if not isinstance(v, list) or not v or not all(isinstance(n, str) and n for n in v):
+        raise ProfileError(f"{where}: field 'auto_schemes' must be a non-empty list of "
+                           "catalog names")
+    return tuple(v)
 
 
 def _pos_int(v, name: str, where: str) -> int:

@@ -5,7 +5,8 @@ it takes a plan (:mod:`.planning`: a ``falcon.plan`` attribute if one is
 attached, else a scheme forced by the options, else the cost-model decision
 on the options' profile) and replaces the op by combine A, combine B, R
 products (recursively for further levels) and combine C (:mod:`.emit`,
-:mod:`.grouped`). Contractions with a dynamic M (or one dynamic batch
+:mod:`.grouped`); a plan in the ``kernel`` form stays on the op for the
+``falcon-kernels`` pass (falcon's generated CUDA kernels). Contractions with a dynamic M (or one dynamic batch
 dimension) and static N, K get a run-time dispatch (:mod:`.dispatch`).
 Everything emitted is upstream ``linalg``/``tensor``/``arith``/``scf`` (plus
 ``util.optimization_barrier`` with ``barriers=true``).
@@ -90,6 +91,19 @@ def _entry(c, plan, reason: str, options: LcmaOptions) -> dict:
     return entry
 
 
+def _hand_off(c, plan, entry: dict) -> None:
+    """A ``kernel``-form plan is run by falcon's generated CUDA kernels: the op
+    keeps its plan (``falcon.plan``) for the ``falcon-kernels`` pass, which
+    replaces it by four dispatches (combine A, combine B, the products,
+    combine C)."""
+    from falcon_mlir.catalog import get_scheme
+
+    c.op.attributes[PLAN_ATTR] = plan.to_attribute()
+    entry["products"] = get_scheme("*".join(plan.schemes)).R
+    entry["combines"] = 3
+    entry["handoff"] = "falcon-kernels"
+
+
 def run_lcma_rewrite(module_op, options: LcmaOptions) -> list:
     """Run the lcma-rewrite pass on ``module_op`` in place.
 
@@ -140,7 +154,9 @@ def run_lcma_rewrite(module_op, options: LcmaOptions) -> list:
             dynamic_entry(entry, c, disp, options)
         if PLAN_ATTR in c.op.attributes:
             del c.op.attributes[PLAN_ATTR]
-        if disp is not None or plan is not None:
+        if plan is not None and plan.form == "kernel":
+            _hand_off(c, plan, entry)
+        elif disp is not None or plan is not None:
             em = Emitter(c, barriers=bool(options.barriers), fuse_c=fuse_c)
             with c.op.location, ir.InsertionPoint(c.op):
                 if disp is not None:

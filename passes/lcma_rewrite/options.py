@@ -99,9 +99,10 @@ class LcmaOptions:
              "slice back); auto: the model picks (peel for a forced scheme)")
     form: str = option(
         "auto", choices=("auto",) + FORMS,
-        help="per-product (R contractions per level) or grouped (levels composed, one op per "
-             "combine, one batched product); auto: the model picks (per-product for a forced "
-             "scheme)")
+        help="per-product (R contractions per level), grouped (levels composed, one op per "
+             "combine, one batched product) or kernel (CUDA: the grouped plan as falcon's own "
+             "generated kernels, left to the falcon-kernels pass); auto: the model picks among "
+             "the profile's forms (per-product for a forced scheme)")
     barriers: Optional[bool] = option(
         None, type=bool, auto=True,
         help="put bare block operands and products behind util.optimization_barrier (IREE data "

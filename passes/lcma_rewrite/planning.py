@@ -46,18 +46,19 @@ def schemes_fit(c: Contraction, schemes: tuple, form: str = "per-product") -> Op
         if c.is_integer and not s.is_integral:
             return (f"scheme {name} has non-integer coefficients and {c.acc_type} is an integer "
                     "type; kept classical")
-    s = get_scheme("*".join(schemes) if form == "grouped" else schemes[0])
+    s = get_scheme("*".join(schemes) if form in ("grouped", "kernel") else schemes[0])
     if c.M < s.m or c.K < s.k or c.N < s.n:
         return (f"M x K x N = {c.M} x {c.K} x {c.N} is smaller than the scheme's "
                 f"{s.m}x{s.k}x{s.n} blocks; kept classical")
     return None
 
 
-def numerics_check(c: Contraction, schemes: tuple, budget: Optional[float]) -> Optional[str]:
+def numerics_check(c: Contraction, schemes: tuple, budget: Optional[float],
+                   form: str = "per-product") -> Optional[str]:
     """Why ``schemes`` are numerically unfit for ``c`` (``None`` if fit).
 
     Integers: exactness (no overflow anywhere, worst case over all inputs).
-    Floats: the predicted error against ``budget`` (no budget: always fit).
+    Floats: the predicted error (of ``form``) against ``budget`` (no budget: always fit).
     """
     from falcon_mlir.decision import numerics
 
@@ -67,7 +68,7 @@ def numerics_check(c: Contraction, schemes: tuple, budget: Optional[float]) -> O
         return None if ok else f"{why}; kept classical"
     if budget is None or c.K < 1:
         return None
-    pred = numerics.predicted_error(list(schemes), c.K, str(c.acc_type))
+    pred = plan_error(c, schemes, form)
     if pred > budget:
         return (f"predicted error {pred:.1e} of {'+'.join(schemes)} exceeds max-error "
                 f"{budget:.1e}; kept classical")
@@ -101,10 +102,12 @@ def decision_for(c: Contraction, options: LcmaOptions, forced: Optional[tuple] =
                                edges=(edge or "peel",))
     budget = options.max_error if options.max_error is not None else \
         numerics.default_max_error(str(c.acc_type))
-    forms = decision.FORMS if options.form == "auto" else (options.form,)
+    kernel_budget = options.max_error if options.max_error is not None else \
+        numerics.kernel_max_error(str(c.acc_type))
+    forms = profile.plan_forms if options.form == "auto" else (options.form,)
     edges = decision.EDGES if options.edge == "auto" else (options.edge,)
     return decision.decide(pb, profile, levels=options.levels, forms=forms, edges=edges,
-                           budget=budget)
+                           budget=budget, kernel_budget=kernel_budget)
 
 
 def grouped_terms(schemes: tuple) -> int:
@@ -125,7 +128,7 @@ def plan_for(c: Contraction, options: LcmaOptions) -> tuple:
         except PlanError as e:
             return None, str(e)
         why = schemes_fit(c, plan.schemes, plan.form) or \
-            numerics_check(c, plan.schemes, options.max_error)
+            numerics_check(c, plan.schemes, options.max_error, plan.form)
         return (None, why) if why else (plan, f"plan attached by {PLAN_ATTR}")
     forced = options.forced_schemes()
     form = "per-product" if options.form == "auto" else options.form
@@ -145,7 +148,7 @@ def plan_for(c: Contraction, options: LcmaOptions) -> tuple:
         why += (f"; per-product form: the grouped combines of {'*'.join(schemes)} would read "
                 f"{grouped_terms(schemes)} blocks (at most {MAX_GROUPED_TERMS})")
     unfit = schemes_fit(c, schemes, form) or numerics_check(
-        c, schemes, options.max_error if forced is not None else None)
+        c, schemes, options.max_error if forced is not None else None, form)
     if unfit:
         return None, unfit
     return Plan(tuple(schemes), edge=edge, form=form), why
@@ -186,5 +189,17 @@ def predicted_errors(c: Contraction, plan: Optional[Plan]) -> Optional[dict]:
         return None
     out = {"classical": numerics.classical_error(c.K, str(c.acc_type))}
     if plan is not None:
-        out["plan"] = numerics.predicted_error(list(plan.schemes), c.K, str(c.acc_type))
+        out["plan"] = plan_error(c, plan.schemes, plan.form)
+        if plan.form == "kernel":  # falcon's classical kernel is the baseline there
+            out["classical"] = numerics.kernel_plan_error([], c.K, str(c.lhs_type), str(c.acc_type))
     return out
+
+
+def plan_error(c: Contraction, schemes, form: str = "per-product") -> float:
+    """The predicted error of ``schemes`` on ``c`` in ``form`` (the kernel form's
+    roundings differ: :func:`falcon_mlir.decision.numerics.kernel_plan_error`)."""
+    from falcon_mlir.decision import numerics
+
+    if form == "kernel":
+        return numerics.kernel_plan_error(list(schemes), c.K, str(c.lhs_type), str(c.acc_type))
+    return numerics.predicted_error(list(schemes), c.K, str(c.acc_type))

@@ -14,6 +14,7 @@ from typing import Callable, Optional
 
 from falcon_mlir.options import format_help, parse_options
 
+from .falcon_kernels import KernelsOptions, run_falcon_kernels
 from .falcon_tiles import TilesOptions, run_falcon_tiles
 from .lcma_rewrite import LcmaOptions, run_lcma_rewrite
 
@@ -42,6 +43,9 @@ PASSES = {p.name: p for p in (
     PassInfo("lcma-rewrite", LcmaOptions, run_lcma_rewrite,
              "rewrite contractions with LCMA schemes; OPTIONS is a space-separated list of "
              "key=value:"),
+    PassInfo("falcon-kernels", KernelsOptions, run_falcon_kernels,
+             "run contractions (and kernel-form plans) as falcon's generated CUDA kernels "
+             "(Triton, sm_90a, embedded in the module; needs the cuda extra):"),
     PassInfo("falcon-tiles", TilesOptions, run_falcon_tiles,
              "attach CUDA tile choices (compilation_info) to contractions and to the "
              "rewrite's combines:"),

@@ -14,6 +14,12 @@ for var in ("PATH", "HOME", "PYTHONPATH", "VIRTUAL_ENV", "TMPDIR"):
     if var in os.environ:
         config.environment[var] = os.environ[var]
 
+# `REQUIRES: triton`: tests that compile falcon's CUDA kernels (the cuda extra).
+import importlib.util  # noqa: E402
+
+if importlib.util.find_spec("triton") is not None:
+    config.available_features.add("triton")
+
 # FileCheck comes from the `filecheck` package (a Python port of LLVM's FileCheck).
 filecheck = shutil.which("filecheck") or "filecheck"
 config.substitutions.append(("FileCheck", filecheck))

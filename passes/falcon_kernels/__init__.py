@@ -1,0 +1,176 @@
+"""falcon-kernels: contractions run by falcon's own generated CUDA kernels.
+
+IREE 3.13's CUDA code generation has no Hopper target (no wgmma, no TMA):
+its GEMMs run at 0.36-0.71x of cuBLAS on the H200. This pass replaces each
+contraction it can serve by a dispatch of a kernel that
+:mod:`falcon_mlir.kernels` generates (Triton, compiled ahead of time for
+sm_90a, embedded in the module as an external ``hal.executable.source``), so
+the module needs nothing but IREE's runtime:
+
+* a contraction carrying a ``falcon.plan`` in the ``kernel`` form (attached by
+  lcma-rewrite's decision, or by hand) becomes the plan's four dispatches:
+  combine A, combine B, the R products as one batched GEMM, combine C
+  (:mod:`falcon_mlir.kernels.lcma`);
+* any other contraction the kernels serve (:mod:`.serve`: f32/f16/bf16, one
+  batch dim, A and/or B transposed, static sizes, TMA-readable strides) and
+  of at least ``min-flops`` becomes one dispatch of the classical GEMM kernel,
+  with its tile configuration from the measured table
+  (:mod:`falcon_mlir.kernels.configs`).
+
+Everything else stays IREE's. A C operand that is not a zero fill is added to
+the kernel's result by an elementwise op. All kernels of a module are
+compiled in one Triton child process (cached on disk by content hash; Triton
+is never imported here: after TensorFlow it aborts the process).
+
+Options: :class:`KernelsOptions` (``--falcon-kernels="arch=sm_90a ..."``).
+Needs the ``cuda`` extra (Triton); without it the pass reports every
+contraction as left to IREE. Report entries: ``location``, ``op``, ``M``,
+``N``, ``K``, ``batch``, ``element_types``, ``kernel`` (``"classical"``,
+``"plan"`` or ``None``), ``config``/``plan`` details, ``reason``.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from falcon_mlir.dialects.plan import PLAN_ATTR, Plan, PlanError
+from falcon_mlir.ir.contraction import find_contractions, format_location
+from falcon_mlir.options import OptionError
+
+from .options import ARCHS, KernelsOptions
+from .serve import Served, intensity, iree_cannot, serve
+
+__all__ = ["KernelsOptions", "run_falcon_kernels", "OptionError", "ARCHS", "triton_available"]
+
+
+def triton_available() -> bool:
+    """Whether Triton is installed (its package metadata; Triton is not imported)."""
+    from falcon_mlir.kernels.aot import triton_version
+
+    try:
+        triton_version()
+    except ImportError:
+        return False
+    return True
+
+
+def _entry(c, options: KernelsOptions) -> dict:
+    return {"location": format_location(c.op.location, options.filename), "op": c.op.name,
+            "M": c.M, "N": c.N, "K": c.K, "batch": list(c.batch),
+            "element_types": {"lhs": str(c.lhs_type), "rhs": str(c.rhs_type),
+                              "acc": str(c.acc_type)},
+            "kernel": None}
+
+
+def _kernel_plan(c) -> tuple:
+    """``(Plan or None, why not)``: the op's ``falcon.plan`` if it is in the kernel form."""
+    if PLAN_ATTR not in c.op.attributes:
+        return None, None
+    try:
+        plan = Plan.from_attribute(c.op.attributes[PLAN_ATTR])
+    except PlanError as e:
+        return None, str(e)
+    del c.op.attributes[PLAN_ATTR]
+    if plan.form != "kernel":
+        return None, f"{PLAN_ATTR} form {plan.form} is lcma-rewrite's to emit"
+    return plan, None
+
+
+def _choose(contractions, options: KernelsOptions) -> list:
+    """``(contraction, Served or None, entry)`` for each contraction."""
+    out = []
+    for c in contractions:
+        entry = _entry(c, options)
+        plan, why = _kernel_plan(c)
+        if why:
+            entry["reason"] = why
+            out.append((c, None, entry))
+            continue
+        served, kind = serve(c, options.f32_mode, plan)
+        if served is None:
+            entry["reason"] = f"left to IREE: {kind}"
+        elif kind == "classical" and plan is None and not options.classical:
+            served, entry["reason"] = None, "left to IREE: classical=false"
+        elif kind == "classical" and plan is None and served.spec.flops < options.min_flops:
+            entry["reason"] = (f"left to IREE: {served.spec.flops:.3g} FLOP < min-flops "
+                               f"{options.min_flops:.3g}")
+            served = None
+        elif kind == "classical" and plan is None and not iree_cannot(c) and \
+                intensity(served.spec) < options.min_intensity:
+            entry["reason"] = (f"left to IREE: memory-bound ({intensity(served.spec):.0f} FLOP/byte "
+                               f"< min-intensity {options.min_intensity:.0f}); IREE fuses its "
+                               "elementwise neighbours")
+            served = None
+        else:
+            entry["kernel"] = kind
+            entry["reason"] = served.note or ("kernel-form plan" if kind == "plan"
+                                              else "falcon's classical GEMM kernel")
+        out.append((c, served, entry))
+    return out
+
+
+def _compile(chosen: list, arch: str) -> list:
+    """Compiled kernel (or plan, or exception) per chosen item, one Triton child for all."""
+    from falcon_mlir.kernels import choose_config, compile_kernels, compile_plans
+    from falcon_mlir.kernels.lcma import PlanSpec
+
+    gemms = [(s.spec, choose_config(s.spec)) for _, s, _ in chosen if not isinstance(s.spec, PlanSpec)]
+    plans = [s.spec for _, s, _ in chosen if isinstance(s.spec, PlanSpec)]
+    done_g = iter(compile_kernels(gemms, arch=arch, errors="return") if gemms else [])
+    done_p = iter(compile_plans(plans, arch=arch, errors="return") if plans else [])
+    return [next(done_p) if isinstance(s.spec, PlanSpec) else next(done_g) for _, s, _ in chosen]
+
+
+def run_falcon_kernels(module_op, options: Optional[KernelsOptions] = None) -> list:
+    """Run the falcon-kernels pass on ``module_op`` in place (its context current).
+
+    Returns:
+        One report dict per contraction found (see the module docstring).
+
+    Raises:
+        RuntimeError: Triton failed to compile a kernel (one line naming it).
+    """
+    options = options or KernelsOptions()
+    root = module_op.operation if hasattr(module_op, "operation") else module_op
+    contractions = find_contractions(root)
+    if options.arch == "none":
+        return []
+    arch = "sm_90a" if options.arch == "auto" else options.arch
+    if not triton_available():
+        report = []
+        for c in contractions:
+            e = _entry(c, options)
+            e["reason"] = "left to IREE: Triton is not installed (pip install 'falcon-mlir[cuda]')"
+            report.append(e)
+        return report
+    items = _choose(contractions, options)
+    chosen = [it for it in items if it[1] is not None]
+    if chosen:
+        _splice(root, chosen, _compile(chosen, arch), options, arch)
+    return [entry for _, _, entry in items]
+
+
+def _splice(root, chosen: list, compiled: list, options: KernelsOptions, arch: str) -> None:
+    from falcon_mlir.kernels.embed import cuda_target_attribute
+
+    from .splice import Splicer
+
+    flags = ("--iree-hal-target-device=cuda",) + (
+        (f"--iree-cuda-target={options.cuda_target}",) if options.cuda_target else ())
+    sp = Splicer(root, cuda_target_attribute(flags))
+    for (c, served, entry), k in zip(chosen, compiled):
+        if isinstance(k, Exception):
+            raise RuntimeError(f"falcon-kernels: {entry['location']}: {' '.join(str(k).split())}")
+        if entry["kernel"] == "plan":
+            fn = sp.plan_function(k)
+            entry["plan"] = {"scheme": k.scheme_name, "R": k.geometry.R,
+                             "products": k.spec.product_dtype,
+                             "gemm_config": k.products.config.label}
+        else:
+            fn = sp.gemm_function(k)
+            entry["config"] = k.config.label
+            entry["shared_bytes"] = k.shared
+            entry["programs"] = k.num_programs
+        entry["arch"] = arch
+        entry["accumulate"] = served.accumulate
+        sp.replace(c.op, fn, served.accumulate)

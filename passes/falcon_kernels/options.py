@@ -1,0 +1,77 @@
+"""Options of the falcon-kernels pass (declared once: :mod:`falcon_mlir.options`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Optional
+
+from falcon_mlir.options import option, parse_options
+
+#: What ``arch=`` accepts: the kernels' target, ``none`` (the pass does nothing)
+#: or ``auto`` (falcon-opt: sm_90a; falcon-compile and the API: sm_90a for a
+#: cuda target when Triton is installed, else none).
+ARCHS = ("auto", "sm_90a", "none")
+#: How f32 inputs multiply (:data:`falcon_mlir.kernels.spec.F32_MODES`).
+F32_MODES = ("ieee", "tf32", "tf32x3")
+#: Classical contractions below this many FLOP (2 M N K x batch) stay IREE's:
+#: the kernel's 128 x 256 tiles and per-shape compile are not worth it there.
+MIN_FLOPS = 2 ** 27
+#: Classical contractions whose arithmetic intensity (FLOP per byte of A, B and
+#: C moved once) is below this stay IREE's: they are memory-bound, and IREE
+#: fuses their elementwise consumers (scale, mask, softmax) into or next to its
+#: own dispatch, which an external kernel cannot. 200 FLOP/byte is the
+#: h200-falcon profile's balance (720 TFLOP/s over 3.6 TB/s). Measured on the
+#: H200 (ncu, 2026-12-01): the Llama-3-8B block's attention scores (K = 128,
+#: 62 FLOP/byte) on falcon's kernel took 0.69 ms, then 2.5 ms of scale/mask and
+#: 9.1 ms of softmax, against 1.4 + 1.9 ms with IREE's own batch matmul.
+MIN_INTENSITY = 200.0
+
+
+@dataclass
+class KernelsOptions:
+    """Options of the falcon-kernels pass (see each field's help for the text form).
+
+    Attributes:
+        arch: ``sm_90a`` (generate Hopper kernels), ``none`` (do nothing) or
+            ``auto`` (sm_90a here; see :data:`ARCHS`).
+        classical: serve contractions that carry no kernel-form plan with
+            falcon's classical GEMM kernel (``False``: only kernel-form plans).
+        f32_mode: how f32 products multiply: ``ieee`` (FMA, the default),
+            ``tf32`` or ``tf32x3`` (tensor cores; only when the user asks).
+        min_flops: classical contractions of fewer FLOP stay IREE's.
+        min_intensity: classical contractions of lower arithmetic intensity
+            (FLOP per byte) stay IREE's (:data:`MIN_INTENSITY`), except those
+            IREE cannot compile (bf16 results on CUDA).
+        cuda_target: the ``--iree-cuda-target`` of the compile (the object
+            key must be that device's exact executable target attribute).
+        filename: name used for the ``"-"`` buffer in report locations.
+    """
+
+    PASS: ClassVar[str] = "falcon-kernels"
+
+    arch: str = option("auto", choices=ARCHS, positional=True,
+                       help="kernel target (sm_90a: Hopper, H100/H200); none: do nothing; auto: "
+                            "sm_90a (falcon-compile and the API: for a cuda target, with the "
+                            "cuda extra installed)")
+    classical: bool = option(True, help="serve contractions without a kernel-form plan with "
+                                        "falcon's classical GEMM kernel")
+    f32_mode: str = option("ieee", choices=F32_MODES,
+                           help="f32 products: ieee (FMA), or tf32 / tf32x3 on tensor cores "
+                                "(less exact; only when asked)")
+    min_flops: int = option(MIN_FLOPS, range=(0, None),
+                            help="classical contractions with fewer FLOP stay IREE's")
+    min_intensity: float = option(MIN_INTENSITY, range=(0, None),
+                                  help="classical contractions with fewer FLOP per byte moved "
+                                       "(memory-bound) stay IREE's, unless IREE cannot compile them")
+    cuda_target: str = option("", help="IREE's --iree-cuda-target for this compile (the "
+                                       "kernels' object key; empty: IREE's default)")
+    filename: Optional[str] = None
+
+    @classmethod
+    def parse(cls, text: Optional[str]) -> "KernelsOptions":
+        """Options from ``"arch=sm_90a f32-mode=ieee"``.
+
+        Raises:
+            OptionError: unknown key or value, a key given twice.
+        """
+        return parse_options(cls, text)

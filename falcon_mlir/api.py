@@ -41,6 +41,10 @@ LcmaSpec = Union[None, bool, str, Any]
 # None/False/"none": off; falcon-tiles options ("cuda-sm80", "table=NAME prefer=CHOICE").
 TilesSpec = Union[None, bool, str, Any]
 
+# "auto": falcon-kernels (sm_90a) when the flags select the cuda device and Triton
+# is installed; None/False/"none": off; falcon-kernels options ("arch=sm_90a f32-mode=ieee").
+KernelsSpec = Union[None, bool, str, Any]
+
 
 def backend_flags(target_backends: Sequence[str]) -> list:
     """IREE flags that select ``target_backends``.
@@ -89,13 +93,13 @@ def _flags(target_backends, input_type, extra_args) -> list:
 
 
 def _compile(source, *, target_backends, extra_args, input_type, lcma, lcma_phase, output_file,
-             report, return_report, input_name, tiles, tiles_report):
+             report, return_report, input_name, tiles, tiles_report, kernels):
     from .files import write_atomic
     from .pipeline.assemble import compile_source
 
     res = compile_source(source, flags=_flags(target_backends, input_type, extra_args),
                          lcma=lcma, tiles=tiles, phase=lcma_phase, input_name=input_name,
-                         tiles_report=tiles_report)
+                         tiles_report=tiles_report, kernels=kernels)
     if report is not None:
         report.extend(res.report)
     out: Optional[bytes] = res.output
@@ -119,6 +123,7 @@ def compile_str(
     input_name: Optional[str] = None,
     tiles: TilesSpec = "auto",
     tiles_report: Optional[list] = None,
+    kernels: KernelsSpec = "auto",
 ):
     """Compiles MLIR given in memory.
 
@@ -159,6 +164,12 @@ def compile_str(
             prefer=simt64x64"``).
         tiles_report: when given, a list that gets falcon-tiles' entries
             (one dict per contraction: tile choice or why none).
+        kernels: ``"auto"`` (default: the ``falcon-kernels`` pass runs for a
+            ``cuda`` target when Triton is installed: contractions and
+            kernel-form plans become falcon's generated sm_90a kernels; each
+            report entry lists them under ``kernels``), ``"none"``/None to
+            keep IREE's code, or falcon-kernels options (``"arch=sm_90a
+            f32-mode=ieee"``).
 
     Returns:
         The vmfb bytes (or MLIR text bytes with ``--compile-to``), None when
@@ -168,7 +179,7 @@ def compile_str(
         CompileError: IREE rejected a flag, the input, or failed; or the
             rewrite failed (``RewriteError``).  The message holds IREE's
             diagnostics with locations.
-        OptionError (ValueError): bad ``lcma`` or ``tiles`` option text.
+        OptionError (ValueError): bad ``lcma``, ``tiles`` or ``kernels`` option text.
         OSError: ``output_file`` cannot be written.
     """
     if not isinstance(source, (str, bytes, bytearray, memoryview)):
@@ -176,7 +187,8 @@ def compile_str(
     return _compile(source, target_backends=target_backends, extra_args=extra_args,
                     input_type=input_type, lcma=lcma, lcma_phase=lcma_phase,
                     output_file=output_file, report=report, return_report=return_report,
-                    input_name=input_name, tiles=tiles, tiles_report=tiles_report)
+                    input_name=input_name, tiles=tiles, tiles_report=tiles_report,
+                    kernels=kernels)
 
 
 def compile_file(
@@ -192,6 +204,7 @@ def compile_file(
     return_report: bool = False,
     tiles: TilesSpec = "auto",
     tiles_report: Optional[list] = None,
+    kernels: KernelsSpec = "auto",
 ):
     """Compiles the MLIR file at ``path`` (text or bytecode); diagnostics name
     the file.  Arguments, return value and errors as :func:`compile_str`.
@@ -202,4 +215,4 @@ def compile_file(
                     extra_args=extra_args, input_type=input_type, lcma=lcma,
                     lcma_phase=lcma_phase, output_file=output_file, report=report,
                     return_report=return_report, input_name=None, tiles=tiles,
-                    tiles_report=tiles_report)
+                    tiles_report=tiles_report, kernels=kernels)

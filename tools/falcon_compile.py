@@ -3,6 +3,7 @@
     falcon-compile INPUT -o OUT.vmfb [iree-compile flags]
                    [--lcma-rewrite[=OPTIONS]] [--lcma-report=FILE] [--lcma-explain]
                    [--no-lcma] [--lcma-phase=PHASE] [--falcon-tiles=auto|none|cuda-sm80]
+                   [--falcon-kernels=auto|none|OPTIONS]
 
 INPUT is an MLIR file (text or bytecode, StableHLO included) or ``-`` for
 stdin.  Every flag that is not one of ours goes to IREE unchanged, in
@@ -32,11 +33,19 @@ Ours:
                             choices), cuda-sm80 (or table=cuda-sm80); add
                             prefer=CHOICE (e.g. "cuda-sm80 prefer=simt64x64")
                             to try one table entry first
+  --falcon-kernels=VALUE    falcon's own CUDA kernels (falcon-kernels pass,
+                            after the rewrite): auto (default: for
+                            --iree-hal-target-device=cuda when Triton is
+                            installed, the cuda extra), none (IREE's code for
+                            every contraction), or options such as
+                            "arch=sm_90a f32-mode=ieee min-flops=0"; the
+                            report lists each contraction's kernel
 
 Defaults inside IREE's pipeline (barriers=true) and for a cuda target (the
-h200-iree profile, padding for a forced scheme, no run-time dispatch, the
-cuda-sm80 tile table) apply to options left at auto and are listed in the
-report (falcon_mlir.pipeline.assemble).
+h200-iree profile, or h200-falcon with falcon's kernels, padding for a forced
+scheme, no run-time dispatch, the cuda-sm80 tile table, the kernels' sm_90a)
+apply to options left at auto and are listed in the report
+(falcon_mlir.pipeline.assemble).
 
 Outputs are written atomically.  On error: one line
 ``falcon-compile: error: ...`` on stderr, exit status 1, no output file.
@@ -70,7 +79,8 @@ def _take_value(argv: Sequence[str], i: int, arg: str, name: str) -> tuple:
 
 
 #: Our flags that take a value (``--NAME=V`` or ``--NAME V``) -> key in parse_args' dict.
-_VALUE_FLAGS = {"lcma-report": "report_file", "lcma-phase": "phase", "falcon-tiles": "tiles"}
+_VALUE_FLAGS = {"lcma-report": "report_file", "lcma-phase": "phase", "falcon-tiles": "tiles",
+                "falcon-kernels": "kernels"}
 
 
 def parse_args(argv: Sequence[str]) -> dict:
@@ -79,14 +89,14 @@ def parse_args(argv: Sequence[str]) -> dict:
     Returns:
         ``{"help": True}``, or a dict with ``input``, ``output``,
         ``iree_flags``, ``lcma`` (option text, ``"auto"``, or None for
-        ``--no-lcma``), ``report_file``, ``explain``, ``phase``, ``tiles``.
+        ``--no-lcma``), ``report_file``, ``explain``, ``phase``, ``tiles``, ``kernels``.
 
     Raises:
         ToolError: missing input, several inputs, a flag without value.
     """
     inputs, iree_flags = [], []
     a = {"help": False, "output": None, "lcma": "auto", "report_file": None, "explain": False,
-         "phase": None, "tiles": "auto"}
+         "phase": None, "tiles": "auto", "kernels": "auto"}
     i, only_positional = 0, False
     while i < len(argv):
         arg = argv[i]
@@ -150,6 +160,10 @@ def _check_options(args: dict) -> None:
         assemble.tiles_options(args["tiles"], args["iree_flags"])
     except ValueError as e:  # OptionError
         raise _fail(f"--falcon-tiles: {e}") from None
+    try:
+        assemble.kernels_options(args["kernels"], args["iree_flags"])
+    except ValueError as e:  # OptionError
+        raise _fail(f"--falcon-kernels: {e}") from None
 
 
 def _source(src: str) -> tuple:
@@ -172,7 +186,7 @@ def _compile(args: dict) -> int:
     try:
         res = assemble.compile_source(source, flags=args["iree_flags"], lcma=args["lcma"],
                                       tiles=args["tiles"], phase=args["phase"] or DEFAULT_REWRITE_PHASE,
-                                      input_name=input_name)
+                                      input_name=input_name, kernels=args["kernels"])
     except CompileError as e:
         raise _fail(e.summary) from None
     for w in res.warnings:

@@ -10,6 +10,9 @@ the same machinery falcon-opt runs)::
                            rewrite's slices of fills and shares its constants
                            (without it llvm-cpu codegen of the products can
                            exceed the stack allocation limit, IREE 3.13, 2048^3)
+    falcon-kernels{...}    when the target device is cuda and Triton is installed:
+                           contractions and kernel-form plans become falcon's
+                           own generated kernels
     falcon-tiles{...}      when the target device is cuda (or tiles are asked for)
 
 Defaults. What falcon-compile and the API imply beyond the user's options
@@ -18,6 +21,8 @@ only to an option the user left at ``auto``, and each report entry of the
 pass it changed lists it under ``"defaults"`` (``--lcma-explain`` shows it).
 
 * :data:`PIPELINE_DEFAULTS`: inside IREE's pipeline, whatever the target.
+* :data:`KERNEL_DEFAULTS`: what falcon-kernels running implies (applied
+  before the target's, so they win).
 * :data:`TARGET_DEFAULTS`: what a compile target implies.
 
 The compile target itself defaults to this machine's CPU
@@ -32,15 +37,17 @@ from typing import Any, Callable, Optional, Sequence
 
 from falcon_mlir import targets
 from falcon_mlir.options import option_specs, to_text
+from falcon_mlir.passes.falcon_kernels import KernelsOptions, triton_available
 from falcon_mlir.passes.falcon_tiles import TilesOptions
 from falcon_mlir.passes.lcma_rewrite import LcmaOptions
 
 from .session import DEFAULT_REWRITE_PHASE, CompileResult, compile_module
 from .stages import Pipeline, Stage
 
-__all__ = ["Default", "PIPELINE_DEFAULTS", "TARGET_DEFAULTS", "DEFAULT_TARGET",
+__all__ = ["Default", "PIPELINE_DEFAULTS", "KERNEL_DEFAULTS", "TARGET_DEFAULTS", "DEFAULT_TARGET",
            "target_devices", "targets_cuda", "with_default_target", "lcma_options",
-           "tiles_options", "rewrite_stages", "make_rewrite", "compile_source"]
+           "tiles_options", "kernels_options", "rewrite_stages", "make_rewrite", "compile_source",
+           "KERNEL_FLAGS"]
 
 
 @dataclass(frozen=True)
@@ -83,11 +90,28 @@ TARGET_DEFAULTS = {
             Default("dispatch", False, "cuda target: the run-time dispatch's dynamic slices "
                                        "fail to bufferize on CUDA, IREE 3.13"),
         ),
+        "falcon-kernels": (
+            Default("arch", "sm_90a", "cuda target: IREE 3.13 has no Hopper code generation; "
+                                      "falcon's kernels are built for sm_90a (H100/H200)",
+                    when=lambda o: triton_available()),
+            Default("arch", "none", "cuda target, but Triton is not installed "
+                                    "(pip install 'falcon-mlir[cuda]')",
+                    when=lambda o: not triton_available()),
+        ),
         "falcon-tiles": (
             Default("table", "cuda-sm80", "cuda target: IREE's own CUDA tile choices are "
                                           "slow on large matmuls"),
         ),
     },
+}
+
+#: What falcon-kernels running implies for the other passes.
+KERNEL_DEFAULTS = {
+    "lcma-rewrite": (
+        Default("profile", "h200-falcon", "falcon-kernels on: the profile of falcon's generated "
+                                          "kernels (classical and kernel-form plans), measured "
+                                          "on the H200"),
+    ),
 }
 
 #: The compile target (:data:`falcon_mlir.targets.TARGETS`) when the flags name
@@ -142,11 +166,14 @@ def _apply(options, defaults, applied: dict):
     return options
 
 
-def _with_defaults(options, pass_name: str, flags: Sequence[str]):
-    """``(options, applied)``: :data:`PIPELINE_DEFAULTS` and the
-    :data:`TARGET_DEFAULTS` of every device ``flags`` select, for ``pass_name``."""
+def _with_defaults(options, pass_name: str, flags: Sequence[str], kernels: bool = False):
+    """``(options, applied)``: :data:`PIPELINE_DEFAULTS`, :data:`KERNEL_DEFAULTS`
+    (when falcon-kernels runs) and the :data:`TARGET_DEFAULTS` of every device
+    ``flags`` select, for ``pass_name``."""
     applied: dict = {}
     options = _apply(options, PIPELINE_DEFAULTS.get(pass_name, ()), applied)
+    if kernels:
+        options = _apply(options, KERNEL_DEFAULTS.get(pass_name, ()), applied)
     devices = {d.split(":")[0] for d in target_devices(flags)}
     for device, per_pass in TARGET_DEFAULTS.items():
         if any(d.startswith(device) for d in devices):
@@ -190,6 +217,43 @@ def _tiles(spec, flags: Sequence[str]) -> tuple:
     return options, applied
 
 
+def _cuda_target(flags: Sequence[str]) -> str:
+    """The ``--iree-cuda-target`` the flags give (``""``: IREE's default)."""
+    for f in flags:
+        name, _, value = str(f).lstrip("-").partition("=")
+        if name == "iree-cuda-target" and value:
+            return value
+    return ""
+
+
+def _kernels(spec, flags: Sequence[str]) -> tuple:
+    """``(KernelsOptions or None, applied defaults)``; see :func:`kernels_options`."""
+    if spec is None or spec is False or not targets_cuda(flags):
+        return None, {}
+    if isinstance(spec, KernelsOptions):
+        options = spec
+    else:
+        options = KernelsOptions.parse("auto" if spec is True else str(spec))
+    options, applied = _with_defaults(options, "falcon-kernels", flags)
+    if options.arch in ("auto", "none"):
+        return None, applied
+    options.cuda_target = _cuda_target(flags)
+    return options, applied
+
+
+def kernels_options(spec, flags: Sequence[str] = ()) -> Optional[KernelsOptions]:
+    """falcon-kernels' options for ``spec`` given the iree-compile ``flags``, or
+    ``None`` when the pass does not run: ``None``/``False``/``"none"`` off;
+    ``True``/``"auto"``: on for a cuda target when Triton is installed
+    (:data:`TARGET_DEFAULTS`); option text (``"arch=sm_90a f32-mode=ieee"``); a
+    :class:`KernelsOptions`. Off for targets other than cuda.
+
+    Raises:
+        OptionError: an unknown option or value.
+    """
+    return _kernels(spec, flags)[0]
+
+
 def tiles_options(spec, flags: Sequence[str] = ()) -> Optional[TilesOptions]:
     """falcon-tiles' options for ``spec`` given the iree-compile ``flags``, or
     ``None`` when the pass does not run: ``None``/``False``/``"none"`` off;
@@ -207,21 +271,26 @@ def _rewritten(report: list) -> bool:
     return any(e.get("plan") != "classical" for e in report)
 
 
-def rewrite_stages(lcma, tiles, flags: Sequence[str]) -> list:
+def rewrite_stages(lcma, tiles, flags: Sequence[str], kernels="auto") -> list:
     """The stages run between IREE phases for ``lcma`` (see :func:`lcma_options`;
-    not a callable), ``tiles`` (see :func:`tiles_options`) and ``flags``.
+    not a callable), ``tiles`` (see :func:`tiles_options`), ``kernels`` (see
+    :func:`kernels_options`) and ``flags``.
 
     Raises:
         OptionError: bad option text.
     """
     stages = []
+    kopts, kapplied = _kernels(kernels, flags)
     options = lcma_options(lcma)
     if options is not None:
-        options, applied = _with_defaults(options, "lcma-rewrite", flags)
+        options, applied = _with_defaults(options, "lcma-rewrite", flags, kernels=kopts is not None)
         extra = {"defaults": applied} if applied else {}
         stages.append(Stage("lcma-rewrite", f"lcma-rewrite{{{to_text(options)}}}", options,
                             report_extra=extra))
         stages.append(Stage("canonicalize", "canonicalize,cse", when=_rewritten))
+    if kopts is not None:
+        stages.append(Stage("falcon-kernels", f"falcon-kernels{{{to_text(kopts)}}}", kopts,
+                            report_extra={"defaults": kapplied} if kapplied else {}))
     topts, applied = _tiles(tiles, flags)
     if topts is not None:
         stages.append(Stage("falcon-tiles", f"falcon-tiles{{{to_text(topts)}}}", topts,
@@ -229,23 +298,40 @@ def rewrite_stages(lcma, tiles, flags: Sequence[str]) -> list:
     return stages
 
 
+def _merge_kernel_entries(report: list, entries: list) -> None:
+    """falcon-kernels' entries join the lcma-rewrite entry of the same location
+    (as its ``kernels`` list: the contraction, or the products its plan
+    emitted); entries with no such location are appended as they are."""
+    by_loc = {}
+    for e in report:
+        by_loc.setdefault(e.get("location"), e)
+    for k in entries:
+        target = by_loc.get(k.get("location"))
+        if target is None:
+            report.append(k)
+        else:
+            target.setdefault("kernels", []).append(
+                {key: v for key, v in k.items() if key not in ("location", "op")})
+
+
 def make_rewrite(lcma="auto", tiles="auto", flags: Sequence[str] = (),
-                 tiles_report: Optional[list] = None):
+                 tiles_report: Optional[list] = None, kernels="auto"):
     """The ``rewrite(module_op) -> report`` callback that IREE's session runs
     between phases, or ``None`` when nothing is to run. Options are parsed
     here, before any compilation.
 
     ``lcma`` may also be a callable ``rewrite(module_op) -> list[dict]``: it
     runs in place of lcma-rewrite (and its cleanup), falcon-tiles after it.
-    The callback returns the lcma-rewrite report; falcon-tiles' entries go
-    to ``tiles_report`` when given. It has ``options`` (the lcma-rewrite
-    options with defaults, or ``None``) and ``stages`` attributes.
+    The callback returns the lcma-rewrite report, with falcon-kernels'
+    entries joined to it (each contraction's ``kernels`` list); falcon-tiles'
+    entries go to ``tiles_report`` when given. It has ``options`` (the
+    lcma-rewrite options with defaults, or ``None``) and ``stages`` attributes.
 
     Raises:
         OptionError (a ValueError): bad option text.
     """
     custom = lcma if callable(lcma) and not isinstance(lcma, (str, bool)) else None
-    stages = rewrite_stages(None if custom else lcma, tiles, flags)
+    stages = rewrite_stages(None if custom else lcma, tiles, flags, kernels)
     if custom is None and not stages:
         return None
     if custom is not None and not stages:
@@ -259,6 +345,8 @@ def make_rewrite(lcma="auto", tiles="auto", flags: Sequence[str] = (),
             if st.name == "falcon-tiles":
                 if tiles_report is not None:
                     tiles_report.extend(entries)
+            elif st.name == "falcon-kernels":
+                _merge_kernel_entries(report, entries)
             else:
                 report.extend(entries)
         return report
@@ -268,22 +356,36 @@ def make_rewrite(lcma="auto", tiles="auto", flags: Sequence[str] = (),
     return rewrite
 
 
+#: IREE options a module holding falcon's kernels needs: Triton's global scratch
+#: (TMA descriptors) is 128-byte aligned, IREE's resource offsets are 64-byte
+#: aligned by default. They are process-wide options in IREE 3.13 (a session
+#: rejects them), set once per process (:func:`capi.set_global_flags`); the
+#: larger alignment costs other modules of the process nothing but padding.
+KERNEL_FLAGS = ("--iree-stream-resource-min-offset-alignment=128",)
+
+
 def compile_source(source, *, flags: Sequence[str] = (), lcma="auto", tiles="auto",
                    phase: str = DEFAULT_REWRITE_PHASE, input_name: Optional[str] = None,
-                   tiles_report: Optional[list] = None) -> CompileResult:
+                   tiles_report: Optional[list] = None, kernels="auto") -> CompileResult:
     """Compile ``source`` (MLIR text or bytecode, or a path) with falcon's
     rewrite between IREE phases; the target defaults to :data:`DEFAULT_TARGET`
-    when ``flags`` name no device (:func:`with_default_target`).
+    when ``flags`` name no device (:func:`with_default_target`); with
+    falcon-kernels on (a cuda target with Triton installed, unless ``kernels``
+    is ``"none"``), :data:`KERNEL_FLAGS` are set for the process.
 
     Returns:
         The session's :class:`CompileResult` (output bytes, report of
         lcma-rewrite, warnings).
 
     Raises:
-        OptionError: bad lcma or tiles option text (before compiling).
+        OptionError: bad lcma, tiles or kernels option text (before compiling).
         CompileError: IREE or the rewrite failed (``RewriteError`` for the latter).
     """
     flags = with_default_target(flags)
-    rewrite = make_rewrite(lcma, tiles, flags, tiles_report)
+    if kernels_options(kernels, flags) is not None:
+        from .capi import set_global_flags
+
+        set_global_flags(KERNEL_FLAGS)
+    rewrite = make_rewrite(lcma, tiles, flags, tiles_report, kernels)
     return compile_module(source, flags=flags, rewrite=rewrite, phase=phase,
                           input_name=input_name, result=True)

@@ -11,7 +11,8 @@ from __future__ import annotations
 import ctypes
 import threading
 
-__all__ = ["DIAG_CALLBACK", "compiler_dylib", "set_phases", "import_steal", "erase_module"]
+__all__ = ["DIAG_CALLBACK", "compiler_dylib", "set_phases", "import_steal", "erase_module",
+           "set_global_flags", "GlobalFlagsError"]
 
 #: ``void (*)(severity, const char *message, size_t size, void *user)``
 DIAG_CALLBACK = ctypes.CFUNCTYPE(
@@ -54,6 +55,36 @@ def compiler_dylib():
             _bound_dylib = lib
     return _bound_dylib
 
+
+class GlobalFlagsError(RuntimeError):
+    """Process-wide IREE options were already set to other values."""
+
+
+_global_flags = None
+
+
+def set_global_flags(flags) -> None:
+    """Set IREE's process-wide (global LLVM command-line) options, e.g.
+    ``--iree-stream-resource-min-offset-alignment=128``, which a session's
+    flags cannot carry ("option not found"). IREE parses them once per process
+    (a second parse is a fatal error), so the first set stays: asking again
+    for the same flags does nothing.
+
+    Raises:
+        GlobalFlagsError: other global flags were set earlier in this process.
+    """
+    global _global_flags
+    flags = tuple(str(f) for f in flags)
+    compiler_dylib()  # loads the library (takes the lock itself)
+    with _bind_lock:
+        if _global_flags is None:
+            from iree.compiler.api import ctypes_dl
+
+            ctypes_dl._initializeGlobalCL("falcon", *flags)
+            _global_flags = flags
+        elif _global_flags != flags:
+            raise GlobalFlagsError(f"IREE's process-wide options are already {list(_global_flags)}; "
+                                   f"{list(flags)} needs a new process")
 
 
 def set_phases(inv, compile_from: str, compile_to: str) -> None:

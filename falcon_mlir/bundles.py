@@ -34,6 +34,7 @@ STANDALONE = {
     "falcon_mlir.files": "falcon_files.py",
     "falcon_mlir.bench.shapes": "falcon_shapes.py",
     "falcon_mlir.calibration.assemble": "falcon_calibrate_assemble.py",
+    "falcon_mlir.runner": "falcon_runner.py",
 }
 
 

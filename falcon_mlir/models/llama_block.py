@@ -66,6 +66,8 @@ class LlamaConfig:
         tokens: sequence length of the input (prefill).
         batch: batch size of the input.
         name: label used in reports.
+        dtype: the layer's dtype (keras: weights, activations and the
+            exported function's arguments): ``"float32"``, ``"bfloat16"`` or ``"float16"``.
     """
 
     hidden: int = 4096
@@ -77,6 +79,7 @@ class LlamaConfig:
     tokens: int = 1024
     batch: int = 1
     name: str = "llama3-8b"
+    dtype: str = "float32"
 
     @property
     def head_dim(self) -> int:
@@ -95,7 +98,12 @@ class LlamaConfig:
             raise ValueError(f"head dim {self.head_dim} must be even for RoPE")
         if self.tokens < 1 or self.batch < 1:
             raise ValueError("tokens and batch must be >= 1")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype {self.dtype!r} is not one of {', '.join(DTYPES)}")
 
+
+#: Layer dtypes the block is built and exported in.
+DTYPES = ("float32", "bfloat16", "float16")
 
 #: Llama-3-8B (meta-llama/Meta-Llama-3-8B config.json), 1024 tokens.
 LLAMA3_8B = LlamaConfig()
@@ -197,7 +205,7 @@ class LlamaBlock:
             layer_norm_epsilon=c.rms_norm_eps,
             activation="silu",
             kernel_initializer="zeros",
-            dtype="float32",
+            dtype=c.dtype,
             name="llama_decoder",
         )
         self.layer.build((c.batch, c.tokens, c.hidden))
@@ -218,7 +226,8 @@ class LlamaBlock:
     def random_weights(self, seed: int = 1) -> List[np.ndarray]:
         """float32 weights from ``numpy.random.default_rng(seed)``: kernels
         ``normal * 0.02`` (Llama's ``initializer_range``), RMSNorm scales
-        ``1 + normal * 0.02``."""
+        ``1 + normal * 0.02`` (float32 whatever the layer's dtype: cast them
+        with :func:`cast_inputs` for a bf16 block)."""
         rng = np.random.default_rng(seed)
         out = []
         for name, shape in self.weight_specs():
@@ -244,15 +253,38 @@ class LlamaBlock:
 
         return block
 
-    def export_mlir(self) -> str:
-        """StableHLO text of ``main(x, *weights) -> y`` (see the module doc).
-        Compile with ``--iree-input-type=stablehlo`` (or ``auto``)."""
+    def _arg_specs(self) -> list:
         import jax
         import jax.numpy as jnp
 
-        args = [jax.ShapeDtypeStruct(self.input_shape, jnp.float32)]
-        args += [jax.ShapeDtypeStruct(s, jnp.float32) for _, s in self.weight_specs()]
-        return jax.jit(self._fn()).lower(*args).as_text()
+        t = jnp.dtype(self.config.dtype)
+        return ([jax.ShapeDtypeStruct(self.input_shape, t)]
+                + [jax.ShapeDtypeStruct(s, t) for _, s in self.weight_specs()])
+
+    def export_mlir(self) -> str:
+        """StableHLO text of ``main(x, *weights) -> y`` (see the module doc).
+        Compile with ``--iree-input-type=stablehlo`` (or ``auto``).
+
+        In bf16, keras' attention asks for f32 accumulation through
+        ``dot_general``'s ``algorithm`` attribute, which IREE 3.13's StableHLO
+        import rejects ("failed to legalize operation 'stablehlo.dot_general'");
+        the attribute is removed from the text: those products keep their f32
+        result type, so IREE still accumulates them in f32."""
+        import re
+
+        import jax
+
+        text = jax.jit(self._fn()).lower(*self._arg_specs()).as_text()
+        return re.sub(r", algorithm = <[^>]*>", "", text)
+
+    def export_serialized(self, platforms=("cuda",)) -> bytes:
+        """The block as a serialized ``jax.export`` artifact for ``platforms``
+        (a machine with only JAX runs it: ``jax.export.deserialize(b).call``),
+        the peer of falcon's module on the same device."""
+        import jax
+
+        exp = jax.export.export(jax.jit(self._fn()), platforms=list(platforms))(*self._arg_specs())
+        return bytes(exp.serialize())
 
     def forward(self, x: np.ndarray, weights: Sequence[np.ndarray]) -> np.ndarray:
         """The library's own forward pass (keras layer on JAX, jit on the CPU)."""

@@ -1,5 +1,15 @@
-"""Test-wide setup: the development scripts in ``scripts/`` (not installed with
-the package) are importable by their file names, e.g. ``import fuzz_diff``."""
+"""Test-wide setup for every folder below test/python.
+
+- The shared helpers in ``helpers/`` (``cases``, ``tool_checks``,
+  ``repo_paths``) and the development scripts in ``scripts/`` (not installed
+  with the package) are importable by their file names, e.g. ``from cases
+  import rewrite``, ``import fuzz_diff``.
+- The test folders mirror the code (catalog/, decision/, passes/lcma_rewrite/,
+  passes/falcon_tiles/, pipeline/, tools/, models/, scripts/) and have no
+  ``__init__.py``: pytest imports each test file by its basename (rootdir-based
+  "prepend" import mode), so every ``test_*.py`` basename must be unique
+  across all folders (pytest stops with "import file mismatch" otherwise).
+"""
 
 import os
 import sys
@@ -16,7 +26,8 @@ import sys
 if "FALCON_TEST_ALLOW_TRITON" not in os.environ:
     sys.modules.setdefault("triton", None)
 
-SCRIPTS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-                       "scripts")
-if SCRIPTS not in sys.path:
-    sys.path.insert(0, SCRIPTS)
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCRIPTS = os.path.join(os.path.dirname(os.path.dirname(HERE)), "scripts")
+for _path in (SCRIPTS, os.path.join(HERE, "helpers")):
+    if _path not in sys.path:
+        sys.path.insert(0, _path)

@@ -6,6 +6,7 @@ import numpy as np
 
 from falcon_mlir.compare import rel_err  # noqa: F401 - the tests' max-norm relative error
 from falcon_mlir.ir.matmul_text import matmul_mlir
+from repo_paths import ROOT
 
 try:
     import ml_dtypes
@@ -17,12 +18,12 @@ NP_TYPES = {"f32": np.float32, "f64": np.float64, "f16": np.float16,
 if ml_dtypes is not None:
     NP_TYPES["bf16"] = ml_dtypes.bfloat16
 
-#: Machine epsilon of the accumulation type; bounds below scale with it.
 #: A test profile on which every compute-bound plan is predicted to win, so
-#: ``auto`` choices are decided by the error budget and the shape alone.
-FLAT_PROFILE = str(__import__("pathlib").Path(__file__).resolve().parents[1]
-                   / "lit" / "Inputs" / "flat_profile.json")
+#: ``auto`` choices are decided by the error budget and the shape alone
+#: (shared with the lit tests).
+FLAT_PROFILE = str(ROOT / "test" / "lit" / "Inputs" / "flat_profile.json")
 
+#: Machine epsilon of the accumulation type; bounds below scale with it.
 EPS = {"f32": 2.0 ** -23, "f64": 2.0 ** -52, "f16": 2.0 ** -10, "bf16": 2.0 ** -7}
 
 

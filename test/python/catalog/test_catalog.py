@@ -20,8 +20,8 @@ from falcon_mlir.catalog import Catalog, Scheme, UnknownSchemeError, get_scheme,
 from falcon_mlir.catalog import loaders as L
 from falcon_mlir.catalog.scheme import to_fraction_array
 from falcon_mlir.tools.falcon_catalog import main as cli_main
+from repo_paths import ROOT as REPO
 
-REPO = Path(__file__).resolve().parents[2]
 SHARED = Path(os.environ.get("FALCON_SHARED", REPO.parent / "shared"))
 SCHEMES = SHARED / "schemes"
 needs_shared = pytest.mark.skipif(not SCHEMES.is_dir(), reason=f"source data not found at {SCHEMES}")

@@ -174,9 +174,10 @@ def test_falcon_compile_flag(tmp_path):
 
 def _gpu_check():
     import importlib.util
-    from pathlib import Path
 
-    path = Path(__file__).resolve().parents[2] / "scripts" / "gpu_check.py"
+    from repo_paths import ROOT
+
+    path = ROOT / "scripts" / "gpu_check.py"
     spec = importlib.util.spec_from_file_location("gpu_check_t", path)
     gc = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(gc)
@@ -258,8 +259,10 @@ def test_gpu_check_workload_shapes():
     import os
     from pathlib import Path
 
+    from repo_paths import ROOT
+
     gc = _gpu_check()
-    shared = os.environ.get("FALCON_SHARED") or Path(__file__).resolve().parents[3] / "shared"
+    shared = os.environ.get("FALCON_SHARED") or ROOT.parent / "shared"
     path = Path(shared) / "workloads.md"
     if not path.exists():
         pytest.skip(f"{path} not found")

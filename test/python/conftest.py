@@ -31,3 +31,7 @@ SCRIPTS = os.path.join(os.path.dirname(os.path.dirname(HERE)), "scripts")
 for _path in (SCRIPTS, os.path.join(HERE, "helpers")):
     if _path not in sys.path:
         sys.path.insert(0, _path)
+
+# The `src` fixture (a temporary input file and a snapshot of it) of the
+# falcon-opt, falcon-compile and lcma-rewrite bad-input tests, for every folder.
+from tool_checks import src  # noqa: E402,F401

@@ -44,6 +44,15 @@ def contraction_mlir(M, N, K, *, lhs="f32", rhs=None, acc=None, batch=0, transpo
     return text, shapes
 
 
+def matmul_of_types(lt, at, M=8, N=8, K=8):
+    """``@f(A, B, C)``: a plain ``linalg.matmul`` (default maps, no attributes)
+    of ``lt`` operands into an ``at`` accumulator, as written by hand."""
+    ta, tb, tc = f"tensor<{M}x{K}x{lt}>", f"tensor<{K}x{N}x{lt}>", f"tensor<{M}x{N}x{at}>"
+    return (f"func.func @f(%a: {ta}, %b: {tb}, %c: {tc}) -> {tc} {{\n"
+            f"  %0 = linalg.matmul ins(%a, %b : {ta}, {tb}) outs(%c : {tc}) -> {tc}\n"
+            f"  return %0 : {tc}\n}}\n")
+
+
 def random_inputs(shapes, types, seed=0):
     """Random operands (never zeros/ones): normals for floats, small ints for integers."""
     rng = np.random.default_rng(seed)

@@ -21,7 +21,7 @@ if ml_dtypes is not None:
 #: A test profile on which every compute-bound plan is predicted to win, so
 #: ``auto`` choices are decided by the error budget and the shape alone
 #: (shared with the lit tests).
-FLAT_PROFILE = str(ROOT / "test" / "lit" / "Inputs" / "flat_profile.json")
+FLAT_PROFILE = str(ROOT / "test" / "lit" / "lcma-rewrite" / "Inputs" / "flat_profile.json")
 
 #: Machine epsilon of the accumulation type; bounds below scale with it.
 EPS = {"f32": 2.0 ** -23, "f64": 2.0 ** -52, "f16": 2.0 ** -10, "bf16": 2.0 ** -7}

@@ -1,5 +1,5 @@
 """Where the tests find the checkout's own files: they run from the source
-tree (scripts/, test/lit/Inputs/, tools/run_model.py are not installed)."""
+tree (scripts/, test/lit/lcma-rewrite/Inputs/, tools/run_model.py are not installed)."""
 
 from pathlib import Path
 

@@ -53,7 +53,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-sys.path.insert(0, os.path.join(ROOT, "test", "python"))
+sys.path.insert(0, os.path.join(ROOT, "test", "python", "helpers"))
 
 from hypothesis import HealthCheck, Phase, given, seed as hyp_seed, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402

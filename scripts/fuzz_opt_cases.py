@@ -1,5 +1,5 @@
 """The cases of the falcon-opt mutation fuzzer (``scripts/fuzz_opt.py``):
-valid seeds from ``test/lit/*.mlir``, their mutations (bytes and tokens:
+valid seeds from ``test/lit/**/*.mlir``, their mutations (bytes and tokens:
 delete / duplicate / swap lines, flip characters, change the numbers of
 shapes, including to 0, 1 and huge, swap element types, drop tokens,
 truncate) and the falcon-opt options each case runs with."""
@@ -16,7 +16,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 LIT_DIR = os.path.join(os.path.dirname(HERE), "test", "lit")
 
 #: Option strings of lcma-rewrite the cases are run with (all valid: invalid
-#: option strings are the business of test_bad_input.py). Product counts stay
+#: option strings are the business of test/python/tools/test_falcon_opt.py). Product counts stay
 #: small (at most 48 or 7*7 per contraction) so no case is slow by design.
 OPTIONS = [
     "scheme=strassen levels=2",
@@ -56,9 +56,14 @@ _TOKEN = re.compile(r"%[\w.]+|@\w+|[\w.]+|\S")
 # --------------------------------------------------------------------------
 
 def load_seeds(lit_dir: str = LIT_DIR) -> list:
-    """Valid chunks of the lit tests (comment lines dropped), plus whole files."""
+    """Valid chunks of the lit tests (comment lines dropped), plus whole files.
+
+    The files are taken from every folder below ``lit_dir`` in the order of
+    their file names (not their folders), so a seed keeps its index, and a
+    case its input, when a test moves to another folder."""
     seeds = []
-    for path in sorted(glob.glob(os.path.join(lit_dir, "*.mlir"))):
+    paths = glob.glob(os.path.join(lit_dir, "**", "*.mlir"), recursive=True)
+    for path in sorted(paths, key=lambda p: (os.path.basename(p), p)):
         with open(path, encoding="utf-8") as f:
             text = f.read()
         chunks = re.split(r"(?m)^// -----\s*$", text)

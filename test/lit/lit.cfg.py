@@ -1,4 +1,8 @@
 # lit configuration for falcon-mlir's IR tests: `lit test/lit`.
+# One folder per pass: lcma-rewrite/, falcon-tiles/, and falcon-opt/ for the
+# tool's own behaviour (errors, pipeline parsing, print flags). A folder's
+# Inputs/ holds files its RUN lines name (`%S/Inputs/...`); the pytest helpers
+# use lcma-rewrite/Inputs/flat_profile.json too.
 import os
 import shutil
 

@@ -1,12 +1,12 @@
 """Tests of falcon_mlir.catalog: loaders, exact verification, symmetries,
-composition, metrics, the catalog data and the falcon-catalog CLI."""
+composition, metrics and the catalog data. (The falcon-catalog CLI:
+tools/test_falcon_catalog.py; the catalog build: scripts/test_build_catalog.py.)"""
 
 from __future__ import annotations
 
 import itertools
 import json
 import os
-import shutil
 import zlib
 from fractions import Fraction
 from pathlib import Path
@@ -16,12 +16,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from falcon_mlir.catalog import Catalog, Scheme, UnknownSchemeError, get_scheme, load_catalog
+from falcon_mlir.catalog import Scheme, UnknownSchemeError, get_scheme, load_catalog
 from falcon_mlir.catalog import loaders as L
 from falcon_mlir.catalog.scheme import to_fraction_array
-from falcon_mlir.tools.falcon_catalog import main as cli_main
+from repo_paths import ROOT as REPO
 
-REPO = Path(__file__).resolve().parents[2]
 SHARED = Path(os.environ.get("FALCON_SHARED", REPO.parent / "shared"))
 SCHEMES = SHARED / "schemes"
 needs_shared = pytest.mark.skipif(not SCHEMES.is_dir(), reason=f"source data not found at {SCHEMES}")
@@ -540,73 +539,3 @@ def test_block_evaluate():
     assert_evaluates(s, seed=41, p=3, q=2, r=5)
     with pytest.raises(ValueError):
         s.evaluate(np.ones((3, 3)), np.ones((3, 4)))
-
-
-# --------------------------------------------------------------------- CLI
-def test_cli_list(capsys):
-    assert cli_main(["list"]) == 0
-    out = capsys.readouterr().out
-    assert out.splitlines()[0].split()[:3] == ["NAME", "FORMAT", "RANK"]
-    for name in NAMES:
-        assert name in out
-    assert "strassen" in out and "winograd" in out
-    assert cli_main(["list", "--format", "3x2x4", "--json"]) == 0
-    rows = json.loads(capsys.readouterr().out)
-    assert [r["name"] for r in rows] == ["3x2x4:20"]
-
-
-def test_cli_show(capsys):
-    assert cli_main(["show", "strassen"]) == 0
-    out = capsys.readouterr().out
-    assert "2x2x2:7" in out and "stability E:       12" in out and "naive additions:   18" in out
-    assert "M7" in out and "fast-matmul" in out
-    assert cli_main(["show", "strassen*strassen"]) == 0
-    assert "M49" in capsys.readouterr().out
-
-
-def test_cli_verify(capsys):
-    assert cli_main(["verify"]) == 0
-    out = capsys.readouterr().out.splitlines()
-    assert len(out) == len(NAMES) + 2
-    assert out[-2].startswith("ok") and "strassen*strassen" in out[-2]
-    assert out[-1].startswith(f"{len(NAMES) + 1}/{len(NAMES) + 1} schemes verified exactly")
-
-
-def test_cli_errors(capsys):
-    assert cli_main(["show", "nope"]) == 1
-    err = capsys.readouterr().err
-    assert err.strip() == "falcon-catalog: unknown scheme 'nope' (run `falcon-catalog list` for the valid names)"
-    assert len(err.strip().splitlines()) == 1
-    assert cli_main(["frobnicate"]) == 2
-    assert len(capsys.readouterr().err.strip().splitlines()) == 1
-    assert cli_main(["list", "--format", "3by4"]) == 2
-    assert "Traceback" not in capsys.readouterr().err
-
-
-# ------------------------------------------------------------------ build
-@needs_shared
-def test_build_fails_on_corrupted_source(tmp_path, capsys):
-    import build_catalog
-
-    shared = tmp_path / "shared"
-    shutil.copytree(SHARED / "schemes", shared / "schemes")
-    victim = shared / "schemes/fastmatrixmultiplication/schemes/results/ZT/4x4x4_m49_ZT.json"
-    d = json.loads(victim.read_text())
-    d["u"][3][5] = 1 if d["u"][3][5] != 1 else 0
-    victim.write_text(json.dumps(d))
-    rc = build_catalog.main(["-q", "--shared", str(shared), "-o", str(tmp_path / "c.json")])
-    assert rc == 1
-    assert not (tmp_path / "c.json").exists()
-    err = capsys.readouterr().err
-    assert "4x4x4_m49_ZT.json: FAILS exact verification" in err
-
-
-@needs_shared
-def test_build_reproduces_data_file(tmp_path):
-    import build_catalog
-
-    out = tmp_path / "catalog.json"
-    assert build_catalog.main(["-q", "--shared", str(SHARED), "-o", str(out)]) == 0
-    built = json.loads(out.read_text())
-    committed = Catalog(built["schemes"])
-    assert committed.names() == NAMES

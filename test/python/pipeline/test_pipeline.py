@@ -30,6 +30,7 @@ from falcon_mlir.pipeline import (
     split_tool_flags,
 )
 from falcon_mlir.tools import falcon_compile
+from cases import contraction_mlir
 
 M, K, N = 64, 48, 32
 CPU = ["--iree-llvmcpu-target-cpu=host"]
@@ -571,3 +572,22 @@ def test_cli_lcma_explain_shows_the_defaults(tmp_path, capsys):
     assert rc == 0, err
     assert "rewritten: strassen" in err and "  defaults: barriers=true (" in err
     assert "profile=h200-iree (cuda target" in err and "edge=pad (" in err
+
+
+# --------------------------------------------------------------------------
+# Rewrite phases later than global-optimization
+# --------------------------------------------------------------------------
+
+HOST = ["--iree-llvmcpu-target-cpu=host"]
+
+
+@pytest.mark.parametrize("phase", ["dispatch-creation", "flow"])
+def test_fixed_late_rewrite_phase(phase):
+    import falcon_mlir
+    from falcon_mlir.api import CompileError
+
+    text, _ = contraction_mlir(16, 16, 16)
+    try:
+        falcon_mlir.compile_str(text, extra_args=HOST, lcma="scheme=strassen", lcma_phase=phase)
+    except CompileError as e:
+        assert "phase" in str(e), str(e)

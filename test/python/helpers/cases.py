@@ -6,6 +6,7 @@ import numpy as np
 
 from falcon_mlir.compare import rel_err  # noqa: F401 - the tests' max-norm relative error
 from falcon_mlir.ir.matmul_text import matmul_mlir
+from repo_paths import ROOT
 
 try:
     import ml_dtypes
@@ -17,12 +18,12 @@ NP_TYPES = {"f32": np.float32, "f64": np.float64, "f16": np.float16,
 if ml_dtypes is not None:
     NP_TYPES["bf16"] = ml_dtypes.bfloat16
 
-#: Machine epsilon of the accumulation type; bounds below scale with it.
 #: A test profile on which every compute-bound plan is predicted to win, so
-#: ``auto`` choices are decided by the error budget and the shape alone.
-FLAT_PROFILE = str(__import__("pathlib").Path(__file__).resolve().parents[1]
-                   / "lit" / "Inputs" / "flat_profile.json")
+#: ``auto`` choices are decided by the error budget and the shape alone
+#: (shared with the lit tests).
+FLAT_PROFILE = str(ROOT / "test" / "lit" / "lcma-rewrite" / "Inputs" / "flat_profile.json")
 
+#: Machine epsilon of the accumulation type; bounds below scale with it.
 EPS = {"f32": 2.0 ** -23, "f64": 2.0 ** -52, "f16": 2.0 ** -10, "bf16": 2.0 ** -7}
 
 
@@ -41,6 +42,15 @@ def contraction_mlir(M, N, K, *, lhs="f32", rhs=None, acc=None, batch=0, transpo
     shapes = [bs + ([K, M] if transpose_a else [M, K]), bs + ([N, K] if transpose_b else [K, N]),
               bs + [M, N]]
     return text, shapes
+
+
+def matmul_of_types(lt, at, M=8, N=8, K=8):
+    """``@f(A, B, C)``: a plain ``linalg.matmul`` (default maps, no attributes)
+    of ``lt`` operands into an ``at`` accumulator, as written by hand."""
+    ta, tb, tc = f"tensor<{M}x{K}x{lt}>", f"tensor<{K}x{N}x{lt}>", f"tensor<{M}x{N}x{at}>"
+    return (f"func.func @f(%a: {ta}, %b: {tb}, %c: {tc}) -> {tc} {{\n"
+            f"  %0 = linalg.matmul ins(%a, %b : {ta}, {tb}) outs(%c : {tc}) -> {tc}\n"
+            f"  return %0 : {tc}\n}}\n")
 
 
 def random_inputs(shapes, types, seed=0):

@@ -4,7 +4,8 @@ About 100 mutated lit inputs through falcon-opt, two processes at a time;
 none may crash, print a traceback or an internal error, hang, exit with a
 status other than 0/1, leave an output file after an error, or
 exit 0 with output that does not parse back.  Failures already pinned by a
-strict xfail in test_bad_input.py (fuzz_opt.KNOWN_BUGS) are tolerated here.
+strict xfail in tools/test_falcon_opt.py or passes/lcma_rewrite/test_unusual_ir.py
+(fuzz_opt.KNOWN_BUGS) are tolerated here.
 Longer campaigns: ``python3 scripts/fuzz_opt.py --cases 2000 --seed N``.
 """
 

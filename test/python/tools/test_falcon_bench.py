@@ -1,4 +1,5 @@
-"""falcon-bench on tiny shapes: columns, errors, ratios vs classical, bad arguments."""
+"""falcon-bench on tiny shapes: columns, errors, ratios vs classical, bad arguments,
+and the workloads file behind --workloads (falcon_mlir.bench.shapes)."""
 
 from __future__ import annotations
 
@@ -69,3 +70,23 @@ def test_bench_bad_arguments(argv, capsys):
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
     assert err.startswith("falcon-bench: error: ")
+
+
+def test_fixed_bench_workloads_mismatched_lists(tmp_path):
+    from falcon_mlir.bench.shapes import parse_workloads
+
+    p = tmp_path / "w.md"
+    p.write_text("| model | layer | K | N |\n|---|---|---|---|\n| tiny | q/k/v | 16/8 | 16/8/24 |\n")
+    with pytest.raises(ValueError):
+        parse_workloads(str(p), None)
+
+
+@pytest.mark.parametrize("content", ["0 16\n",
+                                     "| model | layer | K | N |\n|---|---|---|---|\n| t | q | 16 | 0 |\n"])
+def test_fixed_bench_workloads_zero_sizes(tmp_path, content):
+    from falcon_mlir.bench.shapes import parse_workloads
+
+    p = tmp_path / "w.md"
+    p.write_text(content)
+    with pytest.raises(ValueError):
+        parse_workloads(str(p), None)

@@ -95,9 +95,10 @@ def test_iree_classical_matches_library(block, data):
 def test_run_model_plain_iree(capsys):
     """tools/run_model.py end to end at small sizes with the rewrite off."""
     import importlib.util
-    import pathlib
 
-    path = pathlib.Path(__file__).resolve().parents[2] / "tools" / "run_model.py"
+    from repo_paths import ROOT
+
+    path = ROOT / "tools" / "run_model.py"
     spec = importlib.util.spec_from_file_location("run_model", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

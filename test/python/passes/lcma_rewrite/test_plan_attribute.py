@@ -1,0 +1,91 @@
+"""The falcon.plan attribute (dialects/plan.py) through lcma-rewrite: a plan
+the rewrite can follow is followed, with its numerics checked on IREE
+(llvm-cpu) against a float64 reference; malformed, unknown or unservable
+plans never crash, stay classical with a remark, and are removed either way.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from cases import random_inputs, reference, rel_err, rewrite
+from falcon_mlir.runner import run_mlir
+from tool_checks import MM, opt
+
+
+def _mm_with_plan(plan, M=8, N=8, K=8, ty="f32", acc=None):
+    acc = acc or ty
+    ta, tb, tc = f"tensor<{M}x{K}x{ty}>", f"tensor<{K}x{N}x{ty}>", f"tensor<{M}x{N}x{acc}>"
+    return (f"func.func @f(%a: {ta}, %b: {tb}, %c: {tc}) -> {tc} {{\n"
+            f"  %0 = linalg.matmul {{falcon.plan = {plan}}} ins(%a, %b : {ta}, {tb}) "
+            f"outs(%c : {tc}) -> {tc}\n  return %0 : {tc}\n}}\n")
+
+
+MALFORMED_PLANS = ['{schemes = "strassen"}', '{schemes = []}', '{schemes = [1, 2]}', '{}',
+                   '"strassen"', '["strassen"]', 'unit', '{schemes = ["strassen"], edge = "auto"}',
+                   '{schemes = ["strassen"], form = "GROUPED"}',
+                   '{schemes = ["strassen"], edge = 1 : i64}', '{schemes = ["nope"]}',
+                   '{schemes = ["strassen,strassen"]}',
+                   '{schemes = ["strassen", "strassen", "strassen", "strassen", "strassen"]}']
+
+
+@pytest.mark.parametrize("plan", MALFORMED_PLANS)
+def test_malformed_plan_stays_classical_and_is_removed(plan):
+    new, report = rewrite(_mm_with_plan(plan), "scheme=auto")
+    assert report[0]["plan"] == "classical"
+    assert "falcon.plan" not in new
+
+
+@pytest.mark.parametrize("plan,schemes", [
+    ('{schemes = ["Strassen"], extra = unit, tiles = [1, 2]}', ["Strassen"]),
+    ('{schemes = ["strassen*strassen"], form = "grouped"}', ["strassen*strassen"]),
+    ('{schemes = ["3x2x4:20"], form = "grouped", edge = "pad"}', ["3x2x4:20"]),
+])
+def test_plan_attribute_numerics(plan, schemes):
+    text = _mm_with_plan(plan, M=9, N=10, K=11)
+    new, report = rewrite(text, "scheme=auto")
+    assert report[0]["plan"]["schemes"] == schemes
+    a, b, c = random_inputs([[9, 11], [11, 10], [9, 10]], ["f32"] * 3, seed=7)
+    assert rel_err(run_mlir(new, "f", a, b, c), reference(a, b, c)) < 2e-5
+
+
+@pytest.mark.parametrize("plan,ty,acc", [
+    ('{schemes = ["strassen"], edge = "auto"}', "f32", None),
+    ('{schemes = ["nope"]}', "f32", None),
+    ('{schemes = ["4x4x4:48"]}', "i8", "i32"),
+])
+def test_fixed_unserved_plan_gets_no_remark(plan, ty, acc):
+    _, report = rewrite(_mm_with_plan(plan, ty=ty, acc=acc), "scheme=auto")
+    assert report[0]["plan"] == "classical"
+    assert report[0]["remark"] is True
+
+
+_PLAN_ON_ELEMENTWISE = """#id = affine_map<(d0, d1) -> (d0, d1)>
+func.func @f(%a: tensor<8x8xf32>, %b: tensor<8x8xf32>, %c: tensor<8x8xf32>) -> tensor<8x8xf32> {
+  %0 = linalg.generic {indexing_maps = [#id, #id, #id], iterator_types = ["parallel", "parallel"], falcon.plan = {schemes = ["strassen"]}} ins(%a, %b : tensor<8x8xf32>, tensor<8x8xf32>) outs(%c : tensor<8x8xf32>) {
+  ^bb0(%x: f32, %y: f32, %o: f32):
+    %s = arith.addf %x, %y : f32
+    linalg.yield %s : f32
+  } -> tensor<8x8xf32>
+  return %0 : tensor<8x8xf32>
+}
+"""
+
+
+def test_fixed_plan_on_non_contraction_survives():
+    new, report = rewrite(_PLAN_ON_ELEMENTWISE, "scheme=strassen")
+    assert "falcon.plan" not in new
+
+
+def test_plan_attribute_garbage_stays_classical(capfd, src, tmp_path):
+    text = MM.replace("linalg.matmul ins", 'linalg.matmul {falcon.plan = "garbage"} ins')
+    p, _ = src(text)
+    rc, out, err = opt(capfd, p, "--lcma-rewrite=scheme=strassen")
+    assert rc == 0 and "Traceback" not in err and "internal error" not in err
+    assert "falcon.plan" not in out
+
+
+def test_plan_attribute_with_unknown_scheme(capfd, src):
+    p, _ = src(MM.replace("linalg.matmul ins", 'linalg.matmul {falcon.plan = {schemes = ["nosuch"]}} ins'))
+    rc, out, err = opt(capfd, p, "--lcma-rewrite")
+    assert rc == 0 and "internal error" not in err, err

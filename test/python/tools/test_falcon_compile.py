@@ -1,0 +1,114 @@
+"""falcon-compile on bad input and bad command lines: bad --lcma-rewrite
+options, unwritable outputs (found before compiling), garbage and syntax
+errors, directories and missing inputs, unknown flags and phases, a full
+disk. Each keeps the bad-input promise (:mod:`tool_checks`); the cases are
+kept to the ones that fail before or right after a small compile.
+
+(The tool's successful runs are in pipeline/test_pipeline.py, beside the
+pipeline it drives.)
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from falcon_mlir.tools import falcon_compile
+from tool_checks import MM, SYNTAX, no_files_left, one_line_error
+
+
+CPU = ["--iree-hal-target-device=local", "--iree-hal-local-target-device-backends=llvm-cpu",
+       "--iree-llvmcpu-target-cpu=host"]
+
+
+def compile_(capfd, *argv):
+    rc = falcon_compile.main([str(a) for a in argv])
+    out, err = capfd.readouterr()
+    return rc, out, err
+
+
+@pytest.mark.parametrize("opts,needle", [
+    ("scheme=", "falcon-catalog list"),          # was: "lcma rewrite failed: IndexError" after a compile
+    ("scheme=,", "falcon-catalog list"),
+    ("scheme=nosuch", "falcon-catalog list"),
+    ("levels=9", "1..4"),
+    ("bogus=1", "keys: scheme"),
+])
+def test_compile_bad_lcma_options(capfd, src, tmp_path, opts, needle):
+    p, snap = src(MM)
+    out = tmp_path / "o.vmfb"
+    rc, _, err = compile_(capfd, p, "-o", out, f"--lcma-rewrite={opts}", *CPU)
+    one_line_error(rc, err, "falcon-compile: error:", needle)
+    assert not out.exists() and snap.unchanged()
+
+
+@pytest.mark.parametrize("where", ["missing-dir", "directory", "empty"])
+@pytest.mark.parametrize("which", ["-o", "--lcma-report"])
+def test_compile_unwritable_outputs_fail_before_compiling(capfd, src, tmp_path, where, which):
+    p, snap = src(MM)
+    d = tmp_path / "d"
+    d.mkdir()
+    bad = {"missing-dir": str(tmp_path / "no" / "x"), "directory": str(d), "empty": ""}[where]
+    out, rep = tmp_path / "o.vmfb", tmp_path / "r.json"
+    argv = ["-o", bad, f"--lcma-report={rep}"] if which == "-o" else ["-o", out, f"--lcma-report={bad}"]
+    t0 = time.time()
+    rc, _, err = compile_(capfd, p, *argv, "--lcma-rewrite=scheme=strassen", *CPU)
+    one_line_error(rc, err, "falcon-compile: error:")
+    assert ".tmp" not in err  # names the file asked for, not a temp file
+    assert time.time() - t0 < 60  # fails before compiling (a hang detector, not a timing)
+    # Used to leave the report behind when the .vmfb could not be renamed.
+    assert not out.exists() and not rep.exists() and list(d.iterdir()) == []
+    no_files_left(tmp_path, keep=("in.mlir", "d"))
+    assert snap.unchanged()
+
+
+def test_compile_garbage_and_syntax_errors(capfd, src, tmp_path):
+    out = tmp_path / "o.vmfb"
+    for data, needle in ((bytes(range(256)), "error:"), (SYNTAX, ":2:")):
+        p, snap = src(data)
+        rc, _, err = compile_(capfd, p, "-o", out, "--lcma-rewrite=scheme=strassen", *CPU)
+        one_line_error(rc, err, "falcon-compile: error:", needle)
+        assert not out.exists() and snap.unchanged()
+
+
+def test_compile_output_equal_to_input_untouched_on_error(capfd, src, tmp_path):
+    p, snap = src(SYNTAX)
+    rc, _, err = compile_(capfd, p, "-o", p, *CPU)
+    one_line_error(rc, err, f"{p}:2:")
+    assert snap.unchanged()
+
+
+def test_compile_directory_and_missing_input(capfd, tmp_path):
+    for inp in (tmp_path, tmp_path / "nope.mlir"):
+        rc, _, err = compile_(capfd, inp, "-o", tmp_path / "o.vmfb", *CPU)
+        one_line_error(rc, err, "cannot open input file")
+    assert not (tmp_path / "o.vmfb").exists()
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--iree-bogus-flag"], "iree-bogus-flag"),
+    (["--compile-to=bogus"], "unknown phase"),
+    (["--lcma-phase=bogus"], "unknown rewrite phase"),
+    (["--lcma-phase=end"], "between 'input' and 'global-optimization'"),
+    (["-o"], "requires a value"),
+    (["second.mlir"], "more than one input"),
+    (["--split-input-file"], "not supported"),
+])
+def test_compile_bad_command_lines(capfd, src, tmp_path, argv, needle):
+    p, snap = src(MM)
+    rc, out, err = compile_(capfd, p, *CPU, *argv)
+    one_line_error(rc, err, needle)
+    assert out == "" and snap.unchanged()
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_compile_disk_full_on_stdout(tmp_path):
+    with open("/dev/full", "wb") as full:
+        r = subprocess.run([sys.executable, "-m", "falcon_mlir.tools.falcon_compile", "-", "--no-lcma",
+                            "--compile-to=input", *CPU], input=MM.encode(), stdout=full,
+                           stderr=subprocess.PIPE, timeout=300)
+    one_line_error(r.returncode, r.stderr.decode(), "cannot write to stdout")

@@ -429,12 +429,13 @@ def compile_kernel(spec: GemmSpec, config: Optional[KernelConfig] = None, arch: 
 def cuobjdump_path() -> Optional[str]:
     """The ``cuobjdump`` that Triton's package carries (else one on PATH), or None.
 
-    Found from the package's location (``importlib.util.find_spec``), without importing Triton.
+    Found from the package's location on the import path
+    (``importlib.machinery.PathFinder``: it also works where ``sys.modules``
+    holds ``triton = None`` to keep Triton out of a process), without importing Triton.
     """
-    try:
-        found = importlib.util.find_spec("triton")
-    except (ImportError, ValueError):
-        found = None
+    import importlib.machinery
+
+    found = importlib.machinery.PathFinder.find_spec("triton")
     if found is not None and found.origin:
         p = Path(found.origin).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
         if p.is_file() and os.access(p, os.X_OK):

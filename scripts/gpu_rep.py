@@ -1,12 +1,16 @@
 #!/usr/bin/env python3
 """GEMMs through falcon-compile and plain IREE on a GPU, timed inside one module call.
 
-IREE's synchronous call costs 60-140 us of host work on the H200
-(docs/kernels.md), which hides a GEMM's own time at 8192 x 4096 x 4096. Each
-module here runs the product R times in one call (an ``scf.for`` whose A
+Each module runs the product R times in one call (an ``scf.for`` whose A
 goes through ``util.optimization_barrier`` each trip, so no trip is folded
-away), and the per-product time is ``(t(R) - t(1)) / (R - 1)``: what the
-product costs inside a model.
+away), and the per-trip time is ``(t(R) - t(1)) / (R - 1)``. Measured on the
+H200 (2026-12-01): the barrier on a device resource makes IREE wait for it on
+the host every trip, so a trip costs about what a synchronous call costs
+(the kernel plus 0.1-0.6 ms); it compares falcon's module with plain IREE's
+under the same conditions, not the kernel with cuBLAS. For the kernel's own
+time inside a falcon-compiled module use a profiler on one call:
+``ncu --csv --clock-control none --metrics gpu__time_duration.sum python3
+DIR/gpu_rep_run.py DIR --once FILE.vmfb`` (docs/kernels.md).
 
 * ``prepare DIR [--shapes MxNxK ...] [--dtypes bf16 f16 f32] [--reps 21]`` HERE:
   for each shape and dtype (A, B in the dtype, C in the dtype, f32

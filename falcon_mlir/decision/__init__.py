@@ -125,7 +125,7 @@ _CACHE: Dict[tuple, Decision] = {}
 
 
 def decide(pb: Problem, profile: Optional[Profile] = None, *, levels: Optional[int] = None,
-           forms: Sequence[str] = FORMS, edges: Sequence[str] = EDGES,
+           forms: Optional[Sequence[str]] = None, edges: Sequence[str] = EDGES,
            budget: Optional[float] = None, forced: Optional[Sequence[str]] = None,
            min_gain: float = MIN_GAIN, kernel_budget: Optional[float] = None) -> Decision:
     """Rank classical and LCMA plans for one contraction and pick one.
@@ -134,7 +134,8 @@ def decide(pb: Problem, profile: Optional[Profile] = None, *, levels: Optional[i
         pb: the contraction (:class:`Problem`: sizes in elements, element types).
         profile: the target (default: :func:`load_profile` ``("host")``).
         levels: exact number of levels, or ``None`` for 1..:data:`MAX_AUTO_LEVELS`.
-        forms: forms allowed (``per-product``, ``grouped``).
+        forms: forms allowed (``per-product``, ``grouped``, ``kernel``; ``None``:
+            the profile's :attr:`Profile.plan_forms`).
         edges: edge strategies allowed (``peel``, ``pad``).
         budget: max predicted relative error of a float contraction (``None``:
             no limit); plans over it are skipped.
@@ -152,6 +153,8 @@ def decide(pb: Problem, profile: Optional[Profile] = None, *, levels: Optional[i
         falcon_mlir.catalog.UnknownSchemeError: a forced scheme is unknown.
     """
     profile = profile or load_profile("host")
+    if forms is None:
+        forms = profile.plan_forms
     key = (pb, json.dumps(profile.to_dict(), sort_keys=True), levels, tuple(forms),
            tuple(edges), budget, tuple(forced) if forced else None, min_gain, kernel_budget)
     hit = _CACHE.get(key)

@@ -39,6 +39,8 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
+from falcon_mlir.kernels.aot import resource_usage  # imports no Triton
+
 #: The kernel metadata fields a result carries (Triton's ``CompiledKernel.metadata``).
 METADATA_FIELDS = ("name", "num_warps", "num_stages", "shared", "num_ctas", "cluster_dims",
                    "global_scratch_size", "global_scratch_align", "profile_scratch_size",
@@ -97,29 +99,6 @@ def _one_line(e: BaseException) -> str:
     return lines[-1] if lines else type(e).__name__
 
 
-def _cuobjdump() -> Optional[str]:
-    import shutil
-
-    import triton
-    p = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
-    return str(p) if p.is_file() and os.access(p, os.X_OK) else shutil.which("cuobjdump")
-
-
-def _usage(cubin: bytes) -> dict:
-    import re
-    import tempfile
-
-    tool = _cuobjdump()
-    if tool is None:
-        return {}
-    with tempfile.TemporaryDirectory() as d:
-        p = Path(d) / "kernel.cubin"
-        p.write_bytes(cubin)
-        r = subprocess.run([tool, "-res-usage", str(p)], capture_output=True, text=True)
-    m = re.search(r"REG:(\d+)\s+STACK:(\d+)", r.stdout) if r.returncode == 0 else None
-    return {"registers": int(m.group(1)), "stack_bytes": int(m.group(2))} if m else {}
-
-
 def _load_source(path: str, fn: str):
     """The ``@triton.jit`` function ``fn`` of a generated source file (imported by path, once)."""
     import hashlib
@@ -155,7 +134,7 @@ def _compile(fn, signature: dict, constexprs: dict, pointers: int, options: dict
         md[f] = list(v) if isinstance(v, tuple) else v
     cubin = bytes(k.asm["cubin"])
     return {"ok": True, "cubin": base64.b64encode(cubin).decode("ascii"), "metadata": md, "seconds": seconds,
-            "triton_version": triton.__version__, "usage": _usage(cubin)}
+            "triton_version": triton.__version__, "usage": resource_usage(cubin)}
 
 
 def _gemm_job(job: dict) -> dict:

@@ -548,7 +548,7 @@ def test_cuda_defaults_are_applied_visibly_and_never_over_the_user():
     tiles = []
     _, rep = falcon_mlir.compile_str(LINALG_MM, target_backends=["cuda"], extra_args=cuda,
                                      lcma="scheme=strassen", return_report=True,
-                                     tiles_report=tiles)
+                                     tiles_report=tiles, kernels="none")
     d = rep[0]["defaults"]
     assert sorted(d) == ["barriers", "dispatch", "edge", "profile"]
     assert d["profile"].startswith("h200-iree (cuda target")
@@ -567,7 +567,8 @@ def test_cli_lcma_explain_shows_the_defaults(tmp_path, capsys):
     src.write_text(LINALG_MM)
     rc = falcon_compile.main([str(src), "-o", str(tmp_path / "o.mlir"), "--lcma-explain",
                               "--lcma-rewrite=scheme=strassen", "--iree-hal-target-device=cuda",
-                              "--iree-cuda-target=sm_80", "--compile-to=global-optimization"])
+                              "--iree-cuda-target=sm_80", "--compile-to=global-optimization",
+                              "--falcon-kernels=none"])
     err = capsys.readouterr().err
     assert rc == 0, err
     assert "rewritten: strassen" in err and "  defaults: barriers=true (" in err
@@ -591,3 +592,17 @@ def test_fixed_late_rewrite_phase(phase):
         falcon_mlir.compile_str(text, extra_args=HOST, lcma="scheme=strassen", lcma_phase=phase)
     except CompileError as e:
         assert "phase" in str(e), str(e)
+
+
+def test_cuda_with_kernels_implies_the_kernel_profile_visibly():
+    """With the cuda extra, falcon-kernels runs for a cuda target and lcma-rewrite
+    decides on the h200-falcon profile; both are listed as defaults."""
+    from falcon_mlir.passes.falcon_kernels import triton_available
+
+    if not triton_available():
+        pytest.skip("needs the cuda extra (Triton)")
+    _, rep = falcon_mlir.compile_str(LINALG_MM, target_backends=["cuda"], return_report=True,
+                                     extra_args=["--iree-cuda-target=sm_80",
+                                                 "--compile-to=global-optimization"])
+    assert rep[0]["defaults"]["profile"].startswith("h200-falcon (falcon-kernels on")
+    assert rep[0]["kernels"][0]["defaults"]["arch"].startswith("sm_90a (cuda target")

@@ -176,15 +176,20 @@ def external_dispatch(exe: str, entry: str, operands: Sequence[tuple], results: 
 
 
 def dispatch_text(kernel: CompiledKernel, exe: Optional[str] = None, a: str = "%a", b: str = "%b",
-                  result: str = "%r") -> str:
+                  result: str = "%r", types: Optional[Sequence[str]] = None) -> str:
     """The ``flow.dispatch`` line computing C from ``a`` and ``b``; C is ``{result}#0``.
 
     Results: C, the global scratch and the profile scratch (``tensor<Nxi8>``).
+    ``types``: the tensor types of A, B and C as the caller holds them (e.g.
+    with a unit batch dimension the spec drops; the kernel sees only the
+    buffers, so any shape of the same elements works); default the spec's
+    (:attr:`GemmSpec.a_shape`, ...).
     """
     spec = kernel.spec
-    a_t, b_t = tensor_type(spec.a_shape, spec.a_dtype), tensor_type(spec.b_shape, spec.b_dtype)
-    return external_dispatch(exe or executable_name(kernel), kernel.name, [(a, a_t), (b, b_t)],
-                             [tensor_type(spec.c_shape, spec.out_dtype)], scratch_bytes(kernel), result)
+    a_t, b_t, c_t = types or (tensor_type(spec.a_shape, spec.a_dtype), tensor_type(spec.b_shape, spec.b_dtype),
+                              tensor_type(spec.c_shape, spec.out_dtype))
+    return external_dispatch(exe or executable_name(kernel), kernel.name, [(a, a_t), (b, b_t)], [c_t],
+                             scratch_bytes(kernel), result)
 
 
 def reference_func(spec: GemmSpec, name: str = "reference") -> str:

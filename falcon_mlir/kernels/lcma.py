@@ -821,14 +821,21 @@ def plan_executables(plan: CompiledPlan, target_attr: str) -> str:
     return "\n".join(parts)
 
 
-def plan_dispatches(plan: CompiledPlan, a: str = "%a", b: str = "%b", prefix: str = "%lcma") -> tuple:
-    """(lines, C value): the four ``flow.dispatch`` lines of a plan reading ``a`` and ``b``."""
+def plan_dispatches(plan: CompiledPlan, a: str = "%a", b: str = "%b", prefix: str = "%lcma",
+                    types: Optional[Sequence[str]] = None) -> tuple:
+    """(lines, C value): the four ``flow.dispatch`` lines of a plan reading ``a`` and ``b``.
+
+    ``types``: the tensor types of A, B and C as the caller holds them (same
+    elements as ``M x K``, ``K x N``, ``M x N``, e.g. with a unit batch
+    dimension); default those 2-D types.
+    """
     from .embed import external_dispatch, scratch_bytes, tensor_type
     s, g = plan.spec, plan.geometry
     names = _exe_names(plan)
-    a_t, b_t = tensor_type((s.M, s.K), s.dtype), tensor_type((s.K, s.N), s.dtype)
+    a_t, b_t, c_t = types or (tensor_type((s.M, s.K), s.dtype), tensor_type((s.K, s.N), s.dtype),
+                              tensor_type((s.M, s.N), s.out_dtype))
     ao_t, bo_t = tensor_type(g.a_ops_shape, s.dtype), tensor_type(g.b_ops_shape, s.dtype)
-    p_t, c_t = tensor_type(g.products_shape, s.product_dtype), tensor_type((s.M, s.N), s.out_dtype)
+    p_t = tensor_type(g.products_shape, s.product_dtype)
     ka, kb, kc = plan.combine_a, plan.combine_b, plan.combine_c
     lines = [
         external_dispatch(names["a"], ka.name, [(a, a_t)], [ao_t], scratch_bytes(ka), f"{prefix}_a"),

@@ -161,13 +161,16 @@ def _splice(root, chosen: list, compiled: list, options: KernelsOptions, arch: s
     for (c, served, entry), k in zip(chosen, compiled):
         if isinstance(k, Exception):
             raise RuntimeError(f"falcon-kernels: {entry['location']}: {' '.join(str(k).split())}")
+        # The call takes A, B and C as the op holds them: a batch of 1 keeps its
+        # unit dimension there, which the kernel's spec drops (same buffers).
+        types = tuple(str(v.type) for v in (c.op.operands[0], c.op.operands[1], c.op.results[0]))
         if entry["kernel"] == "plan":
-            fn = sp.plan_function(k)
+            fn = sp.plan_function(k, types)
             entry["plan"] = {"scheme": k.scheme_name, "R": k.geometry.R,
                              "products": k.spec.product_dtype,
                              "gemm_config": k.products.config.label}
         else:
-            fn = sp.gemm_function(k)
+            fn = sp.gemm_function(k, types)
             entry["config"] = k.config.label
             entry["shared_bytes"] = k.shared
             entry["programs"] = k.num_programs

@@ -12,7 +12,8 @@ whose functions are ``util.func`` (IREE's input phase and later) get
 
 from __future__ import annotations
 
-from typing import Dict
+import hashlib
+from typing import Dict, Optional
 
 from iree.compiler import ir
 from iree.compiler.dialects import arith, func
@@ -22,7 +23,13 @@ from falcon_mlir.kernels.embed import executable_name, executable_source
 from falcon_mlir.kernels.lcma import plan_dispatches, plan_executables
 from falcon_mlir.kernels.embed import dispatch_text, tensor_type as type_text
 
-__all__ = ["Splicer"]
+__all__ = ["Splicer", "SymbolClashError"]
+
+
+class SymbolClashError(ValueError):
+    """The module already holds a symbol of the name a kernel's executable or
+    wrapper needs, and it is not that same op (names carry a content hash, so
+    an equal op is the same kernel, e.g. from an earlier run of the pass)."""
 
 
 class Splicer:
@@ -38,21 +45,33 @@ class Splicer:
         self.target_attr = target_attr
         self.block = module_op.regions[0].blocks[0]
         self.util = any(op.operation.name == "util.func" for op in self.block.operations)
-        self.symbols = {op.operation.attributes["sym_name"].value
+        self.symbols = {op.operation.attributes["sym_name"].value: op.operation
                         for op in self.block.operations if "sym_name" in op.operation.attributes}
-        self.wrappers: Dict[str, str] = {}
+        self.wrappers: Dict[tuple, str] = {}
 
     # -- module-level text -------------------------------------------------------
     def _insert(self, text: str) -> None:
-        """Parse ``text`` (top-level ops) in the module's context and put it first in the module."""
+        """Parse ``text`` (top-level ops) in the module's context and put it first in the module.
+
+        An op whose symbol the module already holds is not added again when
+        the one there is the same op (printed alike).
+
+        Raises:
+            SymbolClashError: the module holds another op under that symbol.
+        """
         parsed = ir.Module.parse("module {\n" + text + "\n}", context=self.module.context)
         first = self.block.operations[0]
         for op in list(parsed.body.operations):
             name = op.operation.attributes["sym_name"].value
-            if name in self.symbols:
+            old = self.symbols.get(name)
+            if old is not None:
+                if str(old) != str(op.operation):
+                    raise SymbolClashError(
+                        f"the module already holds a symbol @{name} that is not falcon's kernel of "
+                        "that name; rename it")
                 continue
             op.operation.move_before(first)
-            self.symbols.add(name)
+            self.symbols[name] = op.operation
 
     def _wrapper(self, name: str, args: str, lines: list, result: str, result_type: str) -> str:
         fn, ret = ("util.func", "util.return") if self.util else ("func.func", "return")
@@ -60,32 +79,56 @@ class Splicer:
         return (f"{fn} private @{name}({args}) -> {result_type} {{\n{body}"
                 f"  {ret} {result} : {result_type}\n}}")
 
-    def gemm_function(self, kernel) -> str:
-        """The wrapper function's symbol for a compiled GEMM kernel (added once)."""
-        exe = executable_name(kernel)
-        name = exe + "_call"
-        if name not in self.wrappers:
-            s = kernel.spec
-            a_t, b_t = type_text(s.a_shape, s.a_dtype), type_text(s.b_shape, s.b_dtype)
-            c_t = type_text(s.c_shape, s.out_dtype)
-            self._insert(executable_source(kernel, self.target_attr) + "\n" + self._wrapper(
-                name, f"%a: {a_t}, %b: {b_t}", [dispatch_text(kernel, exe, "%a", "%b", "%r")],
-                "%r#0", c_t))
-            self.wrappers[name] = c_t
-        return name
+    @staticmethod
+    def _name(base: str, types: tuple, canonical: tuple) -> str:
+        """``base``, or ``base`` with a short hash of ``types`` where they are
+        not the spec's own (e.g. a unit batch dimension): one wrapper per signature."""
+        if types == canonical:
+            return base
+        return base + "_" + hashlib.sha256(" ".join(types).encode()).hexdigest()[:8]
 
-    def plan_function(self, plan) -> str:
-        """The wrapper function's symbol for a compiled kernel-form plan (added once)."""
-        name = "falcon_plan_" + plan.spec.name.replace("-", "_")
-        if name not in self.wrappers:
-            s = plan.spec
-            a_t, b_t = type_text((s.M, s.K), s.dtype), type_text((s.K, s.N), s.dtype)
-            c_t = type_text((s.M, s.N), s.out_dtype)
-            lines, c = plan_dispatches(plan)
+    def gemm_function(self, kernel, types: Optional[tuple] = None) -> str:
+        """The wrapper function's symbol for a compiled GEMM kernel (added once per signature).
+
+        ``types``: A, B and C's tensor types as the contraction holds them
+        (default the spec's; they differ by unit dimensions, e.g. a batch of 1).
+        """
+        exe = executable_name(kernel)
+        s = kernel.spec
+        canonical = (type_text(s.a_shape, s.a_dtype), type_text(s.b_shape, s.b_dtype),
+                     type_text(s.c_shape, s.out_dtype))
+        types = tuple(types or canonical)
+        key = (exe, types)
+        if key not in self.wrappers:
+            name = self._name(exe + "_call", types, canonical)
+            a_t, b_t, c_t = types
+            self._insert(executable_source(kernel, self.target_attr) + "\n" + self._wrapper(
+                name, f"%a: {a_t}, %b: {b_t}",
+                [dispatch_text(kernel, exe, "%a", "%b", "%r", types=types)], "%r#0", c_t))
+            self.wrappers[key] = name
+        return self.wrappers[key]
+
+    def plan_function(self, plan, types: Optional[tuple] = None) -> str:
+        """The wrapper function's symbol for a compiled kernel-form plan (added once per signature).
+
+        ``types``: as for :meth:`gemm_function` (default ``M x K``, ``K x N``, ``M x N``).
+        """
+        s = plan.spec
+        canonical = (type_text((s.M, s.K), s.dtype), type_text((s.K, s.N), s.dtype),
+                     type_text((s.M, s.N), s.out_dtype))
+        types = tuple(types or canonical)
+        # The kernels' keys name the wrapper: a plan compiled otherwise (another
+        # Triton, other tiles) is another wrapper, never a clash.
+        digest = hashlib.sha256("".join(k.key for k in plan.kernels).encode()).hexdigest()[:8]
+        key = ("plan", digest, types)
+        if key not in self.wrappers:
+            name = self._name(f"falcon_plan_{plan.spec.name.replace('-', '_')}_{digest}", types, canonical)
+            a_t, b_t, c_t = types
+            lines, c = plan_dispatches(plan, types=types)
             self._insert(plan_executables(plan, self.target_attr) + "\n" + self._wrapper(
                 name, f"%a: {a_t}, %b: {b_t}", lines, c, c_t))
-            self.wrappers[name] = c_t
-        return name
+            self.wrappers[key] = name
+        return self.wrappers[key]
 
     # -- the call ----------------------------------------------------------------
     def replace(self, op, function: str, accumulate: bool) -> None:

@@ -1,0 +1,289 @@
+"""falcon-kernels end to end without a GPU: the module the pass builds computes what the input did.
+
+The kernels' own numerics (a :class:`GemmSpec` against float64, every layout)
+are checked under Triton's interpreter in test/python/kernels. What is left
+is the pass's part: which spec it derives from an op, which values it passes
+to the call (A and B, in order, as stored), how it adds a live accumulator,
+the wrapper's types. Here the pass runs with its compile step replaced by
+made-up kernels and its splicer by one that puts, in place of each kernel's
+dispatch, IREE's own product of the spec the pass derived
+(:func:`falcon_mlir.kernels.embed.reference_func`: ``op(A) @ op(B)`` read as
+the kernel reads the buffers). Both the input and the result then run on the
+CPU, on the same random inputs. A wrong layout flag, swapped operands, a lost
+or doubled accumulator, or a wrapper whose types do not fit the op shows as a
+wrong result or an IR error. Needs no Triton.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from iree.compiler import ir
+
+from falcon_mlir.kernels import GemmSpec
+from falcon_mlir.kernels.aot import CompiledKernel
+from falcon_mlir.kernels.configs import choose_config
+from falcon_mlir.kernels.embed import reference_func, tensor_type
+from falcon_mlir.kernels.lcma import PlanSpec
+from falcon_mlir.passes import falcon_kernels as fk
+from falcon_mlir.passes.falcon_kernels import KernelsOptions, run_falcon_kernels
+from falcon_mlir.passes.falcon_kernels.splice import Splicer
+from falcon_mlir.runner import run_mlir
+
+
+def _fake_kernel(spec: GemmSpec) -> CompiledKernel:
+    cubin = b"\x7fELF" + hashlib.sha256(spec.name.encode()).digest()
+    return CompiledKernel(spec=spec, config=choose_config(spec), arch="sm_90a", name="falcon_gemm", cubin=cubin,
+                          num_warps=4, shared=0, global_scratch_size=384, global_scratch_align=128,
+                          profile_scratch_size=0, profile_scratch_align=1, num_programs=1,
+                          triton_version="fake", key=hashlib.sha256(cubin).hexdigest())
+
+
+def _fake_plan(spec: PlanSpec):
+    from falcon_mlir.kernels.lcma import resolve_scheme
+
+    return SimpleNamespace(spec=spec, scheme_name=resolve_scheme(spec.scheme).name,
+                           geometry=SimpleNamespace(R=resolve_scheme(spec.scheme).R),
+                           products=SimpleNamespace(config=SimpleNamespace(label="fake")))
+
+
+def _fake_compile(chosen, arch):
+    return [_fake_plan(s.spec) if isinstance(s.spec, PlanSpec) else _fake_kernel(s.spec) for _, s, _ in chosen]
+
+
+class ReferenceSplicer(Splicer):
+    """Puts IREE's own product of the spec where the kernel's dispatch would be."""
+
+    def _reference(self, spec: GemmSpec, types: tuple) -> str:
+        name = f"ref_{spec.name}_{hashlib.sha256(' '.join(types).encode()).hexdigest()[:8]}"
+        if name in self.symbols:
+            return name
+        own = (tensor_type(spec.a_shape, spec.a_dtype), tensor_type(spec.b_shape, spec.b_dtype),
+               tensor_type(spec.c_shape, spec.out_dtype))
+        lines, vals = [], []
+        for v, t, o in zip(("%a", "%b"), types[:2], own[:2]):
+            if t != o:  # a unit batch dimension the spec drops: the same buffer, read as the kernel reads it
+                lines.append(f"  {v}2 = tensor.collapse_shape {v} [[0, 1], [2]] : {t} into {o}")
+                v = v + "2"
+            vals.append(v)
+        lines.append(f"  %r = call @{name}_spec({vals[0]}, {vals[1]}) : ({own[0]}, {own[1]}) -> {own[2]}")
+        r = "%r"
+        if types[2] != own[2]:
+            lines.append(f"  %r2 = tensor.expand_shape %r [[0, 1], [2]] output_shape [1, {spec.M}, {spec.N}] "
+                         f": {own[2]} into {types[2]}")
+            r = "%r2"
+        text = (f"func.func private @{name}(%a: {types[0]}, %b: {types[1]}) -> {types[2]} {{\n"
+                + "\n".join(lines) + f"\n  return {r} : {types[2]}\n}}\n" + reference_func(spec, name + "_spec"))
+        self._insert(text)
+        return name
+
+    def gemm_function(self, kernel, types=None):
+        return self._reference(kernel.spec, types)
+
+    def plan_function(self, plan, types=None):
+        s = plan.spec  # a plan computes the classical product A @ B (its numerics: test_kernels_lcma.py)
+        return self._reference(GemmSpec(s.M, s.N, s.K, s.dtype, s.dtype, s.out_dtype), types)
+
+
+@pytest.fixture
+def reference_kernels(monkeypatch):
+    """run_falcon_kernels with made-up kernels and the reference splicer (no Triton, no IREE probe)."""
+    import falcon_mlir.kernels.embed as embed
+    import falcon_mlir.passes.falcon_kernels.splice as splice
+
+    monkeypatch.setattr(fk, "triton_available", lambda: True)
+    monkeypatch.setattr(fk, "_compile", _fake_compile)
+    monkeypatch.setattr(splice, "Splicer", ReferenceSplicer)
+    monkeypatch.setattr(embed, "cuda_target_attribute", lambda flags=(): "#fake")
+
+    def run(text: str, options: str = "min-flops=0 min-intensity=0"):
+        with ir.Context():
+            m = ir.Module.parse(text)
+            rep = run_falcon_kernels(m.operation, KernelsOptions.parse(options))
+            m.operation.verify()
+            return str(m), rep
+    return run
+
+
+def _inputs(text: str, seed: int = 0) -> list:
+    """Random arguments for ``@f`` of ``text`` (f32 / f16 tensors)."""
+    rng = np.random.default_rng(seed)
+    with ir.Context():
+        m = ir.Module.parse(text)
+        f = [op for op in m.body.operations if op.operation.attributes["sym_name"].value == "f"][0]
+        types = [ir.RankedTensorType(t) for t in ir.FunctionType(ir.TypeAttr(f.attributes["function_type"]).value).inputs]
+        return [rng.standard_normal(t.shape).astype({"f32": np.float32, "f16": np.float16}[str(t.element_type)])
+                for t in types]
+
+
+T = "tensor<{}>"
+MAP = "affine_map<({d}) -> ({r})>"
+
+
+def _generic(maps: tuple, shapes: tuple, t: str, acc: str, iters: tuple) -> str:
+    """``@f(A, B, C) -> C + contraction`` as a linalg.generic with ``maps`` over loop dims d0...."""
+    d = ", ".join(f"d{i}" for i in range(len(iters)))
+    am = [MAP.format(d=d, r=", ".join(f"d{i}" for i in m)) for m in maps]
+    ta, tb, tc = (T.format("x".join(map(str, s)) + "x" + e) for s, e in zip(shapes, (t, t, acc)))
+    ext = (f"    %xe = arith.extf %x : {t} to {acc}\n    %ye = arith.extf %y : {t} to {acc}\n"
+           if t != acc else "")
+    x, y = ("%xe", "%ye") if ext else ("%x", "%y")
+    its = ", ".join(f'"{i}"' for i in iters)
+    return (f"func.func @f(%a: {ta}, %b: {tb}, %c: {tc}) -> {tc} {{\n"
+            f"  %0 = linalg.generic {{indexing_maps = [{', '.join(am)}], iterator_types = [{its}]}} "
+            f"ins(%a, %b : {ta}, {tb}) outs(%c : {tc}) {{\n"
+            f"  ^bb0(%x: {t}, %y: {t}, %z: {acc}):\n{ext}"
+            f"    %p = arith.mulf {x}, {y} : {acc}\n    %s = arith.addf %z, %p : {acc}\n"
+            f"    linalg.yield %s : {acc}\n  }} -> {tc}\n  return %0 : {tc}\n}}\n")
+
+
+M, N, K, B = 24, 16, 40, 3
+P, R_, S_ = ("parallel", "parallel", "reduction")
+LAYOUTS = {
+    # loop dims (m, n, k)
+    "nn": ((0, 2), (2, 1), (0, 1)),
+    "tn": ((2, 0), (2, 1), (0, 1)),
+    "nt": ((0, 2), (1, 2), (0, 1)),
+    "tt": ((2, 0), (1, 2), (0, 1)),
+}
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+@pytest.mark.parametrize("types", [("f32", "f32"), ("f16", "f32")])
+def test_layouts_and_live_accumulator_compute_the_op(reference_kernels, layout, types):
+    maps = LAYOUTS[layout]
+    shapes = tuple(tuple((M, N, K)[i] for i in m) for m in maps)
+    text = _generic(maps, shapes, *types, (P, P, S_))
+    out, rep = reference_kernels(text)
+    assert rep[0]["kernel"] == "classical" and rep[0]["accumulate"], rep
+    args = _inputs(text)
+    want, got = run_mlir(text, "f", *args), run_mlir(out, "f", *args)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=2e-5, atol=2e-5)
+
+
+def test_batched_permuted_loops_compute_the_op(reference_kernels):
+    # loop dims (n, b, k, m): A (b, k, m), B (b, n, k), C (b, m, n)
+    text = _generic(((1, 2, 3), (1, 0, 2), (1, 3, 0)), ((B, K, M), (B, N, K), (B, M, N)), "f32", "f32",
+                    (P, P, S_, P))
+    out, rep = reference_kernels(text)
+    assert rep[0]["kernel"] == "classical" and rep[0]["batch"] == [B]
+    args = _inputs(text)
+    np.testing.assert_allclose(np.asarray(run_mlir(out, "f", *args)), np.asarray(run_mlir(text, "f", *args)),
+                               rtol=2e-5, atol=2e-5)
+
+
+BMM1 = """func.func @f(%a: tensor<1x{M}x{K}xf32>, %b: tensor<1x{K}x{N}xf32>) -> tensor<1x{M}x{N}xf32> {{
+  %cst = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<1x{M}x{N}xf32>
+  %z = linalg.fill ins(%cst : f32) outs(%e : tensor<1x{M}x{N}xf32>) -> tensor<1x{M}x{N}xf32>
+  %0 = linalg.batch_matmul {attr} ins(%a, %b : tensor<1x{M}x{K}xf32>, tensor<1x{K}x{N}xf32>) outs(%z : tensor<1x{M}x{N}xf32>) -> tensor<1x{M}x{N}xf32>
+  return %0 : tensor<1x{M}x{N}xf32>
+}}
+"""
+
+
+@pytest.mark.parametrize("attr", ["", '{falcon.plan = {schemes = ["strassen"], form = "kernel"}}'])
+def test_batch_of_one_keeps_its_unit_dimension(reference_kernels, attr):
+    """Was: 'func.call' op operand type mismatch (the wrapper took the spec's M x K, the op holds 1 x M x K)."""
+    text = BMM1.format(M=32, N=32, K=32, attr=attr)
+    out, rep = reference_kernels(text)
+    assert rep[0]["kernel"] == ("plan" if attr else "classical") and not rep[0]["accumulate"]
+    args = _inputs(text)
+    np.testing.assert_allclose(np.asarray(run_mlir(out, "f", *args)), np.asarray(run_mlir(text, "f", *args)),
+                               rtol=2e-5, atol=2e-5)
+
+
+LOOP = """func.func @f(%a: tensor<32x48xf32>, %b: tensor<48x32xf32>, %p: tensor<32x32xf32>) -> (tensor<32x32xf32>, tensor<32x32xf32>) {
+  %one = arith.constant 1.0 : f32
+  %e = tensor.empty() : tensor<32x32xf32>
+  %f = linalg.fill ins(%one : f32) outs(%e : tensor<32x32xf32>) -> tensor<32x32xf32>
+  %0 = linalg.matmul ins(%a, %b : tensor<32x48xf32>, tensor<48x32xf32>) outs(%f : tensor<32x32xf32>) -> tensor<32x32xf32>
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c3 = arith.constant 3 : index
+  %1 = scf.for %i = %c0 to %c3 step %c1 iter_args(%acc = %0) -> tensor<32x32xf32> {
+    %2 = linalg.matmul ins(%a, %b : tensor<32x48xf32>, tensor<48x32xf32>) outs(%acc : tensor<32x32xf32>) -> tensor<32x32xf32>
+    scf.yield %2 : tensor<32x32xf32>
+  }
+  %3 = arith.addf %0, %p : tensor<32x32xf32>
+  return %1, %3 : tensor<32x32xf32>, tensor<32x32xf32>
+}
+"""
+
+
+def test_non_zero_fill_loop_carried_accumulator_and_a_result_used_twice(reference_kernels):
+    out, rep = reference_kernels(LOOP)
+    assert [e["kernel"] for e in rep] == ["classical", "classical"] and all(e["accumulate"] for e in rep)
+    assert out.count("func.func private @ref_f32_32x32x48_nn_of32_") == 1  # one wrapper for both
+    args = _inputs(LOOP)
+    for got, want in zip(run_mlir(out, "f", *args), run_mlir(LOOP, "f", *args)):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=2e-5, atol=2e-5)
+
+
+def test_a_wrong_layout_would_be_caught(reference_kernels, monkeypatch):
+    """The check has teeth: a spec with A's transpose flag flipped (M = K here, so the shapes still fit)
+    computes something else."""
+    import dataclasses
+
+    real = fk.serve
+
+    def flipped(c, *a, **k):
+        s, kind = real(c, *a, **k)
+        return dataclasses.replace(s, spec=dataclasses.replace(s.spec, trans_a=not s.spec.trans_a)), kind
+    monkeypatch.setattr(fk, "serve", flipped)
+    text = _generic(LAYOUTS["nn"], ((32, 32), (32, 16), (32, 16)), "f32", "f32", (P, P, S_))
+    out, _ = reference_kernels(text)
+    args = _inputs(text)
+    got, want = np.asarray(run_mlir(out, "f", *args)), np.asarray(run_mlir(text, "f", *args))
+    assert np.max(np.abs(got - want)) > 0.1 * np.max(np.abs(want))
+
+
+@pytest.fixture
+def fake_kernels(monkeypatch):
+    """run_falcon_kernels with made-up kernels and the real splicer (no Triton, no IREE probe)."""
+    import falcon_mlir.kernels.embed as embed
+
+    monkeypatch.setattr(fk, "triton_available", lambda: True)
+    monkeypatch.setattr(fk, "_compile", _fake_compile)
+    monkeypatch.setattr(embed, "cuda_target_attribute", lambda flags=(): '#hal.executable.target<"cuda", "cuda-nvptx-fb">')
+
+    def run(text: str, options: str = "min-flops=0 min-intensity=0"):
+        with ir.Context():
+            m = ir.Module.parse(text)
+            rep = run_falcon_kernels(m.operation, KernelsOptions.parse(options))
+            m.operation.verify()
+            return str(m), rep
+    return run
+
+
+MM = """func.func @{f}(%a: tensor<32x48xf32>, %b: tensor<48x32xf32>, %c: tensor<32x32xf32>) -> tensor<32x32xf32> {{
+  %0 = linalg.matmul ins(%a, %b : tensor<32x48xf32>, tensor<48x32xf32>) outs(%c : tensor<32x32xf32>) -> tensor<32x32xf32>
+  return %0 : tensor<32x32xf32>
+}}
+"""
+
+
+def test_a_symbol_of_the_kernels_name_that_is_not_the_kernel_is_an_error(fake_kernels):
+    """Was: the pass skipped its own wrapper because the name was taken and called the user's
+    function (here: one returning 7s) in place of the matmul."""
+    from falcon_mlir.kernels.embed import executable_name
+    from falcon_mlir.passes.falcon_kernels.splice import SymbolClashError
+
+    name = executable_name(_fake_kernel(GemmSpec(32, 32, 48, "f32", "f32", "f32"))) + "_call"
+    user = (f"func.func private @{name}(%a: tensor<32x48xf32>, %b: tensor<48x32xf32>) -> tensor<32x32xf32> {{\n"
+            "  %cst = arith.constant 7.0 : f32\n  %e = tensor.empty() : tensor<32x32xf32>\n"
+            "  %f = linalg.fill ins(%cst : f32) outs(%e : tensor<32x32xf32>) -> tensor<32x32xf32>\n"
+            "  return %f : tensor<32x32xf32>\n}\n")
+    with pytest.raises(SymbolClashError, match=f"@{name}"):
+        fake_kernels(user + MM.format(f="f"))
+
+
+def test_the_pass_on_its_own_output_reuses_its_executables(fake_kernels):
+    once, _ = fake_kernels(MM.format(f="f"))
+    twice, rep = fake_kernels(once[:once.rindex("}")] + MM.format(f="g") + "}\n")
+    assert rep[0]["kernel"] == "classical"
+    assert twice.count("hal.executable.source") == 1 and twice.count("func.func private") == 1
+    assert twice.count("call @falcon_gemm_f32_32x32x48_nn_of32_") == 2

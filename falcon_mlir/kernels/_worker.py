@@ -34,6 +34,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -94,8 +95,16 @@ def run_jobs(jobs: Sequence[dict], timeout: Optional[float] = None) -> list:
 # --------------------------------------------------------------------------- child side (imports Triton)
 
 def _one_line(e: BaseException) -> str:
+    """The line of Triton's message that says what went wrong: ptxas's own
+    ``ptxas fatal`` / ``ptxas error`` line where there is one (Triton ends a
+    PTXAS error with its "Repro command" line, which says nothing), else the
+    last line (a compilation error's message follows its source excerpt)."""
     text = str(e).strip()
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    lines = [ln for ln in lines if not ln.startswith("Repro command")] or lines
+    ptxas = [ln for ln in lines if re.match(r"ptxas\s*(fatal|error)", ln, re.IGNORECASE)]
+    if ptxas:
+        return ptxas[-1]
     return lines[-1] if lines else type(e).__name__
 
 

@@ -71,7 +71,7 @@ def run_on_source(source, filename: str, stages: list, report: list, *, verify_e
             pipe.run(module.operation, verify_each=verify_each, print_after_all=print_after_all,
                      print_before_all=print_before_all)
         except ir.MLIRError as e:
-            lines = [f"{filename}: error: {m}" for m in pipe.errors]
+            lines = [f"{loc or filename}: error: {m}" for m, loc in zip(pipe.errors, pipe.error_locations)]
             if lines and not getattr(e, "error_diagnostics", None):
                 return False, None, lines
             return False, None, lines + diagnostic_lines(e, filename)

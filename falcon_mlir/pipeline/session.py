@@ -382,10 +382,11 @@ class CompilerSession:
         except CompileError:
             raise
         except Exception as e:
-            err = RewriteError(
-                f"lcma rewrite failed: {type(e).__name__}: {e}", sink.since(mark), stage="rewrite"
-            )
-            raise err from e
+            from falcon_mlir.passes import PassError
+
+            reason = e.line() if isinstance(e, PassError) else \
+                f"lcma rewrite failed: {type(e).__name__}: {e}"
+            raise RewriteError(reason, sink.since(mark), stage="rewrite") from e
         finally:
             handler.detach()
         if result is None:

@@ -26,6 +26,7 @@ from typing import Callable, Optional
 from iree.compiler import ir, passmanager
 
 from falcon_mlir.options import OptionError
+from falcon_mlir.passes import PassError
 from falcon_mlir.passes.registry import PASSES, parse_pass_options
 
 __all__ = ["PipelineError", "Stage", "Pipeline", "split_top_level", "parse_element",
@@ -181,7 +182,9 @@ class Pipeline:
         stages: the :class:`Stage` list.
         report: after :meth:`run`, the report entries of every falcon pass.
         stage_reports: after :meth:`run`, ``(stage, entries)`` per falcon pass run.
-        errors: one line per falcon pass that raised (``NAME: internal error: ...``).
+        errors: one line per falcon pass that raised (``NAME: internal error: ...``,
+            or a :class:`~falcon_mlir.passes.PassError`'s message).
+        error_locations: per line of ``errors``, the ``file:line:col`` it concerns, or None.
         exceptions: the exceptions those passes raised.
     """
 
@@ -189,6 +192,7 @@ class Pipeline:
     report: list = field(default_factory=list)
     stage_reports: list = field(default_factory=list)
     errors: list = field(default_factory=list)
+    error_locations: list = field(default_factory=list)
     exceptions: list = field(default_factory=list)
 
     def build(self, stages: Optional[list] = None, verify_each: bool = True,
@@ -249,12 +253,19 @@ class Pipeline:
         def run(op, pass_):
             try:
                 entries = runner(op, st.options)
+            except PassError as e:  # the input's or the environment's: one line, no "internal"
+                self.errors.append(e.message)
+                self.error_locations.append(e.location)
+                self.exceptions.append(e)
+                pass_.signal_pass_failure()
+                return
             except Exception as e:  # reported as one line by the driver
                 text = " ".join(str(e).split())
                 if len(text) > 300:
                     text = text[:300] + " ..."
                 self.errors.append(f"{st.name}: internal error: {type(e).__name__}: {text} "
                                    "(please report this with the input)")
+                self.error_locations.append(None)
                 self.exceptions.append(e)
                 pass_.signal_pass_failure()
                 return

@@ -36,11 +36,12 @@ from typing import Optional
 from falcon_mlir.dialects.plan import PLAN_ATTR, Plan, PlanError
 from falcon_mlir.ir.contraction import find_contractions, format_location
 from falcon_mlir.options import OptionError
+from falcon_mlir.passes import PassError
 
 from .options import ARCHS, KernelsOptions
 from .serve import Served, intensity, iree_cannot, serve
 
-__all__ = ["KernelsOptions", "run_falcon_kernels", "OptionError", "ARCHS", "triton_available"]
+__all__ = ["KernelsOptions", "run_falcon_kernels", "OptionError", "PassError", "ARCHS", "triton_available"]
 
 
 def triton_available() -> bool:
@@ -110,14 +111,22 @@ def _choose(contractions, options: KernelsOptions) -> list:
 
 
 def _compile(chosen: list, arch: str) -> list:
-    """Compiled kernel (or plan, or exception) per chosen item, one Triton child for all."""
+    """Compiled kernel (or plan, or exception) per chosen item, one Triton child for all.
+
+    Raises:
+        PassError: the Triton child failed as a whole (crashed, timed out).
+    """
     from falcon_mlir.kernels import choose_config, compile_kernels, compile_plans
+    from falcon_mlir.kernels._worker import WorkerError
     from falcon_mlir.kernels.lcma import PlanSpec
 
     gemms = [(s.spec, choose_config(s.spec)) for _, s, _ in chosen if not isinstance(s.spec, PlanSpec)]
     plans = [s.spec for _, s, _ in chosen if isinstance(s.spec, PlanSpec)]
-    done_g = iter(compile_kernels(gemms, arch=arch, errors="return") if gemms else [])
-    done_p = iter(compile_plans(plans, arch=arch, errors="return") if plans else [])
+    try:
+        done_g = iter(compile_kernels(gemms, arch=arch, errors="return") if gemms else [])
+        done_p = iter(compile_plans(plans, arch=arch, errors="return") if plans else [])
+    except WorkerError as e:
+        raise PassError(f"falcon-kernels: {e}") from None
     return [next(done_p) if isinstance(s.spec, PlanSpec) else next(done_g) for _, s, _ in chosen]
 
 
@@ -128,7 +137,9 @@ def run_falcon_kernels(module_op, options: Optional[KernelsOptions] = None) -> l
         One report dict per contraction found (see the module docstring).
 
     Raises:
-        RuntimeError: Triton failed to compile a kernel (one line naming it).
+        PassError: Triton failed to compile a kernel (one line naming it and
+            the contraction), IREE rejects the ``cuda-target``, or the module
+            holds another op under a kernel's symbol.
     """
     options = options or KernelsOptions()
     root = module_op.operation if hasattr(module_op, "operation") else module_op
@@ -157,10 +168,17 @@ def _splice(root, chosen: list, compiled: list, options: KernelsOptions, arch: s
 
     flags = ("--iree-hal-target-device=cuda",) + (
         (f"--iree-cuda-target={options.cuda_target}",) if options.cuda_target else ())
-    sp = Splicer(root, cuda_target_attribute(flags))
+    try:
+        target = cuda_target_attribute(flags)
+    except Exception as e:  # IREE's CompilerToolError (a crash of its tool) or no CUDA target in its output
+        lines = [ln.strip() for ln in str(e).splitlines() if "error:" in ln]
+        why = lines[0].split("error:", 1)[1].strip() if lines else " ".join(str(e).split())[:200]
+        raise PassError(f"falcon-kernels: IREE rejects cuda-target={options.cuda_target or '(its default)'}"
+                        f": {why}") from None
+    sp = Splicer(root, target)
     for (c, served, entry), k in zip(chosen, compiled):
         if isinstance(k, Exception):
-            raise RuntimeError(f"falcon-kernels: {entry['location']}: {' '.join(str(k).split())}")
+            raise PassError(f"falcon-kernels: {k}", location=entry["location"])
         # The call takes A, B and C as the op holds them: a batch of 1 keeps its
         # unit dimension there, which the kernel's spec drops (same buffers).
         types = tuple(str(v.type) for v in (c.op.operands[0], c.op.operands[1], c.op.results[0]))

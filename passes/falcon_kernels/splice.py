@@ -22,11 +22,12 @@ from falcon_mlir.ir.builders import cast, is_float, parallel_generic, tensor_typ
 from falcon_mlir.kernels.embed import executable_name, executable_source
 from falcon_mlir.kernels.lcma import plan_dispatches, plan_executables
 from falcon_mlir.kernels.embed import dispatch_text, tensor_type as type_text
+from falcon_mlir.passes import PassError
 
 __all__ = ["Splicer", "SymbolClashError"]
 
 
-class SymbolClashError(ValueError):
+class SymbolClashError(PassError):
     """The module already holds a symbol of the name a kernel's executable or
     wrapper needs, and it is not that same op (names carry a content hash, so
     an equal op is the same kernel, e.g. from an earlier run of the pass)."""
@@ -67,8 +68,8 @@ class Splicer:
             if old is not None:
                 if str(old) != str(op.operation):
                     raise SymbolClashError(
-                        f"the module already holds a symbol @{name} that is not falcon's kernel of "
-                        "that name; rename it")
+                        f"falcon-kernels: the module already holds a symbol @{name} that is not "
+                        "falcon's kernel of that name; rename it")
                 continue
             op.operation.move_before(first)
             self.symbols[name] = op.operation

@@ -84,3 +84,14 @@ def test_triton_version_without_importing_it():
     if have("triton"):
         assert aot.triton_version() == aot.TRITON_VERSION
     assert sys.modules.get("triton") is None
+
+
+def test_one_line_is_ptxas_own_error_not_the_repro_command():
+    """Was: '...: Repro command: .../ptxas -lineinfo -v --bogus-flag ...' (Triton's last line says nothing)."""
+    e = RuntimeError("PTXAS error: Internal Triton PTX codegen error\n`ptxas` stderr:\n"
+                     "ptxas fatal   : Unknown option '-bogus-flag'\n\nRepro command: /x/ptxas -lineinfo -v "
+                     "--bogus-flag --gpu-name=sm_90a /tmp/t.ptx -o /tmp/t.ptx.o\n")
+    assert _worker._one_line(e) == "ptxas fatal   : Unknown option '-bogus-flag'"
+    # A compilation error's message is its last line (after the source excerpt).
+    assert _worker._one_line(RuntimeError("at 3:4:\n    tl.store(x, y)\n    ^\nNameError('y is not defined')")) \
+        == "NameError('y is not defined')"

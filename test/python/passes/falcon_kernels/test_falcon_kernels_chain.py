@@ -281,9 +281,50 @@ def test_a_symbol_of_the_kernels_name_that_is_not_the_kernel_is_an_error(fake_ke
         fake_kernels(user + MM.format(f="f"))
 
 
+def test_failures_are_one_line_errors_of_falcon_opt_not_internal_errors(monkeypatch, capfd, src, tmp_path):
+    """A kernel Triton cannot compile, a cuda-target IREE does not know, a symbol clash: one line with
+    the location, exit 1, no output file (were: 'falcon-kernels: internal error: RuntimeError: ...
+    (please report this with the input)'; for cuda-target=garbage IREE's crash text)."""
+    from tool_checks import no_files_left, one_line_error, opt
+
+    monkeypatch.setattr(fk, "triton_available", lambda: True)
+
+    def failing(chosen, arch):
+        return [RuntimeError("Triton failed to compile f32_32x32x48_nn_of32 with 128x128x32,s3,w8,g8: "
+                             "ptxas fatal : Unknown option '-bogus-flag'") for _ in chosen]
+    monkeypatch.setattr(fk, "_compile", failing)
+    path, snap = src(MM.format(f="f"))
+    out = tmp_path / "out.mlir"
+    rc, _, err = opt(capfd, path, "--falcon-kernels=min-flops=0 min-intensity=0", "-o", out)
+    line = one_line_error(rc, err, f"{path}:2:8: error: falcon-kernels: Triton failed to compile", "ptxas fatal")
+    assert snap.unchanged()
+    no_files_left(tmp_path)
+
+    monkeypatch.setattr(fk, "_compile", _fake_compile)
+    rc, _, err = opt(capfd, path, "--falcon-kernels=min-flops=0 min-intensity=0 cuda-target=garbage", "-o", out)
+    one_line_error(rc, err, "falcon-kernels: IREE rejects cuda-target=garbage: Unknown CUDA target 'garbage'")
+    no_files_left(tmp_path)
+    assert line
+
+
 def test_the_pass_on_its_own_output_reuses_its_executables(fake_kernels):
     once, _ = fake_kernels(MM.format(f="f"))
     twice, rep = fake_kernels(once[:once.rindex("}")] + MM.format(f="g") + "}\n")
     assert rep[0]["kernel"] == "classical"
     assert twice.count("hal.executable.source") == 1 and twice.count("func.func private") == 1
     assert twice.count("call @falcon_gemm_f32_32x32x48_nn_of32_") == 2
+
+
+def test_a_kernel_failure_in_the_api_names_the_pass_not_lcma_rewrite(monkeypatch):
+    """Was: 'lcma rewrite failed: RuntimeError: falcon-kernels: ...'."""
+    import falcon_mlir
+    from falcon_mlir.pipeline import CompileError, assemble
+
+    monkeypatch.setattr(fk, "triton_available", lambda: True)
+    monkeypatch.setattr(assemble, "triton_available", lambda: True)
+    monkeypatch.setattr(fk, "_compile", lambda chosen, arch: [RuntimeError("Triton failed to compile X: boom")
+                                                              for _ in chosen])
+    with pytest.raises(CompileError) as e:
+        falcon_mlir.compile_str(MM.format(f="f"), target_backends=["cuda"], input_name="mm.mlir",
+                                kernels="min-flops=0 min-intensity=0", extra_args=["--iree-cuda-target=sm_80"])
+    assert e.value.summary == "mm.mlir:2:8: falcon-kernels: Triton failed to compile X: boom", e.value.summary

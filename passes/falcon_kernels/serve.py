@@ -125,8 +125,14 @@ def serve(c: Contraction, f32_mode: str = "ieee", plan=None) -> tuple:
     accumulate = not zero_init(c.op.operands[2])
     note = ""
     if plan is not None:
+        from falcon_mlir.catalog import UnknownSchemeError, get_scheme
+
+        name = "*".join(plan.schemes)
+        try:
+            get_scheme(name)
+        except UnknownSchemeError as e:
+            return None, f"{e} (falcon.plan)"
         if batch == 1 and not ta and not tb:
-            name = "*".join(plan.schemes)
             return Served(PlanSpec(c.M, c.N, c.K, scheme=name, dtype=lhs, out_dtype=acc,
                                    f32_mode=f32_mode), accumulate), "plan"
         note = "kernel-form plans take A @ B without batch or transposes; classical kernel"

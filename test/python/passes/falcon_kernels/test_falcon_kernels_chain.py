@@ -328,3 +328,24 @@ def test_a_kernel_failure_in_the_api_names_the_pass_not_lcma_rewrite(monkeypatch
         falcon_mlir.compile_str(MM.format(f="f"), target_backends=["cuda"], input_name="mm.mlir",
                                 kernels="min-flops=0 min-intensity=0", extra_args=["--iree-cuda-target=sm_80"])
     assert e.value.summary == "mm.mlir:2:8: falcon-kernels: Triton failed to compile X: boom", e.value.summary
+
+
+PINNED = """func.func @f(%a: tensor<64x64xf32>, %b: tensor<64x64xf32>, %c: tensor<64x64xf32>) -> tensor<64x64xf32> {{
+  %0 = linalg.matmul {{falcon.plan = {plan}}} ins(%a, %b : tensor<64x64xf32>, tensor<64x64xf32>) outs(%c : tensor<64x64xf32>) -> tensor<64x64xf32>
+  return %0 : tensor<64x64xf32>
+}}
+"""
+
+
+def test_a_plan_of_another_form_stays_for_lcma_rewrite(fake_kernels):
+    """Was: falcon-kernels removed a grouped plan it does not serve, so a later lcma-rewrite never saw it."""
+    out, rep = fake_kernels(PINNED.format(plan='{schemes = ["strassen"], form = "grouped"}'))
+    assert rep[0]["kernel"] is None and "lcma-rewrite's to emit" in rep[0]["reason"]
+    assert 'falcon.plan = {form = "grouped", schemes = ["strassen"]}' in out and "linalg.matmul" in out
+
+
+def test_a_kernel_plan_of_an_unknown_scheme_is_left_to_iree_with_the_reason(fake_kernels):
+    """Was: 'falcon-kernels: internal error: RuntimeError: ... unknown scheme' (a pinned plan)."""
+    out, rep = fake_kernels(PINNED.format(plan='{schemes = ["nope"], form = "kernel"}'))
+    assert rep[0]["kernel"] is None and rep[0]["reason"].startswith("left to IREE: unknown scheme 'nope'")
+    assert "linalg.matmul" in out and "falcon.plan" not in out

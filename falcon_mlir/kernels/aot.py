@@ -139,18 +139,51 @@ class CompiledKernel:
         for k in ("threads", "cubin_bytes", "config"):
             d.pop(k)
         d.update(format=CACHE_FORMAT, spec=self.spec.to_dict(), config=self.config.to_dict(),
-                 cubin=base64.b64encode(self.cubin).decode("ascii"))
+                 **encode_cubin(self.cubin))
         return json.dumps(d, sort_keys=True)
 
     @classmethod
     def _from_json(cls, text: str) -> "CompiledKernel":
-        d = json.loads(text)
+        d = read_entry(text)
         if d.pop("format") != CACHE_FORMAT:
             raise ValueError("old cache format")
         d["spec"] = GemmSpec.from_dict(d["spec"])
         d["config"] = KernelConfig.from_dict(d["config"])
-        d["cubin"] = base64.b64decode(d["cubin"])
+        d["cubin"] = decode_cubin(d)
         return cls(**d, from_cache=True)
+
+
+def encode_cubin(cubin: bytes) -> dict:
+    """A cache entry's ``cubin`` (base64) and ``cubin_sha256`` fields."""
+    return {"cubin": base64.b64encode(cubin).decode("ascii"), "cubin_sha256": hashlib.sha256(cubin).hexdigest()}
+
+
+def decode_cubin(d: dict) -> bytes:
+    """The cubin of a cache entry ``d`` (its two fields popped), checked against its SHA-256.
+
+    Raises:
+        ValueError: no digest (an entry of an older falcon), a cubin that does
+            not match it (a damaged entry) or is not an ELF image.
+    """
+    digest = d.pop("cubin_sha256", None)
+    cubin = base64.b64decode(d.pop("cubin"), validate=True)
+    if not isinstance(digest, str) or hashlib.sha256(cubin).hexdigest() != digest:
+        raise ValueError("cache entry's cubin does not match its digest")
+    if cubin[:4] != b"\x7fELF":
+        raise ValueError("cache entry's cubin is not an ELF image")
+    return cubin
+
+
+def read_entry(text: str) -> dict:
+    """A cache entry's JSON object.
+
+    Raises:
+        ValueError: not JSON, or JSON that is not an object.
+    """
+    d = json.loads(text)
+    if not isinstance(d, dict):
+        raise ValueError("cache entry is not a JSON object")
+    return d
 
 
 def cache_dir() -> Path:
@@ -333,8 +366,8 @@ def compile_batch(requests: Sequence[CompileRequest], cache: bool = True, errors
             try:
                 out[i] = req.load(path.read_text())
                 continue
-            except (OSError, ValueError, KeyError, TypeError):
-                pass  # unreadable or stale entry: compile again and overwrite it
+            except (OSError, ValueError, KeyError, TypeError, AttributeError):
+                pass  # unreadable, damaged or stale entry: compile again and overwrite it
         todo.append(i)
     results = run_jobs([requests[i].job for i in todo], timeout=timeout) if todo else []
     for i, result in zip(todo, results):

@@ -52,7 +52,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from .aot import (CompiledKernel, CompileRequest, H200_SMS, _check_arch, _write_atomic, cache_dir, check_launchable,
-                  compile_batch, gemm_request, triton_version, warn_spills)
+                  compile_batch, decode_cubin, encode_cubin, gemm_request, read_entry, triton_version, warn_spills)
 from .configs import KernelConfig
 from .spec import DTYPE_BYTES, DTYPES, F32_MODES, GemmSpec
 
@@ -573,14 +573,44 @@ class CombineKernel:
                                            "global_scratch_size", "global_scratch_align", "profile_scratch_size",
                                            "profile_scratch_align", "num_programs", "triton_version", "key",
                                            "registers", "stack_bytes", "compile_seconds")}
-        d.update(format=GENERATOR_VERSION, cubin=base64.b64encode(self.cubin).decode("ascii"))
+        d.update(format=GENERATOR_VERSION, **encode_cubin(self.cubin))
         return json.dumps(d, sort_keys=True)
 
 
+_PRIVATE_SOURCES: Optional[Path] = None
+
+
+def _private_sources() -> Path:
+    """A folder of this process's own for generated sources (removed at exit)."""
+    global _PRIVATE_SOURCES
+    if _PRIVATE_SOURCES is None:
+        import atexit
+        import shutil
+        import tempfile
+
+        _PRIVATE_SOURCES = Path(tempfile.mkdtemp(prefix="falcon-sources-"))
+        atexit.register(shutil.rmtree, _PRIVATE_SOURCES, True)
+    return _PRIVATE_SOURCES
+
+
 def source_path(text: str) -> Path:
-    """Where a generated source lives: ``cache_dir()/sources/<sha256>.py`` (written once, atomically)."""
+    """Where a generated source lives: ``cache_dir()/sources/<sha256>.py`` (written once, atomically).
+
+    Where the cache cannot be written (read-only, a file in its place, no
+    such folder to make), a temporary folder of this process's own: the
+    Triton child reads the source from that file, and an unwritable cache
+    costs only the cache.
+    """
     sha = hashlib.sha256(text.encode()).hexdigest()
-    p = cache_dir() / "sources" / f"combine_{sha[:32]}.py"
+    name = f"combine_{sha[:32]}.py"
+    p = cache_dir() / "sources" / name
+    try:
+        if not (p.is_file() and p.read_text() == text):
+            _write_atomic(p, text)
+        return p
+    except (OSError, UnicodeDecodeError):
+        pass
+    p = _private_sources() / name
     if not (p.is_file() and p.read_text() == text):
         _write_atomic(p, text)
     return p
@@ -632,10 +662,10 @@ def combine_request(cs: CombineSpec, config: Optional[CombineConfig] = None,
                              stack_bytes=usage.get("stack_bytes"), compile_seconds=result["seconds"])
 
     def load(text_: str) -> CombineKernel:
-        d = json.loads(text_)
+        d = read_entry(text_)
         if d.pop("format") != GENERATOR_VERSION or d["key"] != key:
             raise ValueError("stale cache entry")
-        d["cubin"] = base64.b64decode(d["cubin"])
+        d["cubin"] = decode_cubin(d)
         return CombineKernel(spec=cs, config=config, from_cache=True, **d)
 
     return CompileRequest(key=key, job=job, build=build, load=load, dump=lambda k: k._to_json()), text, groups

@@ -95,3 +95,50 @@ def test_one_line_is_ptxas_own_error_not_the_repro_command():
     # A compilation error's message is its last line (after the source excerpt).
     assert _worker._one_line(RuntimeError("at 3:4:\n    tl.store(x, y)\n    ^\nNameError('y is not defined')")) \
         == "NameError('y is not defined')"
+
+
+def test_damaged_cache_entries_are_compiled_again_never_trusted(tmp_path, monkeypatch):
+    """Were: JSON null / a number / a string in an entry raised AttributeError ('internal error' in
+    falcon-opt), and an entry whose cubin was cut short was embedded as it was (a module that fails on
+    the GPU). Entries now carry their cubin's SHA-256."""
+    import base64
+    import json
+
+    from kernel_helpers import fake_kernel
+
+    monkeypatch.setenv("FALCON_KERNEL_CACHE", str(tmp_path))
+    k = fake_kernel(SPEC)
+    compiles = []
+
+    def run_jobs(jobs, timeout=None):
+        compiles.append(len(jobs))
+        return [{"ok": True}] * len(jobs)
+    monkeypatch.setattr(_worker, "run_jobs", run_jobs)
+    req = aot.CompileRequest(key="entry", job={}, build=lambda r: k, load=aot.CompiledKernel._from_json,
+                             dump=lambda x: x._to_json())
+    assert aot.compile_batch([req]) == [k] and compiles == [1]
+    good = (tmp_path / "entry.json").read_text()
+    assert aot.compile_batch([req])[0].from_cache and compiles == [1]  # the entry is read back
+    d = json.loads(good)
+    short = dict(d, cubin=base64.b64encode(base64.b64decode(d["cubin"])[:100]).decode())
+    for damaged in ("null", "42", '"text"', "[1, 2]", "{not json", json.dumps(short),
+                    json.dumps({key: v for key, v in d.items() if key != "cubin_sha256"})):
+        (tmp_path / "entry.json").write_text(damaged)
+        n = len(compiles)
+        out = aot.compile_batch([req])
+        assert out == [k] and len(compiles) == n + 1, damaged
+        assert (tmp_path / "entry.json").read_text() == good  # and overwritten
+
+
+def test_generated_sources_go_elsewhere_when_the_cache_cannot_be_written(tmp_path, monkeypatch):
+    """Was: a kernel-form plan with $FALCON_KERNEL_CACHE on a file (or a read-only folder) failed with
+    'NotADirectoryError: ... /sources' (an internal error of falcon-kernels): 'a read-only cache only
+    costs the cache'."""
+    from falcon_mlir.kernels import lcma
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("FALCON_KERNEL_CACHE", str(blocker))
+    p = lcma.source_path("# generated\n")
+    assert p.read_text() == "# generated\n" and blocker not in p.parents
+    assert lcma.source_path("# generated\n") == p

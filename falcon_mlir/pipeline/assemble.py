@@ -203,14 +203,30 @@ def lcma_options(spec) -> Optional[LcmaOptions]:
         f"lcma must be None, 'auto', an option string or LcmaOptions, not {type(spec).__name__}")
 
 
+def _pass_options(spec, cls, what: str):
+    """``spec`` as options of ``cls``: an instance as is, ``True`` the defaults
+    (``"auto"``), a string parsed (checked whatever the target, so a typo
+    shows before the target changes).
+
+    Raises:
+        OptionError: bad option text.
+        TypeError: another kind of spec (bytes, a list, a dict, a number...).
+    """
+    if isinstance(spec, cls):
+        return spec
+    if spec is True:
+        return cls.parse("auto")
+    if isinstance(spec, str):
+        return cls.parse(spec)
+    raise TypeError(f"{what} must be None, 'auto', 'none', an option string or {cls.__name__}, "
+                    f"not {type(spec).__name__}")
+
+
 def _tiles(spec, flags: Sequence[str]) -> tuple:
     """``(TilesOptions or None, applied defaults)``; see :func:`tiles_options`."""
     if spec is None or spec is False:
         return None, {}
-    if isinstance(spec, TilesOptions):
-        options = spec
-    else:
-        options = TilesOptions.parse("auto" if spec is True else str(spec))
+    options = _pass_options(spec, TilesOptions, "tiles")
     options, applied = _with_defaults(options, "falcon-tiles", flags)
     if options.table in ("auto", "none"):  # no target implies a table, or turned off
         return None, {}
@@ -228,17 +244,16 @@ def _cuda_target(flags: Sequence[str]) -> str:
 
 def _kernels(spec, flags: Sequence[str]) -> tuple:
     """``(KernelsOptions or None, applied defaults)``; see :func:`kernels_options`."""
-    if spec is None or spec is False or not targets_cuda(flags):
+    if spec is None or spec is False:
         return None, {}
-    if isinstance(spec, KernelsOptions):
-        options = spec
-    else:
-        options = KernelsOptions.parse("auto" if spec is True else str(spec))
+    options = _pass_options(spec, KernelsOptions, "kernels")
+    if not targets_cuda(flags):
+        return None, {}
     options, applied = _with_defaults(options, "falcon-kernels", flags)
     if options.arch in ("auto", "none"):
         return None, applied
-    options.cuda_target = _cuda_target(flags)
-    return options, applied
+    # The objects' key is the compile's own CUDA target (a copy: the caller's options stay theirs).
+    return dataclasses.replace(options, cuda_target=_cuda_target(flags)), applied
 
 
 def kernels_options(spec, flags: Sequence[str] = ()) -> Optional[KernelsOptions]:
@@ -246,10 +261,12 @@ def kernels_options(spec, flags: Sequence[str] = ()) -> Optional[KernelsOptions]
     ``None`` when the pass does not run: ``None``/``False``/``"none"`` off;
     ``True``/``"auto"``: on for a cuda target when Triton is installed
     (:data:`TARGET_DEFAULTS`); option text (``"arch=sm_90a f32-mode=ieee"``); a
-    :class:`KernelsOptions`. Off for targets other than cuda.
+    :class:`KernelsOptions`. Off for targets other than cuda (the text is
+    checked all the same). ``cuda-target`` is the flags' ``--iree-cuda-target``.
 
     Raises:
         OptionError: an unknown option or value.
+        TypeError: ``spec`` of another kind (bytes, a list, ...).
     """
     return _kernels(spec, flags)[0]
 
@@ -263,6 +280,7 @@ def tiles_options(spec, flags: Sequence[str] = ()) -> Optional[TilesOptions]:
 
     Raises:
         OptionError: an unknown table or option.
+        TypeError: ``spec`` of another kind (bytes, a list, ...).
     """
     return _tiles(spec, flags)[0]
 

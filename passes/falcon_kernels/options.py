@@ -25,6 +25,12 @@ MIN_FLOPS = 2 ** 27
 #: 62 FLOP/byte) on falcon's kernel took 0.69 ms, then 2.5 ms of scale/mask and
 #: 9.1 ms of softmax, against 1.4 + 1.9 ms with IREE's own batch matmul.
 MIN_INTENSITY = 200.0
+#: The ``--iree-cuda-target`` falcon compiles CUDA modules with
+#: (:data:`falcon_mlir.kernels.embed.DEFAULT_CUDA_FLAGS`): falcon-opt's output
+#: then compiles with falcon's documented flags. With IREE's own default
+#: (sm_60) as the key, iree-compile ``--iree-cuda-target=sm_80`` rejects the
+#: module ("no objects defined for external variant").
+DEFAULT_CUDA_TARGET = "sm_80"
 
 
 @dataclass
@@ -43,7 +49,8 @@ class KernelsOptions:
             (FLOP per byte) stay IREE's (:data:`MIN_INTENSITY`), except those
             IREE cannot compile (bf16 results on CUDA).
         cuda_target: the ``--iree-cuda-target`` of the compile (the object
-            key must be that device's exact executable target attribute).
+            key must be that device's exact executable target attribute);
+            :data:`DEFAULT_CUDA_TARGET` unless given.
         filename: name used for the ``"-"`` buffer in report locations.
     """
 
@@ -63,8 +70,11 @@ class KernelsOptions:
     min_intensity: float = option(MIN_INTENSITY, range=(0, None),
                                   help="classical contractions with fewer FLOP per byte moved "
                                        "(memory-bound) stay IREE's, unless IREE cannot compile them")
-    cuda_target: str = option("", help="IREE's --iree-cuda-target for this compile (the "
-                                       "kernels' object key; empty: IREE's default)")
+    cuda_target: str = option(DEFAULT_CUDA_TARGET,
+                              help="IREE's --iree-cuda-target the module will be compiled with (the "
+                                   "kernels' object key must be that target's; empty: IREE's own "
+                                   "default, sm_60); falcon-compile and the API take it from their "
+                                   "flags")
     filename: Optional[str] = None
 
     @classmethod

@@ -349,3 +349,51 @@ def test_a_kernel_plan_of_an_unknown_scheme_is_left_to_iree_with_the_reason(fake
     out, rep = fake_kernels(PINNED.format(plan='{schemes = ["nope"], form = "kernel"}'))
     assert rep[0]["kernel"] is None and rep[0]["reason"].startswith("left to IREE: unknown scheme 'nope'")
     assert "linalg.matmul" in out and "falcon.plan" not in out
+
+
+MIX = """func.func @f(%a: tensor<64x32xf32>, %b: tensor<32x48xf32>) -> tensor<64x48xf32> {
+  %cst = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<64x48xf32>
+  %z = linalg.fill ins(%cst : f32) outs(%e : tensor<64x48xf32>) -> tensor<64x48xf32>
+  %0 = linalg.matmul ins(%a, %b : tensor<64x32xf32>, tensor<32x48xf32>) outs(%z : tensor<64x48xf32>) -> tensor<64x48xf32>
+  %1 = math.exp %0 : tensor<64x48xf32>
+  return %1 : tensor<64x48xf32>
+}
+"""
+
+
+def test_falcon_opt_output_compiles_with_falcons_cuda_flags(monkeypatch):
+    """Was: the default cuda-target was IREE's own (sm_60), so iree-compile --iree-cuda-target=sm_80 (the
+    flags falcon documents and compiles with) rejected falcon-opt's output: 'no objects defined for
+    external variant' (the object's key is the exact target attribute; IREE's own dispatch beside ours
+    makes the key matter)."""
+    from falcon_mlir.kernels.embed import KERNEL_MODULE_FLAGS, compile_module
+
+    monkeypatch.setattr(fk, "triton_available", lambda: True)
+    monkeypatch.setattr(fk, "_compile", _fake_compile)
+    assert KernelsOptions.parse("").cuda_target == "sm_80"
+    assert "--iree-cuda-target=sm_80" in KERNEL_MODULE_FLAGS
+    with ir.Context():
+        m = ir.Module.parse(MIX)
+        rep = run_falcon_kernels(m.operation, KernelsOptions.parse("min-flops=0 min-intensity=0"))
+        text = str(m)
+    assert rep[0]["kernel"] == "classical" and 'arch = "sm_80"' in text
+    assert b"falcon_gemm" in compile_module(text)
+
+
+def test_kernels_option_text_is_checked_whatever_the_target_and_its_type_too():
+    """Were: any kernels= text passed on a CPU target unread; bytes, lists, dicts were str()-ed into
+    confusing messages ("unknown falcon-kernels option ''['arch'")."""
+    from falcon_mlir.options import OptionError
+    from falcon_mlir.pipeline import assemble
+
+    with pytest.raises(OptionError, match="unknown falcon-kernels option 'bogus'"):
+        assemble.kernels_options("bogus=1", [])
+    for bad in (b"arch=none", ["arch=sm_90a"], {"arch": "sm_90a"}, 0, 1.5):
+        with pytest.raises(TypeError, match="kernels must be"):
+            assemble.kernels_options(bad, ["--iree-hal-target-device=cuda"])
+        with pytest.raises(TypeError, match="tiles must be"):
+            assemble.tiles_options(bad, ["--iree-hal-target-device=cuda"])
+    mine = KernelsOptions.parse("arch=sm_90a cuda-target=sm_86")
+    got = assemble.kernels_options(mine, ["--iree-hal-target-device=cuda", "--iree-cuda-target=sm_80"])
+    assert got.cuda_target == "sm_80" and mine.cuda_target == "sm_86"  # the caller's object is not changed

@@ -316,20 +316,50 @@ def rewrite_stages(lcma, tiles, flags: Sequence[str], kernels="auto") -> list:
     return stages
 
 
+def _shape(e: dict) -> tuple:
+    return (e.get("M"), e.get("N"), e.get("K"), tuple(e.get("batch") or ()),
+            tuple(sorted((e.get("element_types") or {}).items())))
+
+
 def _merge_kernel_entries(report: list, entries: list) -> None:
-    """falcon-kernels' entries join the lcma-rewrite entry of the same location
-    (as its ``kernels`` list: the contraction, or the products its plan
-    emitted); entries with no such location are appended as they are."""
-    by_loc = {}
+    """falcon-kernels' entries join the lcma-rewrite entry of their contraction
+    (as its ``kernels`` list: the contraction itself, or the products its plan
+    emitted); entries with no lcma-rewrite entry are appended as they are.
+
+    Several contractions may share a location (a layer written once and
+    called in a loop, ops without locations), so location alone does not say
+    whose an entry is. Both passes list contractions in the module's order,
+    and a rewrite's products stand where their contraction stood: a kernel
+    entry of the same location and shape (sizes, batch, types) is the next
+    such contraction that is still an op (kept classical, handed to
+    falcon-kernels in the kernel form, or the original op a run-time dispatch
+    keeps); any other is a product of the next rewritten contraction of that
+    location with products still unaccounted for (its ``products`` count).
+    """
+    by_loc: dict = {}
     for e in report:
-        by_loc.setdefault(e.get("location"), e)
+        by_loc.setdefault(e.get("location"), []).append(e)
+    own: set = set()
+    products: dict = {}
+
+    def still_an_op(e):
+        return e.get("plan") == "classical" or "handoff" in e or "dispatch" in e
+
     for k in entries:
-        target = by_loc.get(k.get("location"))
-        if target is None:
+        cands = by_loc.get(k.get("location"))
+        if not cands:
             report.append(k)
+            continue
+        target = next((e for e in cands if id(e) not in own and still_an_op(e)
+                       and _shape(e) == _shape(k)), None)
+        if target is not None:
+            own.add(id(target))
         else:
-            target.setdefault("kernels", []).append(
-                {key: v for key, v in k.items() if key not in ("location", "op")})
+            target = next((e for e in cands if e.get("plan") != "classical" and "handoff" not in e
+                           and products.get(id(e), 0) < (e.get("products") or 0)), cands[0])
+            products[id(target)] = products.get(id(target), 0) + 1
+        target.setdefault("kernels", []).append(
+            {key: v for key, v in k.items() if key not in ("location", "op")})
 
 
 def make_rewrite(lcma="auto", tiles="auto", flags: Sequence[str] = (),

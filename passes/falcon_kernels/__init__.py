@@ -33,6 +33,8 @@ from __future__ import annotations
 
 from typing import Optional
 
+from iree.compiler import ir
+
 from falcon_mlir.dialects.plan import PLAN_ATTR, Plan, PlanError
 from falcon_mlir.ir.contraction import find_contractions, format_location
 from falcon_mlir.options import OptionError
@@ -56,8 +58,10 @@ def triton_available() -> bool:
 
 
 def _entry(c, options: KernelsOptions) -> dict:
+    def size(x):  # dynamic sizes are null, as in lcma-rewrite's entries
+        return None if x == ir.ShapedType.get_dynamic_size() else x
     return {"location": format_location(c.op.location, options.filename), "op": c.op.name,
-            "M": c.M, "N": c.N, "K": c.K, "batch": list(c.batch),
+            "M": size(c.M), "N": size(c.N), "K": size(c.K), "batch": [size(b) for b in c.batch],
             "element_types": {"lhs": str(c.lhs_type), "rhs": str(c.rhs_type),
                               "acc": str(c.acc_type)},
             "kernel": None}

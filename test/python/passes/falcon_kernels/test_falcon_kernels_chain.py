@@ -397,3 +397,47 @@ def test_kernels_option_text_is_checked_whatever_the_target_and_its_type_too():
     mine = KernelsOptions.parse("arch=sm_90a cuda-target=sm_86")
     got = assemble.kernels_options(mine, ["--iree-hal-target-device=cuda", "--iree-cuda-target=sm_80"])
     assert got.cuda_target == "sm_80" and mine.cuda_target == "sm_86"  # the caller's object is not changed
+
+
+SAME_LOC = """func.func @f(%a: tensor<64x64xf32>, %b: tensor<64x64xf32>, %w: tensor<64x32xf32>) -> tensor<64x32xf32> {
+  %cst = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<64x64xf32>
+  %z = linalg.fill ins(%cst : f32) outs(%e : tensor<64x64xf32>) -> tensor<64x64xf32>
+  %0 = linalg.matmul ins(%a, %b : tensor<64x64xf32>, tensor<64x64xf32>) outs(%z : tensor<64x64xf32>) -> tensor<64x64xf32> loc("model.py":10:3)
+  %e2 = tensor.empty() : tensor<64x32xf32>
+  %z2 = linalg.fill ins(%cst : f32) outs(%e2 : tensor<64x32xf32>) -> tensor<64x32xf32>
+  %1 = linalg.matmul ins(%0, %w : tensor<64x64xf32>, tensor<64x32xf32>) outs(%z2 : tensor<64x32xf32>) -> tensor<64x32xf32> loc("model.py":10:3)
+  return %1 : tensor<64x32xf32>
+}
+"""
+
+
+def test_report_joins_kernels_to_their_own_contraction_when_locations_repeat(monkeypatch):
+    """Was: joined by location alone, so of two contractions written on one line (a layer in a loop)
+    the first got both kernel entries and the second none."""
+    import falcon_mlir
+    from falcon_mlir.pipeline import assemble
+
+    monkeypatch.setattr(fk, "triton_available", lambda: True)
+    monkeypatch.setattr(assemble, "triton_available", lambda: True)
+    monkeypatch.setattr(fk, "_compile", _fake_compile)
+    _, rep = falcon_mlir.compile_str(SAME_LOC, target_backends=["cuda"], return_report=True, lcma="auto",
+                                     kernels="min-flops=0 min-intensity=0", extra_args=["--iree-cuda-target=sm_80"])
+    assert [e["location"] for e in rep] == ["model.py:10:3"] * 2
+    assert [[(k["M"], k["N"], k["K"]) for k in e["kernels"]] for e in rep] == [[(64, 64, 64)], [(64, 32, 64)]]
+
+
+def test_report_join_gives_products_to_their_plan():
+    from falcon_mlir.pipeline.assemble import _merge_kernel_entries
+
+    def e(M, N, K, **kw):
+        return dict({"location": "x:1:1", "M": M, "N": N, "K": K, "batch": [],
+                     "element_types": {"lhs": "f32", "rhs": "f32", "acc": "f32"}}, **kw)
+    report = [e(8, 8, 8, plan="classical"), e(64, 64, 64, plan={"schemes": ["strassen"]}, products=2),
+              e(64, 64, 64, plan={"schemes": ["strassen"]}, products=2), e(8, 8, 8, plan="classical")]
+    kernels = [e(8, 8, 8, kernel="classical"), e(32, 32, 32, kernel="classical"), e(32, 32, 32, kernel=None),
+               e(32, 32, 32, kernel="classical"), e(32, 32, 32, kernel=None), e(8, 8, 8, kernel=None)]
+    _merge_kernel_entries(report, kernels)
+    assert [[k["kernel"] for k in r["kernels"]] for r in report] == \
+        [["classical"], ["classical", None], ["classical", None], [None]]
+    assert len(report) == 4

@@ -28,7 +28,7 @@ from iree.compiler import ir
 from iree.compiler.dialects import arith, linalg, tensor
 
 from falcon_mlir.dialects.combine import mark_combine
-from falcon_mlir.dialects.plan import Plan
+from falcon_mlir.dialects.plan import PLAN_ATTR, Plan
 from falcon_mlir.ir.builders import (cast, defining_op_name, insert_along, is_float,
                                      optimization_barrier, pad_along, parallel_generic,
                                      slice_accumulator, slice_along, tensor_type, weighted_sum,
@@ -106,6 +106,12 @@ class Emitter(GroupedForm):
         as the plan says; returns the value that replaces the op's result."""
         if plan is None:
             return self.classical(a, b, init)
+        if plan.form == "kernel":
+            # falcon's generated kernels run it (the falcon-kernels pass): one op
+            # of the original kind that carries the plan, as for a static op.
+            res = self.classical(a, b, init)
+            res.owner.attributes[PLAN_ATTR] = plan.to_attribute()
+            return res
         from falcon_mlir.catalog import get_scheme
 
         c = self.c

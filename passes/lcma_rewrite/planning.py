@@ -151,6 +151,8 @@ def plan_for(c: Contraction, options: LcmaOptions) -> tuple:
         c, schemes, options.max_error if forced is not None else None, form)
     if unfit:
         return None, unfit
+    if form == "kernel":
+        edge = "pad"  # the generated kernels pad the blocks (falcon_mlir.kernels.lcma); nothing is peeled
     return Plan(tuple(schemes), edge=edge, form=form), why
 
 

@@ -167,3 +167,18 @@ def test_chunk_option_errors(bad):
         LcmaOptions.parse(bad)
     assert LcmaOptions.parse("chunk=auto").chunk is None
     assert LcmaOptions.parse("chunk=7").chunk == 7
+
+
+def test_kernel_form_chunks_are_handed_to_falcon_kernels():
+    """Was: a kernel-form plan (scheme=... form=kernel) on a dynamic M was emitted as a per-product
+    rewrite of each chunk (7 products with peeled edges and 14 combines per chunk), while the
+    report said 'through the plan'. Each chunk is now one static op carrying the plan, as a
+    static contraction is, for the falcon-kernels pass."""
+    out, rep = rewrite(mm_text(lhs="bf16", acc="bf16").replace(f"{K}", "128").replace(f"{N}", "96"),
+                       f"scheme=strassen form=kernel chunk={CHUNK}")
+    assert rep[0]["plan"]["form"] == "kernel" and rep[0]["dispatch"] == {"threshold_M": CHUNK, "chunk_M": CHUNK}
+    assert rep[0]["plan"]["edge"] == "pad"  # the kernels pad the blocks; nothing is peeled
+    assert out.count("linalg.matmul") == 3  # the chunk (with the plan), the remainder, the original
+    assert out.count('falcon.plan = {edge = "pad", form = "kernel", schemes = ["strassen"]}') == 1
+    assert "falcon.combine" not in out
+    assert f"tensor<{CHUNK}x128xbf16>" in out

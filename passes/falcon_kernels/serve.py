@@ -2,7 +2,9 @@
 (or :class:`~falcon_mlir.kernels.PlanSpec` for a kernel-form plan), or why none does.
 
 The kernels compute ``C = op(A) @ op(B)`` with f32 accumulation for f32, f16
-and bf16 operands of one type, C in f32, f16 or bf16, A and/or B read
+and bf16 operands of one type, C in f32 or in the operands' type (an op
+whose operands are rounded to a narrower or another type before the multiply,
+e.g. f32 x f32 -> f16, is not the kernels' product), A and/or B read
 transposed in place, one batch dimension shared by A, B and C. A contraction
 is served when it matches that shape exactly: static sizes, the body of a
 plain multiply-accumulate, maps of the forms
@@ -117,6 +119,12 @@ def serve(c: Contraction, f32_mode: str = "ieee", plan=None) -> tuple:
         return None, f"{lhs} x {rhs} -> {acc}: the kernels take f32, f16 or bf16"
     if lhs != rhs:
         return None, f"{lhs} x {rhs}: the kernels take one input type"
+    if acc not in (lhs, "f32"):
+        # The op rounds each operand to the accumulator type before it
+        # multiplies (f32 x f32 -> f16: an operand over 65504 is inf there);
+        # the kernels multiply the operands as stored.
+        return None, (f"{lhs} x {rhs} -> {acc}: the op rounds its operands to {acc} before the "
+                      "multiply, the kernels multiply them as stored")
     layout = _layout(c)
     if layout is None:
         return None, "indexing maps other than (b,)m,k x (b,)k,n -> (b,)m,n (or A, B transposed)"

@@ -68,6 +68,11 @@ def test_batched_generic_with_transposed_operands_is_read_in_place():
 @pytest.mark.parametrize("text, why", [
     (MM.format(M=64, N=64, K=64, t="f64", acc="f64"), "the kernels take f32, f16 or bf16"),
     (MM.format(M=64, N=64, K=63, t="bf16", acc="f32"), "multiple of"),  # A's row of 63 bf16: not 16 bytes
+    # Were served: the op rounds f32 operands to f16 first (1e5 is inf there: IREE's result is inf
+    # where the kernel's f32 product is finite), f16 ones to bf16 (3 mantissa bits each).
+    (MM.format(M=64, N=64, K=64, t="f32", acc="f16"), "rounds its operands to f16 before the multiply"),
+    (MM.format(M=64, N=64, K=64, t="f32", acc="bf16"), "rounds its operands to bf16"),
+    (MM.format(M=64, N=64, K=64, t="f16", acc="bf16"), "rounds its operands to bf16"),
 ])
 def test_unserved_contractions_say_why(text, why):
     s, reason = _served(text)

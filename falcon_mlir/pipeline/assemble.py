@@ -45,7 +45,8 @@ from .session import DEFAULT_REWRITE_PHASE, CompileResult, compile_module
 from .stages import Pipeline, Stage
 
 __all__ = ["Default", "PIPELINE_DEFAULTS", "KERNEL_DEFAULTS", "TARGET_DEFAULTS", "DEFAULT_TARGET",
-           "target_devices", "targets_cuda", "with_default_target", "lcma_options",
+           "target_devices", "targets_cuda", "with_default_target", "check_cuda_target",
+           "DEFAULT_CUDA_TARGET", "lcma_options",
            "tiles_options", "kernels_options", "rewrite_stages", "make_rewrite", "compile_source",
            "KERNEL_FLAGS"]
 
@@ -142,15 +143,51 @@ def targets_cuda(flags: Sequence[str]) -> bool:
     return any(d.startswith("cuda") for d in target_devices(flags))
 
 
+#: The CUDA target (``--iree-cuda-target``) for a cuda device whose flags name
+#: none: falcon's CUDA target (:data:`falcon_mlir.targets.TARGETS` ``cuda-sm80``).
+#: IREE's own default, sm_60, has no bf16/f16 MMA: with falcon-tiles' sm_80
+#: table IREE aborted the whole process ("LLVM ERROR: Cannot select:
+#: intrinsic %llvm.nvvm.mma.m16n8k16.row.col.bf16").
+DEFAULT_CUDA_TARGET = "sm_80"
+
+
 def with_default_target(flags: Sequence[str]) -> list:
     """``flags`` with :data:`DEFAULT_TARGET`'s flags in front when they select
     no device (flags the user gave, e.g. ``--iree-llvmcpu-target-cpu``, are
-    not given twice); ``flags`` unchanged otherwise."""
+    not given twice); with ``--iree-cuda-target=``:data:`DEFAULT_CUDA_TARGET`
+    after them when they select the cuda device and name no CUDA target;
+    ``flags`` unchanged otherwise."""
     flags = [str(f) for f in flags]
+    if targets_cuda(flags) and not _cuda_target(flags):
+        return flags + [f"--iree-cuda-target={DEFAULT_CUDA_TARGET}"]
     if target_devices(flags):
         return flags
     given = {_flag_name(f) for f in flags}
     return [f for f in targets.target_flags(DEFAULT_TARGET) if _flag_name(f) not in given] + flags
+
+
+def check_cuda_target(flags: Sequence[str]) -> None:
+    """For a cuda device: that IREE knows the ``--iree-cuda-target`` the flags
+    give, asked in a child process (IREE 3.13 reports an unknown one and then
+    crashes; in process that is a segmentation fault of the caller).
+
+    Raises:
+        CompileError: IREE rejects the target (one line: IREE's message).
+    """
+    if not targets_cuda(flags):
+        return
+    from falcon_mlir.kernels.embed import cuda_target_attribute
+
+    target = _cuda_target(flags)
+    try:
+        cuda_target_attribute(("--iree-hal-target-device=cuda",) + ((f"--iree-cuda-target={target}",)
+                                                                     if target else ()))
+    except Exception as e:  # CompilerToolError (the tool crashed after its message), no CUDA target
+        from .diagnostics import CompileError
+
+        lines = [ln.strip() for ln in str(e).splitlines() if "error:" in ln]
+        why = lines[0].split("error:", 1)[1].strip() if lines else " ".join(str(e).split())[:200]
+        raise CompileError(f"--iree-cuda-target={target}: {why}", stage="flags") from None
 
 
 def _apply(options, defaults, applied: dict):
@@ -430,6 +467,7 @@ def compile_source(source, *, flags: Sequence[str] = (), lcma="auto", tiles="aut
         CompileError: IREE or the rewrite failed (``RewriteError`` for the latter).
     """
     flags = with_default_target(flags)
+    check_cuda_target(flags)
     if kernels_options(kernels, flags) is not None:
         from .capi import set_global_flags
 

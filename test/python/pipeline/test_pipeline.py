@@ -518,6 +518,42 @@ def test_default_target_is_the_host_cpu():
     assert assemble.with_default_target(old) == old
     mine = assemble.with_default_target(["--iree-llvmcpu-target-cpu=znver3"])
     assert [f for f in mine if "target-cpu" in f] == ["--iree-llvmcpu-target-cpu=znver3"]
+    # A cuda device without a CUDA target gets falcon's (IREE's own default is sm_60).
+    assert assemble.with_default_target(cuda[:1]) == cuda
+    assert assemble.with_default_target(["--iree-hal-target-backends=cuda"]) == \
+        ["--iree-hal-target-backends=cuda", "--iree-cuda-target=sm_80"]
+
+
+BF16_MM = """func.func @f(%a: tensor<256x256xbf16>, %b: tensor<256x256xbf16>) -> tensor<256x256xf32> {
+  %cst = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<256x256xf32>
+  %z = linalg.fill ins(%cst : f32) outs(%e : tensor<256x256xf32>) -> tensor<256x256xf32>
+  %0 = linalg.matmul ins(%a, %b : tensor<256x256xbf16>, tensor<256x256xbf16>) outs(%z : tensor<256x256xf32>) -> tensor<256x256xf32>
+  return %0 : tensor<256x256xf32>
+}
+"""
+
+
+def test_cuda_without_a_cuda_target_compiles_for_sm80(tmp_path):
+    """Was: IREE's default sm_60 with falcon-tiles' sm_80 MMA tiles: 'LLVM ERROR: Cannot select:
+    intrinsic %llvm.nvvm.mma.m16n8k16.row.col.bf16', an abort of the whole process (so: a child)."""
+    import subprocess
+
+    src = tmp_path / "mm.mlir"
+    src.write_text(BF16_MM)
+    r = subprocess.run([sys.executable, "-m", "falcon_mlir.tools.falcon_compile", str(src), "-o",
+                        str(tmp_path / "mm.vmfb"), "--iree-hal-target-device=cuda", "--falcon-kernels=none"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and (tmp_path / "mm.vmfb").stat().st_size > 1000, r.stderr[-2000:]
+
+
+def test_an_unknown_cuda_target_is_one_line_not_a_crash():
+    """Was: IREE reports 'Unknown CUDA target' and then crashes: in process, a segmentation fault
+    of falcon-compile (exit 139) or of the caller of the API."""
+    with pytest.raises(CompileError) as e:
+        falcon_mlir.compile_str(BF16_MM, target_backends=["cuda"], extra_args=["--iree-cuda-target=garbage"])
+    assert e.value.stage == "flags" and e.value.summary == \
+        "--iree-cuda-target=garbage: Unknown CUDA target 'garbage'"
 
 
 def test_cli_without_target_flag_builds_for_the_host(tmp_path, capsys):

@@ -421,6 +421,10 @@ def make_rewrite(lcma="auto", tiles="auto", flags: Sequence[str] = (),
         return None
     if custom is not None and not stages:
         return custom
+    # A cuda target whose kernels are off only because Triton is missing: each
+    # contraction's entry says so (the pass does not run to say it itself).
+    kapplied = _kernels(kernels, flags)[1]
+    no_kernels = kapplied.get("arch", "") if kapplied.get("arch", "").startswith("none") else None
 
     def rewrite(module_op):
         report = list(custom(module_op) or []) if custom is not None else []
@@ -434,6 +438,11 @@ def make_rewrite(lcma="auto", tiles="auto", flags: Sequence[str] = (),
                 _merge_kernel_entries(report, entries)
             else:
                 report.extend(entries)
+        if no_kernels:
+            for e in report:
+                if e.get("element_types") is not None and "kernels" not in e:
+                    e["kernels"] = [{"kernel": None, "reason": "left to IREE: Triton is not installed "
+                                     "(pip install 'falcon-mlir[cuda]')", "defaults": {"arch": no_kernels}}]
         return report
 
     rewrite.options = next((s.options for s in stages if s.name == "lcma-rewrite"), None)

@@ -441,3 +441,19 @@ def test_report_join_gives_products_to_their_plan():
     assert [[k["kernel"] for k in r["kernels"]] for r in report] == \
         [["classical"], ["classical", None], ["classical", None], [None]]
     assert len(report) == 4
+
+
+def test_without_triton_each_entry_says_why_no_kernel_ran(monkeypatch):
+    """Was: on a cuda target without Triton the report had no 'kernels' entry at all (the pass was
+    off by default), so nothing said why IREE's code ran."""
+    import falcon_mlir
+    from falcon_mlir.pipeline import assemble
+
+    monkeypatch.setattr(fk, "triton_available", lambda: False)
+    monkeypatch.setattr(assemble, "triton_available", lambda: False)
+    _, rep = falcon_mlir.compile_str(MM.format(f="f"), target_backends=["cuda"], return_report=True)
+    assert rep[0]["kernels"][0]["kernel"] is None
+    assert rep[0]["kernels"][0]["reason"].startswith("left to IREE: Triton is not installed")
+    _, rep = falcon_mlir.compile_str(MM.format(f="f"), target_backends=["cuda"], return_report=True,
+                                     kernels="none")
+    assert "kernels" not in rep[0]  # asked off: nothing to explain

@@ -184,10 +184,25 @@ def _splice(root, chosen: list, compiled: list, options: KernelsOptions, arch: s
         why = lines[0].split("error:", 1)[1].strip() if lines else " ".join(str(e).split())[:200]
         raise PassError(f"falcon-kernels: IREE rejects cuda-target={options.cuda_target or '(its default)'}"
                         f": {why}") from None
-    sp = Splicer(root, target)
+    splicers: dict = {}
+
+    def splicer(op) -> Splicer:
+        """The splicer of the module ``op`` is in (its symbol table: a nested
+        module's functions cannot call symbols of the module around it)."""
+        m = op.parent
+        while m is not None and m.name != "builtin.module":
+            m = m.parent
+        m = (m or root).operation
+        for known, sp in splicers.items():
+            if known == m:
+                return sp
+        splicers[m] = Splicer(m, target)
+        return splicers[m]
+
     for (c, served, entry), k in zip(chosen, compiled):
         if isinstance(k, Exception):
             raise PassError(f"falcon-kernels: {k}", location=entry["location"])
+        sp = splicer(c.op)
         # The call takes A, B and C as the op holds them: a batch of 1 keeps its
         # unit dimension there, which the kernel's spec drops (same buffers).
         types = tuple(str(v.type) for v in (c.op.operands[0], c.op.operands[1], c.op.results[0]))

@@ -457,3 +457,12 @@ def test_without_triton_each_entry_says_why_no_kernel_ran(monkeypatch):
     _, rep = falcon_mlir.compile_str(MM.format(f="f"), target_backends=["cuda"], return_report=True,
                                      kernels="none")
     assert "kernels" not in rep[0]  # asked off: nothing to explain
+
+
+def test_a_contraction_in_a_nested_module_calls_a_kernel_of_that_module(fake_kernels):
+    """Was: the executables and wrapper went into the outer module, which the nested module's
+    functions cannot call: "'func.call' op '..._call' does not reference a valid function"."""
+    out, rep = fake_kernels("module {\n  module @inner {\n" + MM.format(f="f") + "  }\n}\n")
+    assert rep[0]["kernel"] == "classical"
+    inner = out[out.index("module @inner"):]
+    assert "hal.executable.source" in inner and "func.func private @falcon_gemm_" in inner

@@ -94,7 +94,7 @@ from falcon_mlir.calibration import fit
 from falcon_mlir.calibration.assemble import CalibrationError, summary
 from falcon_mlir.calibration.bundle import (DEFAULT_BANDWIDTH_MB, DEFAULT_DTYPES, DEFAULT_SIZES, DEVICE_FLAGS,
                                             DTYPES, QUICK_BANDWIDTH_MB, QUICK_SIZES, prepare_bundle)
-from falcon_mlir.calibration.measure import (MANIFEST, PROG, RUNNER, Progress, check_output, run_bundle,
+from falcon_mlir.calibration.measure import (MANIFEST, PROG, RUNNER, Progress, check_device, check_output, run_bundle,
                                              write_json)
 from falcon_mlir.cli import ArgumentParser, ToolError, run_tool
 
@@ -216,6 +216,7 @@ def _measure(args, opts: dict, progress) -> tuple:
     from falcon_mlir.decision.profile import Profile, ProfileError
 
     name = args.name or Path(args.output).stem
+    check_device(opts["device"])  # before the compiles (was: 13 modules compiled, then no device)
     with tempfile.TemporaryDirectory(prefix="falcon-calibrate-") as tmp:
         prepare_bundle(tmp, name=name, progress=progress, **opts)
         profile, raw = run_bundle(tmp, driver=opts["device"], seconds=opts["seconds"], name=name,

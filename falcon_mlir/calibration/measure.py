@@ -147,6 +147,20 @@ def _median(xs) -> float:
     return float(np.median(np.asarray(xs, dtype=np.float64)))
 
 
+def check_device(driver: str) -> None:
+    """Open IREE's ``driver`` once, before minutes of compiling for it.
+
+    Raises:
+        CalibrationError: no such device here (one line).
+    """
+    import iree.runtime as rt
+
+    try:
+        rt.Config(driver)
+    except Exception as e:
+        raise CalibrationError(f"cannot open IREE device '{driver}': {error_line(e)}") from None
+
+
 class _Run:
     """One bundle being measured: the runtime, device, inputs' generator, raw results."""
 

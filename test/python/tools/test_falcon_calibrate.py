@@ -172,3 +172,16 @@ def test_fit_solves_the_products_factor_exactly():
     assert forms["per_product_products"] == pytest.approx(1.3, rel=1e-3)
     assert forms["grouped_products"] == pytest.approx(1.7, rel=1e-3)
     assert forms["per_product_combine"] == 0.5 and fitted.product_factor("grouped") == forms["grouped_products"]
+
+
+def test_no_device_is_said_before_compiling(tmp_path, capsys, monkeypatch):
+    """Was: --device cuda on a machine without a GPU compiled the whole bundle (13 modules) first."""
+    def compiles(*a, **k):
+        raise AssertionError("compiled before the device was checked")
+
+    monkeypatch.setattr(fc, "prepare_bundle", compiles)
+    monkeypatch.setattr(fc, "check_device", lambda driver: (_ for _ in ()).throw(
+        fc.CalibrationError(f"cannot open IREE device '{driver}': no GPU")))
+    assert fc.main(TINY + ["--device", "cuda", "-o", str(tmp_path / "p.json")]) == 1
+    assert capsys.readouterr().err == "falcon-calibrate: error: cannot open IREE device 'cuda': no GPU\n"
+    assert list(tmp_path.iterdir()) == []

@@ -164,6 +164,11 @@ def _check_options(args: dict) -> None:
         assemble.kernels_options(args["kernels"], args["iree_flags"])
     except ValueError as e:  # OptionError
         raise _fail(f"--falcon-kernels: {e}") from None
+    try:  # what the options mean together for this target (e.g. form=kernel without falcon-kernels)
+        assemble.rewrite_stages(args["lcma"], args["tiles"], assemble.with_default_target(args["iree_flags"]),
+                                args["kernels"])
+    except ValueError as e:  # OptionError
+        raise _fail(f"--lcma-rewrite: {e}") from None
 
 
 def _source(src: str) -> tuple:

@@ -45,11 +45,17 @@ def explain_entry(e: dict) -> str:
     shape = (f"M={dim('M')} N={dim('N')} K={dim('K')}"
              + (f" batch={e['batch']}" if e.get("batch") else ""))
     types = f" ({et.get('lhs')} x {et.get('rhs')} -> {et.get('acc')})" if et else ""
+    if "kernel" in e and "kind" not in e:  # falcon-kernels' own entry (no lcma-rewrite entry to join)
+        return "\n".join([f"{e.get('location')}: {e.get('op')} {shape}{types}: "
+                           + ("falcon's kernels" if e.get("kernel") else "IREE's code"),
+                           _kernel_line(e)])
     plan = e.get("plan")
     if isinstance(plan, dict):
         what = (f"rewritten: {'+'.join(plan['schemes'])}, {len(plan['schemes'])} level(s), "
                 f"{plan.get('form', 'per-product')} form, {plan.get('edge', 'peel')} edges")
-        if "products" in e:
+        if e.get("handoff"):
+            what += f"; {e.get('products')} products, handed to {e['handoff']}"
+        elif "products" in e:
             what += f"; {e['products']} products, {e.get('combines', 0)} combines emitted"
     else:
         what = "classical"
@@ -74,6 +80,9 @@ def explain_entry(e: dict) -> str:
             lines.append(f"  alternative: {a['plan']}: {_ms(a['seconds'])} "
                          f"({_ratio(pt['classical'], a['seconds'])})")
     lines += [_kernel_line(k) for k in e.get("kernels", [])]
+    if e.get("handoff") and not e.get("kernels"):
+        lines.append(f"  kernels: {e['handoff']} did not run: the op keeps its falcon.plan and is "
+                     "classical until that pass runs")
     pe = e.get("predicted_error")
     if pe:
         line = f"  predicted error: classical {pe['classical']:.1e}"
@@ -101,7 +110,7 @@ def explain(report: List[dict]) -> str:
     # falcon-tiles entries (tile choices, not decisions) are left to --lcma-report
     report = [e for e in report if e.get("pass") != "falcon-tiles"]
     blocks = [explain_entry(e) for e in report if e.get("kind") != "not a contraction"]
-    rewritten = sum(1 for e in report if isinstance(e.get("plan"), dict))
+    rewritten = sum(1 for e in report if isinstance(e.get("plan"), dict) and "kind" in e)
     total_c = sum((e.get("predicted_time") or {}).get("classical", 0) for e in report)
     total_p = sum((e.get("predicted_time") or {}).get("plan", 0) for e in report)
     summary = f"lcma-explain: {rewritten} of {len(blocks)} contractions rewritten"

@@ -42,7 +42,7 @@ from falcon_mlir.passes.falcon_tiles import TilesOptions
 from falcon_mlir.passes.lcma_rewrite import LcmaOptions
 
 from .session import DEFAULT_REWRITE_PHASE, CompileResult, compile_module
-from .stages import Pipeline, Stage
+from .stages import Pipeline, Stage, merge_kernel_entries
 
 __all__ = ["Default", "PIPELINE_DEFAULTS", "KERNEL_DEFAULTS", "TARGET_DEFAULTS", "DEFAULT_TARGET",
            "target_devices", "targets_cuda", "with_default_target", "check_cuda_target",
@@ -337,6 +337,13 @@ def rewrite_stages(lcma, tiles, flags: Sequence[str], kernels="auto") -> list:
     stages = []
     kopts, kapplied = _kernels(kernels, flags)
     options = lcma_options(lcma)
+    if options is not None and options.form == "kernel" and kopts is None:
+        from falcon_mlir.options import OptionError
+
+        why = ("the target is not cuda" if not targets_cuda(flags) else
+               kapplied.get("arch", "falcon-kernels is off (kernels=none)"))
+        raise OptionError(f"form=kernel needs the falcon-kernels pass, which does not run here: {why} "
+                          "(the contractions would stay classical under a report that says rewritten)")
     if options is not None:
         options, applied = _with_defaults(options, "lcma-rewrite", flags, kernels=kopts is not None)
         extra = {"defaults": applied} if applied else {}
@@ -351,52 +358,6 @@ def rewrite_stages(lcma, tiles, flags: Sequence[str], kernels="auto") -> list:
         stages.append(Stage("falcon-tiles", f"falcon-tiles{{{to_text(topts)}}}", topts,
                             report_extra={"defaults": applied} if applied else {}))
     return stages
-
-
-def _shape(e: dict) -> tuple:
-    return (e.get("M"), e.get("N"), e.get("K"), tuple(e.get("batch") or ()),
-            tuple(sorted((e.get("element_types") or {}).items())))
-
-
-def _merge_kernel_entries(report: list, entries: list) -> None:
-    """falcon-kernels' entries join the lcma-rewrite entry of their contraction
-    (as its ``kernels`` list: the contraction itself, or the products its plan
-    emitted); entries with no lcma-rewrite entry are appended as they are.
-
-    Several contractions may share a location (a layer written once and
-    called in a loop, ops without locations), so location alone does not say
-    whose an entry is. Both passes list contractions in the module's order,
-    and a rewrite's products stand where their contraction stood: a kernel
-    entry of the same location and shape (sizes, batch, types) is the next
-    such contraction that is still an op (kept classical, handed to
-    falcon-kernels in the kernel form, or the original op a run-time dispatch
-    keeps); any other is a product of the next rewritten contraction of that
-    location with products still unaccounted for (its ``products`` count).
-    """
-    by_loc: dict = {}
-    for e in report:
-        by_loc.setdefault(e.get("location"), []).append(e)
-    own: set = set()
-    products: dict = {}
-
-    def still_an_op(e):
-        return e.get("plan") == "classical" or "handoff" in e or "dispatch" in e
-
-    for k in entries:
-        cands = by_loc.get(k.get("location"))
-        if not cands:
-            report.append(k)
-            continue
-        target = next((e for e in cands if id(e) not in own and still_an_op(e)
-                       and _shape(e) == _shape(k)), None)
-        if target is not None:
-            own.add(id(target))
-        else:
-            target = next((e for e in cands if e.get("plan") != "classical" and "handoff" not in e
-                           and products.get(id(e), 0) < (e.get("products") or 0)), cands[0])
-            products[id(target)] = products.get(id(target), 0) + 1
-        target.setdefault("kernels", []).append(
-            {key: v for key, v in k.items() if key not in ("location", "op")})
 
 
 def make_rewrite(lcma="auto", tiles="auto", flags: Sequence[str] = (),
@@ -435,7 +396,7 @@ def make_rewrite(lcma="auto", tiles="auto", flags: Sequence[str] = (),
                 if tiles_report is not None:
                     tiles_report.extend(entries)
             elif st.name == "falcon-kernels":
-                _merge_kernel_entries(report, entries)
+                merge_kernel_entries(report, entries)
             else:
                 report.extend(entries)
         if no_kernels:

@@ -75,7 +75,7 @@ def run_on_source(source, filename: str, stages: list, report: list, *, verify_e
             if lines and not getattr(e, "error_diagnostics", None):
                 return False, None, lines
             return False, None, lines + diagnostic_lines(e, filename)
-        report.extend(pipe.report)
+        report.extend(pipe.joined_report())
         if bytecode:
             import io
 

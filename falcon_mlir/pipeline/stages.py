@@ -30,7 +30,7 @@ from falcon_mlir.passes import PassError
 from falcon_mlir.passes.registry import PASSES, parse_pass_options
 
 __all__ = ["PipelineError", "Stage", "Pipeline", "split_top_level", "parse_element",
-           "parse_pipeline"]
+           "parse_pipeline", "merge_kernel_entries"]
 
 
 class PipelineError(ValueError):
@@ -174,6 +174,52 @@ def parse_pipeline(text: str, filename: Optional[str] = None) -> list:
     return [parse_element(e, filename) for e in split_top_level(text)]
 
 
+def _shape(e: dict) -> tuple:
+    return (e.get("M"), e.get("N"), e.get("K"), tuple(e.get("batch") or ()),
+            tuple(sorted((e.get("element_types") or {}).items())))
+
+
+def merge_kernel_entries(report: list, entries: list) -> None:
+    """falcon-kernels' entries join the lcma-rewrite entry of their contraction
+    (as its ``kernels`` list: the contraction itself, or the products its plan
+    emitted); entries with no lcma-rewrite entry are appended as they are.
+
+    Several contractions may share a location (a layer written once and
+    called in a loop, ops without locations), so location alone does not say
+    whose an entry is. Both passes list contractions in the module's order,
+    and a rewrite's products stand where their contraction stood: a kernel
+    entry of the same location and shape (sizes, batch, types) is the next
+    such contraction that is still an op (kept classical, handed to
+    falcon-kernels in the kernel form, or the original op a run-time dispatch
+    keeps); any other is a product of the next rewritten contraction of that
+    location with products still unaccounted for (its ``products`` count).
+    """
+    by_loc: dict = {}
+    for e in report:
+        by_loc.setdefault(e.get("location"), []).append(e)
+    own: set = set()
+    products: dict = {}
+
+    def still_an_op(e):
+        return e.get("plan") == "classical" or "handoff" in e or "dispatch" in e
+
+    for k in entries:
+        cands = by_loc.get(k.get("location"))
+        if not cands:
+            report.append(k)
+            continue
+        target = next((e for e in cands if id(e) not in own and still_an_op(e)
+                       and _shape(e) == _shape(k)), None)
+        if target is not None:
+            own.add(id(target))
+        else:
+            target = next((e for e in cands if e.get("plan") != "classical" and "handoff" not in e
+                           and products.get(id(e), 0) < (e.get("products") or 0)), cands[0])
+            products[id(target)] = products.get(id(target), 0) + 1
+        target.setdefault("kernels", []).append(
+            {key: v for key, v in k.items() if key not in ("location", "op")})
+
+
 @dataclass
 class Pipeline:
     """An ordered list of stages run on a module, collecting falcon reports.
@@ -246,6 +292,19 @@ class Pipeline:
                     raise self.exceptions[0] from None
                 raise
         return self.report
+
+    def joined_report(self) -> list:
+        """The report with falcon-kernels' entries joined to the entries of the
+        contractions they concern (:func:`merge_kernel_entries`; standalone
+        where no earlier pass has an entry for the contraction): one entry per
+        contraction, as falcon-compile's report."""
+        out: list = []
+        for st, entries in self.stage_reports:
+            if st.name == "falcon-kernels":
+                merge_kernel_entries(out, [dict(e) for e in entries])
+            else:
+                out.extend(entries)
+        return out
 
     def _python_pass(self, st: Stage) -> Callable:
         runner = PASSES[st.name].run

@@ -428,7 +428,7 @@ def test_report_joins_kernels_to_their_own_contraction_when_locations_repeat(mon
 
 
 def test_report_join_gives_products_to_their_plan():
-    from falcon_mlir.pipeline.assemble import _merge_kernel_entries
+    from falcon_mlir.pipeline.stages import merge_kernel_entries
 
     def e(M, N, K, **kw):
         return dict({"location": "x:1:1", "M": M, "N": N, "K": K, "batch": [],
@@ -437,7 +437,7 @@ def test_report_join_gives_products_to_their_plan():
               e(64, 64, 64, plan={"schemes": ["strassen"]}, products=2), e(8, 8, 8, plan="classical")]
     kernels = [e(8, 8, 8, kernel="classical"), e(32, 32, 32, kernel="classical"), e(32, 32, 32, kernel=None),
                e(32, 32, 32, kernel="classical"), e(32, 32, 32, kernel=None), e(8, 8, 8, kernel=None)]
-    _merge_kernel_entries(report, kernels)
+    merge_kernel_entries(report, kernels)
     assert [[k["kernel"] for k in r["kernels"]] for r in report] == \
         [["classical"], ["classical", None], ["classical", None], [None]]
     assert len(report) == 4
@@ -466,3 +466,46 @@ def test_a_contraction_in_a_nested_module_calls_a_kernel_of_that_module(fake_ker
     assert rep[0]["kernel"] == "classical"
     inner = out[out.index("module @inner"):]
     assert "hal.executable.source" in inner and "func.func private @falcon_gemm_" in inner
+
+
+def test_falcon_opt_joins_kernel_entries_and_explains_them(monkeypatch, capfd, src, tmp_path):
+    """Was: 'falcon-opt: internal error: KeyError: 'schemes'' for --lcma-rewrite="... form=kernel"
+    --falcon-kernels --lcma-explain (a kernel entry's plan read as lcma-rewrite's), and the report
+    listed each contraction twice (once per pass: "0 of 18 contractions" for 9)."""
+    import json
+
+    import falcon_mlir.kernels.embed as embed
+    import falcon_mlir.passes.falcon_kernels.splice as splice
+    from tool_checks import opt
+
+    monkeypatch.setattr(fk, "triton_available", lambda: True)
+    monkeypatch.setattr(fk, "_compile", _fake_compile)
+    monkeypatch.setattr(splice, "Splicer", ReferenceSplicer)
+    monkeypatch.setattr(embed, "cuda_target_attribute", lambda flags=(): "#fake")
+    path, _ = src(PINNED.format(plan='{schemes = ["strassen"], form = "kernel"}').replace(
+        " {falcon.plan = {schemes = [\"strassen\"], form = \"kernel\"}}", "") + MM.format(f="g"))
+    rep = tmp_path / "r.json"
+    rc, _, err = opt(capfd, path, "--lcma-rewrite=scheme=strassen form=kernel", "--falcon-kernels=min-flops=0",
+                     "--lcma-report", rep, "--lcma-explain", "-o", tmp_path / "o.mlir")
+    assert rc == 0 and "internal error" not in err, err
+    entries = json.loads(rep.read_text())
+    assert len(entries) == 2 and [e["kernels"][0]["kernel"] for e in entries] == ["plan", "plan"]
+    assert "lcma-explain: 2 of 2 contractions rewritten" in err
+    assert "7 products, handed to falcon-kernels" in err and "kernels: plan 2x2x2:7 (R = 7" in err
+    # falcon-kernels alone: its own entries, explained as such
+    rc, _, err = opt(capfd, path, "--falcon-kernels=min-flops=0 min-intensity=0", "--lcma-explain", "-o",
+                     tmp_path / "o.mlir")
+    assert rc == 0 and ": falcon's kernels\n  kernels: falcon's classical GEMM" in err, err
+
+
+def test_form_kernel_where_falcon_kernels_does_not_run_is_an_option_error():
+    """Was: on a CPU target (or kernels=none) form=kernel left every contraction classical under a
+    report that said 'rewritten: ... 7 products, 3 combines emitted'."""
+    import falcon_mlir
+    from falcon_mlir.options import OptionError
+
+    with pytest.raises(OptionError, match="form=kernel needs the falcon-kernels pass.*not cuda"):
+        falcon_mlir.compile_str(MM.format(f="f"), lcma="scheme=strassen form=kernel")
+    with pytest.raises(OptionError, match="form=kernel needs the falcon-kernels pass"):
+        falcon_mlir.compile_str(MM.format(f="f"), target_backends=["cuda"], kernels="none",
+                                lcma="scheme=strassen form=kernel")

@@ -509,3 +509,54 @@ def test_form_kernel_where_falcon_kernels_does_not_run_is_an_option_error():
     with pytest.raises(OptionError, match="form=kernel needs the falcon-kernels pass"):
         falcon_mlir.compile_str(MM.format(f="f"), target_backends=["cuda"], kernels="none",
                                 lcma="scheme=strassen form=kernel")
+
+
+def _installed(name: str) -> bool:
+    import importlib.machinery
+
+    return importlib.machinery.PathFinder.find_spec(name) is not None  # without importing it
+
+
+@pytest.mark.skipif(not (_installed("triton") and _installed("torch")), reason="needs triton and torch (in a child)")
+def test_the_kernel_on_the_spec_the_pass_derives_reads_the_ops_buffers_right():
+    """The other half of the chain: the generated kernel itself (Triton's interpreter, in a child
+    process) on the spec the pass derives from an op, fed the op's operand buffers as they are stored
+    (a unit batch dimension, transposed layouts, permuted loops), against numpy's einsum of the op."""
+    import string
+
+    from falcon_mlir.ir.contraction import find_contractions
+    from falcon_mlir.kernels.configs import KernelConfig
+    from falcon_mlir.kernels.interpret import run_interpreted
+    from falcon_mlir.passes.falcon_kernels.serve import serve
+
+    cases = [
+        (LAYOUTS["tn"], ((40, 24), (40, 16), (24, 16)), (P, P, S_)),
+        (LAYOUTS["nt"], ((24, 40), (16, 40), (24, 16)), (P, P, S_)),
+        (LAYOUTS["tt"], ((40, 24), (16, 40), (24, 16)), (P, P, S_)),
+        # loop dims (k, n, m): A (k, m), B (n, k), C (m, n)
+        (((0, 2), (1, 0), (2, 1)), ((40, 24), (16, 40), (24, 16)), (S_, P, P)),
+        # loop dims (n, b, k, m): A (b, k, m), B (b, n, k), C (b, m, n)
+        (((1, 2, 3), (1, 0, 2), (1, 3, 0)), ((3, 40, 24), (3, 16, 40), (3, 24, 16)), (P, P, S_, P)),
+        # a batch of one: A (1, m, k), B (1, k, n)
+        (((0, 1, 3), (0, 3, 2), (0, 1, 2)), ((1, 24, 40), (1, 40, 16), (1, 24, 16)), (P, P, P, S_)),
+    ]
+    rng = np.random.default_rng(7)
+    jobs, refs = [], []
+    for maps, shapes, iters in cases:
+        text = _generic(maps, shapes, "f32", "f32", iters)
+        with ir.Context():
+            m = ir.Module.parse(text)
+            c = find_contractions(m.operation)[0]
+            s, kind = serve(c)
+            assert kind == "classical", kind
+            L = string.ascii_lowercase
+            eq = ",".join("".join(L[d] for d in dl) for dl in (c.lhs_dims, c.rhs_dims)) + "->" + \
+                "".join(L[d] for d in c.out_dims)
+        a, b = (rng.standard_normal(sh).astype(np.float32) for sh in shapes[:2])
+        jobs.append((s.spec, KernelConfig.parse("16x16x16,s2,w4,g2,masked"),
+                     a.reshape(s.spec.a_shape), b.reshape(s.spec.b_shape)))
+        refs.append((np.einsum(eq, a.astype(np.float64), b.astype(np.float64)), shapes[2]))
+    for out, (ref, cshape) in zip(run_interpreted(jobs), refs):
+        assert not isinstance(out, str), out
+        got = out.astype(np.float64).reshape(cshape)
+        assert np.max(np.abs(got - ref)) <= 1e-5 * np.max(np.abs(ref))

@@ -41,7 +41,9 @@ def explain_entry(e: dict) -> str:
     alternatives, with the profile used) and the predicted errors.
     """
     et = e.get("element_types") or {}
-    dim = lambda k: "?" if e.get(k) is None else e.get(k)
+    folded = e.get("dims") or {}  # several loop dims in one role, e.g. M = batch x M
+    dim = lambda k: ("?" if e.get(k) is None else str(e.get(k))) + (
+        f" ({' x '.join('?' if s is None else str(s) for s in folded[k])})" if k in folded else "")
     shape = (f"M={dim('M')} N={dim('N')} K={dim('K')}"
              + (f" batch={e['batch']}" if e.get("batch") else ""))
     types = f" ({et.get('lhs')} x {et.get('rhs')} -> {et.get('acc')})" if et else ""

@@ -8,6 +8,9 @@ products (recursively for further levels) and combine C (:mod:`.emit`,
 :mod:`.grouped`); a plan in the ``kernel`` form stays on the op for the
 ``falcon-kernels`` pass (falcon's generated CUDA kernels). Contractions with a dynamic M (or one dynamic batch
 dimension) and static N, K get a run-time dispatch (:mod:`.dispatch`).
+A contraction with several loop dimensions in one role that fold into one
+(a ``batch_matmul`` whose B has no batch dimension: a matmul over batch x M)
+is planned and rewritten through its folded view (:mod:`.fold`).
 Everything emitted is upstream ``linalg``/``tensor``/``arith``/``scf`` (plus
 ``util.optimization_barrier`` with ``barriers=true``).
 
@@ -32,12 +35,13 @@ from iree.compiler import ir
 
 from falcon_mlir import decision
 from falcon_mlir.dialects.plan import PLAN_ATTR
-from falcon_mlir.ir.contraction import analyze, find_contractions, format_location
+from falcon_mlir.ir.contraction import FOLD_REASON, analyze, find_contractions, format_location
 from falcon_mlir.pipeline.diagnostics import RewriteError
 
 from .dispatch import DYNAMIC_CHUNK_CANDIDATES, DYNAMIC_CHUNK_M, dynamic_choice, dynamic_entry, \
     emit_dispatch
 from .emit import Emitter
+from .fold import Folded
 from .options import MAX_LEVELS, LcmaOptions, OptionError
 from .planning import plan_for, predicted_errors, predicted_time
 
@@ -83,6 +87,10 @@ def _entry(c, plan, reason: str, options: LcmaOptions) -> dict:
         "predicted_error": predicted_errors(c, plan),
         "predicted_time": predicted_time(c, options, plan),
     }
+    if c.group_sizes:  # several loop dims in one role: the sizes each is made of
+        marker = ir.ShapedType.get_dynamic_size()
+        entry["dims"] = {r: [None if x == marker else x for x in xs]
+                         for r, xs in c.group_sizes.items()}
     # A remark is due when the user asked for something we did not do, or
     # when the op is a contraction we cannot serve at all.
     entry["remark"] = plan is None and (c.unsupported is not None
@@ -143,6 +151,11 @@ def run_lcma_rewrite(module_op, options: LcmaOptions) -> list:
     except decision.ProfileError:
         fuse_c = False
     for c in contractions:
+        folded = None
+        if c.unsupported == FOLD_REASON:  # e.g. batch_matmul with a broadcast B: a matmul
+            with c.op.location, ir.InsertionPoint(c.op):
+                folded = Folded(c)
+            c = folded.view
         plan, reason = plan_for(c, options)
         disp = None
         if plan is None and c.dynamic and options.dispatch is not False:
@@ -150,6 +163,8 @@ def run_lcma_rewrite(module_op, options: LcmaOptions) -> list:
         elif plan is None and c.dynamic:
             reason += " (run-time dispatch off: dispatch=false)"
         entry = _entry(c, plan, reason, options)
+        if folded is not None:
+            folded.describe(entry)
         if c.dynamic:
             dynamic_entry(entry, c, disp, options)
         if PLAN_ATTR in c.op.attributes:
@@ -169,5 +184,10 @@ def run_lcma_rewrite(module_op, options: LcmaOptions) -> list:
                 c.op.erase()
             entry["products"] = em.products
             entry["combines"] = em.combines
+        if folded is not None:
+            if plan is not None or disp is not None:
+                folded.commit()
+            else:
+                folded.discard()
         report.append(entry)
     return report

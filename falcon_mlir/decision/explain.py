@@ -98,11 +98,21 @@ def _kernel_line(k: dict) -> str:
     return f"  kernels: none ({k.get('reason')})"
 
 
+def remark_lines(report: List[dict]) -> List[str]:
+    """One ``LOCATION: remark: lcma-rewrite: REASON`` line per entry the user
+    should be told about (``remark``: a forced scheme or attached plan not
+    applied, a contraction that cannot be served, nothing found to rewrite);
+    falcon-opt and falcon-compile print them on stderr."""
+    return [f"{e['location']}: remark: lcma-rewrite: {e['reason']}"
+            for e in report if e.get("remark")]
+
+
 def explain(report: List[dict]) -> str:
     """Explain a whole report: one block per contraction, and a one-line summary."""
     # falcon-tiles entries (tile choices, not decisions) are left to --lcma-report
     report = [e for e in report if e.get("pass") != "falcon-tiles"]
-    blocks = [explain_entry(e) for e in report if e.get("kind") != "not a contraction"]
+    blocks = [explain_entry(e) for e in report
+              if e.get("kind") not in ("not a contraction", "no contraction")]
     rewritten = sum(1 for e in report if isinstance(e.get("plan"), dict))
     total_c = sum((e.get("predicted_time") or {}).get("classical", 0) for e in report)
     total_p = sum((e.get("predicted_time") or {}).get("plan", 0) for e in report)

@@ -31,6 +31,8 @@ Public names: :func:`run_lcma_rewrite`, :class:`LcmaOptions`,
 
 from __future__ import annotations
 
+from typing import Optional
+
 from iree.compiler import ir
 
 from falcon_mlir import decision
@@ -71,6 +73,40 @@ def _strip_stray_plans(root, report: list, options: LcmaOptions) -> None:
                        "batch": [], "element_types": None, "plan": "classical",
                        "reason": f"{PLAN_ATTR} on an op that is not a contraction; removed",
                        "remark": True})
+
+
+#: Input dialects IREE converts to linalg in its ``input`` phase; falcon-opt
+#: does not, so the rewrite finds no contraction in them.
+_FRONTEND_DIALECTS = {"stablehlo": "StableHLO", "chlo": "StableHLO", "mhlo": "MHLO",
+                      "vhlo": "StableHLO", "tosa": "TOSA", "torch": "torch"}
+
+
+def _none_found(root, options: LcmaOptions) -> Optional[dict]:
+    """The entry that says why nothing was rewritten in a module without
+    contractions that holds ops of a frontend dialect (StableHLO, TOSA,
+    torch): falcon-opt does not convert them to linalg (falcon-compile does,
+    in IREE's ``input`` phase, before the rewrite). ``None`` otherwise."""
+    frontend = []
+
+    def visit(op):
+        op = op.operation if hasattr(op, "operation") else op
+        if op.name.split(".", 1)[0] in _FRONTEND_DIALECTS:
+            frontend.append(op)
+        return ir.WalkResult.ADVANCE
+
+    root.walk(visit, ir.WalkOrder.PRE_ORDER)
+    if not frontend:
+        return None
+    dots = [o for o in frontend if any(w in o.name for w in ("dot", "matmul", "mm", "conv"))]
+    first = (dots or frontend)[0]
+    dialect = _FRONTEND_DIALECTS[first.name.split(".", 1)[0]]
+    return {"location": format_location(first.location, options.filename), "op": None,
+            "kind": "no contraction", "M": None, "N": None, "K": None, "batch": [],
+            "element_types": None, "plan": "classical",
+            "reason": (f"no contraction found: the input holds {dialect} ops ({first.name}), "
+                       "which falcon-opt does not convert to linalg; use falcon-compile "
+                       "--lcma-rewrite=..., which converts the input first"),
+            "remark": True}
 
 
 def _entry(c, plan, reason: str, options: LcmaOptions) -> dict:
@@ -190,4 +226,8 @@ def run_lcma_rewrite(module_op, options: LcmaOptions) -> list:
             else:
                 folded.discard()
         report.append(entry)
+    if not contractions:
+        none = _none_found(root, options)
+        if none is not None:
+            report.append(none)
     return report

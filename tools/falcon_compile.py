@@ -47,6 +47,12 @@ scheme, no run-time dispatch, the cuda-sm80 tile table, the kernels' sm_90a)
 apply to options left at auto and are listed in the report
 (falcon_mlir.pipeline.assemble).
 
+Contractions the rewrite was asked for and did not serve (a forced scheme
+declined, e.g. a rational scheme on integers; a contraction it cannot serve;
+a forced scheme that found no contraction) get one line each on stderr, as
+in falcon-opt: ``FILE:LINE:COL: remark: lcma-rewrite: REASON``; the exit
+status stays 0.
+
 Outputs are written atomically.  On error: one line
 ``falcon-compile: error: ...`` on stderr, exit status 1, no output file.
 """
@@ -196,9 +202,11 @@ def _compile(args: dict) -> int:
         raise _fail(e.summary) from None
     for w in res.warnings:
         sys.stderr.write(f"{PROG}: warning: {w.first_line}\n")
-    if args["explain"] and res.report:
-        from falcon_mlir.decision.explain import explain
+    from falcon_mlir.decision.explain import explain, remark_lines
 
+    for line in remark_lines(res.report or []):  # as falcon-opt: what was asked and not done
+        print(line, file=sys.stderr)
+    if args["explain"] and res.report:
         print(explain(res.report), file=sys.stderr)
     files = []
     if args["report_file"] is not None:

@@ -134,8 +134,9 @@ def _check_output_writable(path: str) -> None:
 
 
 def _remarks(report: list) -> list:
-    return [f"{e['location']}: remark: lcma-rewrite: {e['reason']}"
-            for e in report if e.get("remark")]
+    from falcon_mlir.decision.explain import remark_lines
+
+    return remark_lines(report)
 
 
 def _stages(args, pass_flags: list, filename: str) -> list:

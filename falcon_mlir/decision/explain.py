@@ -41,7 +41,9 @@ def explain_entry(e: dict) -> str:
     alternatives, with the profile used) and the predicted errors.
     """
     et = e.get("element_types") or {}
-    dim = lambda k: "?" if e.get(k) is None else e.get(k)
+    folded = e.get("dims") or {}  # several loop dims in one role, e.g. M = batch x M
+    dim = lambda k: ("?" if e.get(k) is None else str(e.get(k))) + (
+        f" ({' x '.join('?' if s is None else str(s) for s in folded[k])})" if k in folded else "")
     shape = (f"M={dim('M')} N={dim('N')} K={dim('K')}"
              + (f" batch={e['batch']}" if e.get("batch") else ""))
     types = f" ({et.get('lhs')} x {et.get('rhs')} -> {et.get('acc')})" if et else ""
@@ -105,11 +107,21 @@ def _kernel_line(k: dict) -> str:
     return f"  kernels: none ({k.get('reason')})"
 
 
+def remark_lines(report: List[dict]) -> List[str]:
+    """One ``LOCATION: remark: lcma-rewrite: REASON`` line per entry the user
+    should be told about (``remark``: a forced scheme or attached plan not
+    applied, a contraction that cannot be served, nothing found to rewrite);
+    falcon-opt and falcon-compile print them on stderr."""
+    return [f"{e['location']}: remark: lcma-rewrite: {e['reason']}"
+            for e in report if e.get("remark")]
+
+
 def explain(report: List[dict]) -> str:
     """Explain a whole report: one block per contraction, and a one-line summary."""
     # falcon-tiles entries (tile choices, not decisions) are left to --lcma-report
     report = [e for e in report if e.get("pass") != "falcon-tiles"]
-    blocks = [explain_entry(e) for e in report if e.get("kind") != "not a contraction"]
+    blocks = [explain_entry(e) for e in report
+              if e.get("kind") not in ("not a contraction", "no contraction")]
     rewritten = sum(1 for e in report if isinstance(e.get("plan"), dict) and "kind" in e)
     total_c = sum((e.get("predicted_time") or {}).get("classical", 0) for e in report)
     total_p = sum((e.get("predicted_time") or {}).get("plan", 0) for e in report)

@@ -197,8 +197,24 @@ def weighted_sum(terms: list, acc: ir.Type, start: Optional[ir.Value] = None) ->
 
 
 def optimization_barrier(v: ir.Value) -> ir.Value:
-    """``v`` behind IREE's ``util.optimization_barrier`` (same type)."""
-    return ir.Operation.create("util.optimization_barrier", results=[v.type], operands=[v]).result
+    """``v`` behind IREE's ``util.optimization_barrier`` (same type).
+
+    A tensor with dynamic sizes gets its sizes tied back to the barrier's
+    result with ``flow.tensor.tie_shape`` (sizes read by ``tensor.dim`` on
+    ``v``, which IREE resolves through ``v``'s producer): the barrier is not
+    shape-aware, and IREE 3.13 otherwise fails on the untied result ("'tensor.dim'
+    op unexpected during shape cleanup; dynamic dimensions must have been
+    resolved prior to leaving the flow dialect").
+    """
+    t = v.type
+    dims = []
+    if isinstance(t, ir.RankedTensorType):
+        rt = ir.RankedTensorType(t)
+        dims = [tensor.DimOp(v, index(p)).result for p in range(rt.rank) if rt.is_dynamic_dim(p)]
+    out = ir.Operation.create("util.optimization_barrier", results=[t], operands=[v]).result
+    if dims:
+        out = ir.Operation.create("flow.tensor.tie_shape", results=[t], operands=[out] + dims).result
+    return out
 
 
 def defining_op_name(v: ir.Value) -> str:

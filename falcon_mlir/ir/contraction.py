@@ -17,6 +17,7 @@ cannot serve it, but the run-time dispatch of the lcma-rewrite pass
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Optional
@@ -36,6 +37,12 @@ _FLOAT_OK = {"f16", "bf16", "f32", "f64"}
 _NAMED = {"linalg.matmul": "matmul", "linalg.batch_matmul": "batch_matmul"}
 #: ``unsupported`` of a contraction whose only problem is a dynamic size.
 DYNAMIC_REASON = "dynamic shape (the static rewrite needs static sizes)"
+#: ``unsupported`` of a contraction whose only problem is several loop
+#: dimensions in one role that fold into one (``Contraction.groups``): the
+#: lcma-rewrite pass serves it through a folded view (collapse_shape, one
+#: contraction, expand_shape); other passes leave it alone.
+FOLD_REASON = ("several loop dimensions in one role (e.g. a batch_matmul whose B has no batch "
+               "dimension: batch and M are both M dimensions); served only through a folded view")
 
 
 def format_location(loc: ir.Location, filename: Optional[str] = None) -> str:
@@ -83,6 +90,14 @@ class Contraction:
         dynamic: names of the dynamic sizes (``"M"``, ``"N"``, ``"K"``,
             ``"batch"`` once per dynamic batch dimension; empty when static).
             Their entries in M, N, K, batch hold MLIR's dynamic-size marker.
+        groups: roles (``"M"``, ``"N"``, ``"K"``) held by several loop
+            dimensions that fold into one, each with its dims in operand
+            order (e.g. ``{"M": [0, 1]}`` for a batch_matmul whose B has no
+            batch dimension); M, N, K are then the products of their sizes,
+            ``m_dim``/``n_dim``/``k_dim`` stay -1 and ``unsupported`` is
+            :data:`FOLD_REASON` when nothing else is wrong.
+        group_sizes: the sizes of the dims of each role held by several loop
+            dimensions (in operand order when they fold), also when they do not.
     """
 
     op: ir.Operation
@@ -104,6 +119,8 @@ class Contraction:
     transposed: list = field(default_factory=list)
     unsupported: Optional[str] = None
     dynamic: list = field(default_factory=list)
+    groups: dict = field(default_factory=dict)
+    group_sizes: dict = field(default_factory=dict)
 
     @property
     def is_float(self) -> bool:
@@ -120,6 +137,42 @@ class Contraction:
         if self.transposed:
             return f"{self.kind} (transposed {', '.join(self.transposed)})"
         return self.kind
+
+
+def _size_text(n: int) -> str:
+    return "?" if n == ir.ShapedType.get_dynamic_size() else str(n)
+
+
+def _run(dims: list, group: list) -> bool:
+    """Whether ``group`` appears in ``dims`` as one adjacent run, in that order."""
+    if group[0] not in dims:
+        return False
+    p = dims.index(group[0])
+    return dims[p:p + len(group)] == group
+
+
+def _fold_groups(c: Contraction, roles: dict) -> tuple:
+    """``(groups, why)``: the roles with several loop dims that fold into one
+    (``{role: dims}``), or ``None`` and why not. Each group must be one
+    adjacent run, in the same order, in both operands that carry it, and at
+    most one batch dimension may stay (the folded contraction is a matmul or
+    a batch_matmul)."""
+    carriers = {"M": (("A", c.lhs_dims), ("C", c.out_dims)),
+                "N": (("B", c.rhs_dims), ("C", c.out_dims)),
+                "K": (("A", c.lhs_dims), ("B", c.rhs_dims))}
+    if len(c.batch_dims) > 1:
+        return None, f"{len(c.batch_dims)} batch dimensions besides"
+    groups = {}
+    for role, ds in roles.items():
+        if len(ds) < 2:
+            continue
+        group = [d for d in carriers[role][0][1] if d in ds]
+        bad = [name for name, dl in carriers[role] if not _run(dl, group)]
+        if bad:
+            return None, (f"its {role} dimensions are not adjacent in the same order in "
+                          f"{' and '.join(bad) if len(bad) > 1 else bad[0]}")
+        groups[role] = group
+    return groups, None
 
 
 def _check_body(op: ir.Operation) -> Optional[str]:
@@ -186,19 +239,12 @@ def analyze(op: ir.Operation) -> Optional[Contraction]:
     c.lhs_type, c.rhs_type, c.acc_type = (t.element_type for t in ttypes)
     dims = linalg.infer_contraction_dimensions(op)
     m, n, k, b = list(dims.m), list(dims.n), list(dims.k), list(dims.batch)
-    if len(m) != 1 or len(n) != 1 or len(k) != 1:
-        c.unsupported = (f"needs exactly one M, N and K dimension "
-                         f"(has {len(m)} M, {len(n)} N, {len(k)} K)")
-        return c
-    c.m_dim, c.n_dim, c.k_dim, c.batch_dims = m[0], n[0], k[0], b
-    maps = list(op.attributes["indexing_maps"])
+    c.batch_dims = b
+    maps = list(linalg.get_indexing_maps(op))  # named ops without the attribute too
     try:
         c.lhs_dims, c.rhs_dims, c.out_dims = (_map_dims(a) for a in maps)
     except ValueError:
         c.unsupported = "indexing maps are not projected permutations"
-        return c
-    if "cast" in op.attributes and "unsigned" in str(op.attributes["cast"]):
-        c.unsupported = "unsigned operand casts are not supported"
         return c
     # A loop dimension is dynamic when any operand has it dynamic.
     dyn_size = ir.ShapedType.get_dynamic_size()
@@ -207,17 +253,43 @@ def analyze(op: ir.Operation) -> Optional[Contraction]:
         for pos, d in enumerate(dl):
             if sizes.get(d) != dyn_size:
                 sizes[d] = dyn_size if t.is_dynamic_dim(pos) else t.shape[pos]
-    c.M, c.N, c.K = sizes[c.m_dim], sizes[c.n_dim], sizes[c.k_dim]
-    c.batch = [sizes[d] for d in c.batch_dims]
-    c.dynamic = [name for name, d in [("batch", d) for d in c.batch_dims] +
-                 [("M", c.m_dim), ("N", c.n_dim), ("K", c.k_dim)] if sizes[d] == dyn_size]
+    # M, N, K are the op's own sizes whatever its form: with several loop
+    # dimensions in one role (a batch_matmul whose B has no batch dimension
+    # has two M dimensions, batch and M) the product of theirs.
+    prod = lambda ds: dyn_size if any(sizes[d] == dyn_size for d in ds) else math.prod(
+        sizes[d] for d in ds)
+    c.M, c.N, c.K = prod(m), prod(n), prod(k)
+    c.batch = [sizes[d] for d in b]
+    c.dynamic = [name for name, ds in [("batch", [d]) for d in b] +
+                 [("M", m), ("N", n), ("K", k)] if ds and prod(ds) == dyn_size]
+    if not m or not n or not k:
+        c.unsupported = (f"needs an M, an N and a K dimension "
+                         f"(has {len(m)} M, {len(n)} N, {len(k)} K)")
+        return c
+    if len(m) > 1 or len(n) > 1 or len(k) > 1:
+        roles = {"M": m, "N": n, "K": k}
+        groups, why = _fold_groups(c, roles)
+        order = groups or {r: ds for r, ds in roles.items() if len(ds) > 1}
+        c.group_sizes = {r: [sizes[d] for d in ds] for r, ds in order.items()}
+        if groups is None:
+            many = ", ".join(f"{r} = {' x '.join(_size_text(x) for x in xs)}"
+                             for r, xs in c.group_sizes.items())
+            c.unsupported = (f"several loop dimensions in one role ({many}) that do not fold "
+                             f"into one: {why}")
+            return c
+        c.groups = groups
+    else:
+        c.m_dim, c.n_dim, c.k_dim = m[0], n[0], k[0]
+    if "cast" in op.attributes and "unsigned" in str(op.attributes["cast"]):
+        c.unsupported = "unsigned operand casts are not supported"
+        return c
     if 0 in c.batch:
         c.unsupported = "empty contraction (a batch dimension of size 0)"
         return c
     # Transposes relative to the default (batch..., M, K) x (batch..., K, N).
-    if c.lhs_dims.index(c.m_dim) > c.lhs_dims.index(c.k_dim):
+    if c.m_dim >= 0 and c.lhs_dims.index(c.m_dim) > c.lhs_dims.index(c.k_dim):
         c.transposed.append("lhs")
-    if c.rhs_dims.index(c.k_dim) > c.rhs_dims.index(c.n_dim):
+    if c.m_dim >= 0 and c.rhs_dims.index(c.k_dim) > c.rhs_dims.index(c.n_dim):
         c.transposed.append("rhs")
     if op.name not in _NAMED:
         c.unsupported = _check_body(op)
@@ -233,7 +305,9 @@ def analyze(op: ir.Operation) -> Optional[Contraction]:
         elif not (float_types or int_types):
             c.unsupported = (f"mixed integer/float element types ({c.lhs_type}, {c.rhs_type} -> "
                              f"{c.acc_type}) are not supported")
-    if c.unsupported is None and c.dynamic:
+    if c.unsupported is None and c.groups:
+        c.unsupported = FOLD_REASON
+    elif c.unsupported is None and c.dynamic:
         c.unsupported = DYNAMIC_REASON
     return c
 

@@ -8,6 +8,9 @@ products (recursively for further levels) and combine C (:mod:`.emit`,
 :mod:`.grouped`); a plan in the ``kernel`` form stays on the op for the
 ``falcon-kernels`` pass (falcon's generated CUDA kernels). Contractions with a dynamic M (or one dynamic batch
 dimension) and static N, K get a run-time dispatch (:mod:`.dispatch`).
+A contraction with several loop dimensions in one role that fold into one
+(a ``batch_matmul`` whose B has no batch dimension: a matmul over batch x M)
+is planned and rewritten through its folded view (:mod:`.fold`).
 Everything emitted is upstream ``linalg``/``tensor``/``arith``/``scf`` (plus
 ``util.optimization_barrier`` with ``barriers=true``).
 
@@ -28,16 +31,19 @@ Public names: :func:`run_lcma_rewrite`, :class:`LcmaOptions`,
 
 from __future__ import annotations
 
+from typing import Optional
+
 from iree.compiler import ir
 
 from falcon_mlir import decision
 from falcon_mlir.dialects.plan import PLAN_ATTR
-from falcon_mlir.ir.contraction import analyze, find_contractions, format_location
+from falcon_mlir.ir.contraction import FOLD_REASON, analyze, find_contractions, format_location
 from falcon_mlir.pipeline.diagnostics import RewriteError
 
 from .dispatch import DYNAMIC_CHUNK_CANDIDATES, DYNAMIC_CHUNK_M, dynamic_choice, dynamic_entry, \
     emit_dispatch
 from .emit import Emitter
+from .fold import Folded
 from .options import MAX_LEVELS, LcmaOptions, OptionError
 from .planning import plan_for, predicted_errors, predicted_time
 
@@ -69,6 +75,40 @@ def _strip_stray_plans(root, report: list, options: LcmaOptions) -> None:
                        "remark": True})
 
 
+#: Input dialects IREE converts to linalg in its ``input`` phase; falcon-opt
+#: does not, so the rewrite finds no contraction in them.
+_FRONTEND_DIALECTS = {"stablehlo": "StableHLO", "chlo": "StableHLO", "mhlo": "MHLO",
+                      "vhlo": "StableHLO", "tosa": "TOSA", "torch": "torch"}
+
+
+def _none_found(root, options: LcmaOptions) -> Optional[dict]:
+    """The entry that says why nothing was rewritten in a module without
+    contractions that holds ops of a frontend dialect (StableHLO, TOSA,
+    torch): falcon-opt does not convert them to linalg (falcon-compile does,
+    in IREE's ``input`` phase, before the rewrite). ``None`` otherwise."""
+    frontend = []
+
+    def visit(op):
+        op = op.operation if hasattr(op, "operation") else op
+        if op.name.split(".", 1)[0] in _FRONTEND_DIALECTS:
+            frontend.append(op)
+        return ir.WalkResult.ADVANCE
+
+    root.walk(visit, ir.WalkOrder.PRE_ORDER)
+    if not frontend:
+        return None
+    dots = [o for o in frontend if any(w in o.name for w in ("dot", "matmul", "mm", "conv"))]
+    first = (dots or frontend)[0]
+    dialect = _FRONTEND_DIALECTS[first.name.split(".", 1)[0]]
+    return {"location": format_location(first.location, options.filename), "op": None,
+            "kind": "no contraction", "M": None, "N": None, "K": None, "batch": [],
+            "element_types": None, "plan": "classical",
+            "reason": (f"no contraction found: the input holds {dialect} ops ({first.name}), "
+                       "which falcon-opt does not convert to linalg; use falcon-compile "
+                       "--lcma-rewrite=..., which converts the input first"),
+            "remark": True}
+
+
 def _entry(c, plan, reason: str, options: LcmaOptions) -> dict:
     """The report entry of contraction ``c`` before it is rewritten."""
     entry = {
@@ -83,6 +123,10 @@ def _entry(c, plan, reason: str, options: LcmaOptions) -> dict:
         "predicted_error": predicted_errors(c, plan),
         "predicted_time": predicted_time(c, options, plan),
     }
+    if c.group_sizes:  # several loop dims in one role: the sizes each is made of
+        marker = ir.ShapedType.get_dynamic_size()
+        entry["dims"] = {r: [None if x == marker else x for x in xs]
+                         for r, xs in c.group_sizes.items()}
     # A remark is due when the user asked for something we did not do, or
     # when the op is a contraction we cannot serve at all.
     entry["remark"] = plan is None and (c.unsupported is not None
@@ -143,6 +187,11 @@ def run_lcma_rewrite(module_op, options: LcmaOptions) -> list:
     except decision.ProfileError:
         fuse_c = False
     for c in contractions:
+        folded = None
+        if c.unsupported == FOLD_REASON:  # e.g. batch_matmul with a broadcast B: a matmul
+            with c.op.location, ir.InsertionPoint(c.op):
+                folded = Folded(c)
+            c = folded.view
         plan, reason = plan_for(c, options)
         disp = None
         if plan is None and c.dynamic and options.dispatch is not False:
@@ -150,6 +199,8 @@ def run_lcma_rewrite(module_op, options: LcmaOptions) -> list:
         elif plan is None and c.dynamic:
             reason += " (run-time dispatch off: dispatch=false)"
         entry = _entry(c, plan, reason, options)
+        if folded is not None:
+            folded.describe(entry)
         if c.dynamic:
             dynamic_entry(entry, c, disp, options)
         if PLAN_ATTR in c.op.attributes:
@@ -169,5 +220,14 @@ def run_lcma_rewrite(module_op, options: LcmaOptions) -> list:
                 c.op.erase()
             entry["products"] = em.products
             entry["combines"] = em.combines
+        if folded is not None:
+            if plan is not None or disp is not None:
+                folded.commit()
+            else:
+                folded.discard()
         report.append(entry)
+    if not contractions:
+        none = _none_found(root, options)
+        if none is not None:
+            report.append(none)
     return report

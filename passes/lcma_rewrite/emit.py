@@ -68,8 +68,15 @@ class Emitter(GroupedForm):
 
     # -- classical contraction of the original kind --------------------------
     def classical(self, a: ir.Value, b: ir.Value, init: ir.Value) -> ir.Value:
-        """``init + a b`` as one contraction of the original op's kind and maps."""
+        """``init + a b`` as one contraction of the original op's kind and maps.
+
+        Every operand that is a bare slice, the accumulator included, goes
+        behind a barrier when barriers are on (:meth:`_fence`): the peeled
+        strips read slices of A, B and of the live C, and the run-time
+        dispatch's remainder dynamic slices of A and C.
+        """
         self.products += 1
+        a, b, init = self._fence(a), self._fence(b), self._fence(init)
         if self.kind == "matmul":
             return linalg.matmul(a, b, outs=[init], indexing_maps=self.maps)
         if self.kind == "batch_matmul":
@@ -145,10 +152,9 @@ class Emitter(GroupedForm):
         M0, K0, N0 = M // s.m * s.m, K // s.k * s.k, N // s.n * s.n
         core_init = slice_accumulator(init, c.out_dims, {md: (0, M0), nd: (0, N0)})
         if K0 < K:
-            core_init = self.classical(
-                self._fence(slice_along(a, c.lhs_dims, {md: (0, M0), kd: (K0, K - K0)})),
-                self._fence(slice_along(b, c.rhs_dims, {kd: (K0, K - K0), nd: (0, N0)})),
-                core_init)
+            core_init = self.classical(slice_along(a, c.lhs_dims, {md: (0, M0), kd: (K0, K - K0)}),
+                                       slice_along(b, c.rhs_dims, {kd: (K0, K - K0), nd: (0, N0)}),
+                                       core_init)
         core = level(slice_along(a, c.lhs_dims, {md: (0, M0), kd: (0, K0)}),
                      slice_along(b, c.rhs_dims, {kd: (0, K0), nd: (0, N0)}),
                      core_init, s, inner)
@@ -156,12 +162,12 @@ class Emitter(GroupedForm):
             return core
         result = insert_along(core, init, c.out_dims, {})
         if M0 < M:
-            rows = self.classical(self._fence(slice_along(a, c.lhs_dims, {md: (M0, M - M0)})), b,
+            rows = self.classical(slice_along(a, c.lhs_dims, {md: (M0, M - M0)}), b,
                                   slice_accumulator(init, c.out_dims, {md: (M0, M - M0)}))
             result = insert_along(rows, result, c.out_dims, {md: M0})
         if N0 < N:
-            cols = self.classical(self._fence(slice_along(a, c.lhs_dims, {md: (0, M0)})),
-                                  self._fence(slice_along(b, c.rhs_dims, {nd: (N0, N - N0)})),
+            cols = self.classical(slice_along(a, c.lhs_dims, {md: (0, M0)}),
+                                  slice_along(b, c.rhs_dims, {nd: (N0, N - N0)}),
                                   slice_accumulator(init, c.out_dims,
                                                     {md: (0, M0), nd: (N0, N - N0)}))
             result = insert_along(cols, result, c.out_dims, {nd: N0})
@@ -174,7 +180,11 @@ class Emitter(GroupedForm):
         consuming contraction's dispatch; for a narrow strip with a long K
         (the peeled column strip of a 4096 x 14336 weight: K = 4096, 2
         columns) that packs the whole strip on the stack and llvm-cpu fails
-        ("exceeded stack allocation limit", IREE 3.13; iree-notes.md).
+        ("exceeded stack allocation limit", IREE 3.13; iree-notes.md). The
+        accumulator is packed too (the result's encoding): a bare slice of C
+        as the init of a peeled strip (127^3 Strassen: the K strip's 126 x 126
+        init, 64 KiB on the stack) or a dynamic slice of C as the init of the
+        run-time dispatch's remainder fails the same way.
         """
         if self.barriers and defining_op_name(x) == "tensor.extract_slice":
             return optimization_barrier(x)

@@ -51,7 +51,8 @@ class LcmaOptions:
         form: ``"auto"`` (the decision picks; per-product for a forced
             scheme), ``"per-product"`` or ``"grouped"`` (see
             :mod:`falcon_mlir.dialects.plan`).
-        barriers: put products' bare block operands, and the products'
+        barriers: put the bare-slice operands of every contraction the
+            rewrite emits (accumulators included), and the products'
             results, behind ``util.optimization_barrier`` (IREE's util
             dialect). Data tiling on llvm-cpu needs both: without the first
             a slice's packing is pulled into the product dispatch (stack

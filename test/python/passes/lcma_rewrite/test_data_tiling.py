@@ -5,13 +5,23 @@ classical contraction through a bare ``tensor.extract_slice``; IREE pulled the
 slice's packing into that dispatch and llvm-cpu failed with "exceeded stack
 allocation limit" (2 x 4096 x 4 bytes of packed B). The strips' operands now
 go behind ``util.optimization_barrier`` like the products' (``barriers=true``).
+
+Regression (issue 13): the accumulator is packed too. A peeled strip of an
+accumulating op read a bare slice of the live C as its init (127^3 Strassen:
+the K strip's 126 x 126 init, 64 KiB on the stack), and the run-time
+dispatch's remainder of a batch_matmul with a dynamic M read dynamic slices
+of A and C (384 KiB); both failed where plain iree-compile succeeds. Every
+contraction the emitter makes now fences its bare-slice operands, the
+accumulator included, and a dynamic-shaped barrier ties its sizes back
+(``flow.tensor.tie_shape``).
 """
 
 import numpy as np
 import pytest
 
-from cases import random_inputs, reference, rel_err
+from cases import EPS, contraction_mlir, random_inputs, reference, rel_err
 from falcon_mlir import compile_str
+from falcon_mlir.catalog import get_scheme
 from falcon_mlir.runner import BEST_CPU_FLAGS, Module
 
 
@@ -68,3 +78,67 @@ def test_combines_fuse_into_operand_packing():
     combine_c = [n for n, ops in exes.items() if "linalg.generic" in ops
                  and not any(o.startswith("iree_encoding.") for o in ops)]
     assert combine_c, exes
+
+
+def _tolerance(K, schemes, acc="f32"):
+    """Error bound for the plan: a few ulps times K times the schemes' stability factors."""
+    e = 1.0
+    for name in schemes:
+        e *= float(get_scheme(name).stability_e)
+    return min(8 * EPS[acc] * K * e, 1e-2)
+
+
+#: Every form and edge of the rewrite on accumulating contractions with odd
+#: sizes (peeled row, column and K strips, or padding), under data tiling.
+FORMS = ["scheme=strassen", "scheme=strassen form=grouped", "scheme=strassen edge=pad",
+         "scheme=strassen form=grouped edge=pad"]
+
+
+@pytest.mark.parametrize("options", FORMS)
+@pytest.mark.parametrize("M,N,K,batch", [
+    (127, 127, 127, 0),   # was: "exceeded stack allocation limit" (peel: the K strip's C init)
+    (64, 127, 17, 0),     # the issue's example: K strip and N strip, C accumulated
+    (127, 127, 127, 3),   # batch_matmul, every strip (was: the same stack failure)
+])
+def test_accumulating_plans_compile_and_match_under_data_tiling(M, N, K, batch, options):
+    text, shapes = contraction_mlir(M, N, K, batch=batch)
+    vmfb, report = compile_str(text, target_backends=["llvm-cpu"], extra_args=list(BEST_CPU_FLAGS),
+                               lcma=options, return_report=True)
+    assert report[0]["plan"]["schemes"] == ["strassen"] and report[0]["combines"] >= 3, report[0]
+    a, b, c = random_inputs(shapes, ["f32"] * 3, seed=M + K)
+    got = Module(vmfb)("f", a, b, c)
+    ref = reference(a, b, c, batch=batch)
+    assert rel_err(got, ref) <= _tolerance(K, ["strassen"]), rel_err(got, ref)
+
+
+def _dynamic(batch, N, K):
+    """``C + A B`` with a dynamic M (``batch`` > 0: a batch_matmul with that batch)."""
+    lead = f"{batch}x" if batch else ""
+    ta, tb, tc = (f"tensor<{lead}?x{K}xf32>", f"tensor<{lead}{K}x{N}xf32>",
+                  f"tensor<{lead}?x{N}xf32>")
+    op = "linalg.batch_matmul" if batch else "linalg.matmul"
+    return (f"func.func @f(%a: {ta}, %b: {tb}, %c: {tc}) -> {tc} {{\n"
+            f"  %0 = {op} ins(%a, %b : {ta}, {tb}) outs(%c : {tc}) -> {tc}\n"
+            f"  return %0 : {tc}\n}}\n")
+
+
+@pytest.mark.parametrize("options", FORMS)
+@pytest.mark.parametrize("batch", [4, 0])
+def test_run_time_dispatch_compiles_and_matches_under_data_tiling(batch, options):
+    """Dynamic M through the run-time dispatch (chunks of 64 rows through the
+    plan, the rest classical on dynamic slices); was, for the batch_matmul:
+    "exceeded stack allocation limit" (the remainder's dynamic slices packed
+    in its dispatch)."""
+    N, K, chunk = 95, 97, 64
+    vmfb, report = compile_str(_dynamic(batch, N, K), target_backends=["llvm-cpu"],
+                               extra_args=list(BEST_CPU_FLAGS), lcma=f"{options} chunk={chunk}",
+                               return_report=True)
+    assert report[0]["dispatch"] == {"threshold_M": chunk, "chunk_M": chunk}, report[0]
+    mod = Module(vmfb)
+    lead = [batch] if batch else []
+    for M in (5, chunk, 2 * chunk + 7):
+        a, b, c = random_inputs([lead + [M, K], lead + [K, N], lead + [M, N]], ["f32"] * 3, seed=M)
+        got = mod("f", a, b, c)
+        assert got.shape == tuple(lead + [M, N])
+        ref = reference(a, b, c, batch=batch)
+        assert rel_err(got, ref) <= _tolerance(K, ["strassen"]), (M, rel_err(got, ref))

@@ -3,7 +3,8 @@
 IREE 3.13's CUDA code generation has no sm_90 target (no wgmma, no TMA), so
 its GEMMs run at 0.25-0.7x of cuBLAS on an H200. This package generates a
 persistent TMA + wgmma GEMM with Triton (:mod:`.triton_gemm`), compiles it to
-an sm_90a cubin on a machine without a GPU (:mod:`.aot`), and embeds it in an
+an sm_90a cubin on a machine without a GPU (:mod:`.aot`; a compiled kernel's launch facts:
+:mod:`.launched`), and embeds it in an
 IREE module as an external dispatch (:mod:`.embed`). What a kernel computes is
 a :class:`GemmSpec` (:mod:`.spec`); how it is tiled, a :class:`KernelConfig`
 chosen from a data table (:mod:`.configs`). :mod:`.lcma` runs a GEMM as a

@@ -15,50 +15,30 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
 
-from ..aot import (CompiledKernel, CompileRequest, H200_SMS, _check_arch, _write_atomic, cache_dir, check_launchable,
-                   compile_batch, gemm_request, triton_version, warn_spills)
+from ..aot import (CompiledKernel, CompileRequest, H200_SMS, _check_arch, _write_atomic, cache_dir, compile_batch,
+                   gemm_request, triton_version)
 from ..configs import KernelConfig
+from ..launched import LaunchedKernel, launch_facts
 from .combine import CombineConfig, CombineSpec, combine_launch, combine_specs, default_combine_config, output_groups
 from .source import COMBINE_FN, GENERATOR_VERSION, combine_source
 from .spec import PlanGeometry, PlanSpec, plan_geometry, products_spec, resolve_scheme
 
+
 @dataclass(frozen=True)
-class CombineKernel:
-    """A compiled combine kernel and its launch facts (the same ABI as the GEMM: pointers ``x, y``,
-    then Triton's global and profile scratch)."""
+class CombineKernel(LaunchedKernel):
+    """A compiled combine kernel and its launch facts (the fields are :class:`LaunchedKernel`'s; the same ABI
+    as the GEMM: pointers ``x, y``, then Triton's global and profile scratch).
+
+    Attributes:
+        spec, config: what it computes and its tiling.
+        source_sha256: SHA-256 of its generated source.
+        constexprs: the source's ``tl.constexpr`` arguments.
+    """
 
     spec: CombineSpec = field(repr=False)
     config: CombineConfig
-    source_sha256: str
-    constexprs: dict
-    arch: str
-    name: str
-    cubin: bytes = field(repr=False)
-    num_warps: int
-    shared: int
-    global_scratch_size: int
-    global_scratch_align: int
-    profile_scratch_size: int
-    profile_scratch_align: int
-    num_programs: int
-    triton_version: str
-    key: str
-    registers: Optional[int] = None
-    stack_bytes: Optional[int] = None
-    compile_seconds: float = 0.0
-    from_cache: bool = False
-
-    @property
-    def threads(self) -> int:
-        return 32 * self.num_warps
-
-    @property
-    def global_scratch_bytes(self) -> int:
-        return self.global_scratch_size * self.num_programs
-
-    @property
-    def profile_scratch_bytes(self) -> int:
-        return self.profile_scratch_size * self.num_programs
+    source_sha256: str = field(kw_only=True)
+    constexprs: dict = field(kw_only=True)
 
     @property
     def in_shape(self) -> tuple:
@@ -69,11 +49,9 @@ class CombineKernel:
         return self.spec.out_shape
 
     def metadata(self) -> dict:
-        keys = ("arch", "name", "num_warps", "shared", "global_scratch_size", "profile_scratch_size",
-                "num_programs", "triton_version", "key", "registers", "stack_bytes", "source_sha256")
-        d = {k: getattr(self, k) for k in keys}
-        d.update(threads=self.threads, cubin_bytes=len(self.cubin), config=self.config.label,
-                 constexprs=self.constexprs, role=self.spec.role)
+        d = self._facts(("arch", "name", "num_warps", "shared", "global_scratch_size", "profile_scratch_size",
+                         "num_programs", "triton_version", "key", "registers", "stack_bytes", "source_sha256"))
+        d.update(constexprs=self.constexprs, role=self.spec.role)
         return d
 
     def _to_json(self) -> str:
@@ -118,20 +96,8 @@ def combine_request(cs: CombineSpec, config: Optional[CombineConfig] = None,
            "options": {"num_warps": config.num_warps, "num_stages": 1}, "capability": capability, "label": what}
 
     def build(result: dict) -> CombineKernel:
-        if not result["ok"]:
-            raise RuntimeError(result["error"])
-        md = result["metadata"]
-        check_launchable(what, md)
-        usage = result.get("usage") or {}
-        warn_spills(what, usage)
-        return CombineKernel(spec=cs, config=config, source_sha256=sha, constexprs=cx, arch=arch, name=md["name"],
-                             cubin=base64.b64decode(result["cubin"]), num_warps=md["num_warps"], shared=md["shared"],
-                             global_scratch_size=md.get("global_scratch_size") or 0,
-                             global_scratch_align=md.get("global_scratch_align") or 1,
-                             profile_scratch_size=md.get("profile_scratch_size") or 0,
-                             profile_scratch_align=md.get("profile_scratch_align") or 1, num_programs=programs,
-                             triton_version=result["triton_version"], key=key, registers=usage.get("registers"),
-                             stack_bytes=usage.get("stack_bytes"), compile_seconds=result["seconds"])
+        return CombineKernel(spec=cs, config=config, source_sha256=sha, constexprs=cx, arch=arch,
+                             num_programs=programs, key=key, **launch_facts(what, result))
 
     def load(text_: str) -> CombineKernel:
         d = json.loads(text_)

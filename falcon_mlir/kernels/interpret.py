@@ -158,7 +158,7 @@ def _child_plans(d: Path) -> int:
 
     from . import triton_gemm
 
-    tdt = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
+    tdt = _torch_dtypes()
     job_file = json.loads((d / "plans.json").read_text())
     errors = {}
     for i, launch in enumerate(job_file["plans"]):
@@ -188,6 +188,12 @@ def _child_plans(d: Path) -> int:
     return 0
 
 
+def _torch_dtypes() -> dict:
+    """torch's dtype per falcon dtype name (torch is imported only in the child)."""
+    import torch
+    return {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
+
+
 def _to_torch(x: np.ndarray, dtype: str):
     import torch
     if dtype == "bf16":
@@ -210,31 +216,20 @@ def _child(d: Path) -> int:
 
     from . import triton_gemm
 
-    torch_dtype = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
-
-    def to_torch(x: np.ndarray, dtype: str):
-        if dtype == "bf16":
-            return torch.from_numpy(x.view(np.int16).copy()).view(torch.bfloat16)
-        return torch.from_numpy(x.copy())
-
-    def to_numpy(t, dtype: str) -> np.ndarray:
-        if dtype == "bf16":
-            return t.view(torch.int16).numpy().view(np.uint16)
-        return t.numpy()
-
+    torch_dtype = _torch_dtypes()
     job_file = json.loads((d / "jobs.json").read_text())
     errors = {}
     for i, job in enumerate(job_file["jobs"]):
         try:
             spec = GemmSpec.from_dict(job["spec"])
             cfg = KernelConfig.from_dict(job["config"])
-            a = to_torch(np.load(d / f"a{i}.npy"), spec.a_dtype)
-            b = to_torch(np.load(d / f"b{i}.npy"), spec.b_dtype)
+            a = _to_torch(np.load(d / f"a{i}.npy"), spec.a_dtype)
+            b = _to_torch(np.load(d / f"b{i}.npy"), spec.b_dtype)
             c = torch.empty(spec.c_shape, dtype=torch_dtype[spec.out_dtype])
             triton_gemm.launch(a, b, c, trans_a=spec.trans_a, trans_b=spec.trans_b,
                                f32_mode=spec.f32_mode, num_sms=job_file["num_sms"], interpret=True,
                                **cfg.to_dict())
-            np.save(d / f"c{i}.npy", to_numpy(c, spec.out_dtype))
+            np.save(d / f"c{i}.npy", _to_numpy(c, spec.out_dtype))
         except Exception as e:  # one failing job must not stop the others
             errors[str(i)] = f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=3)}"
     (d / "errors.json").write_text(json.dumps(errors))

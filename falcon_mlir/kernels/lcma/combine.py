@@ -10,13 +10,13 @@ products into C's blocks (``"merge"``). Their Triton source is generated in
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Sequence
 
 import numpy as np
 
-from ..spec import DTYPE_BYTES
+from ..spec import DTYPE_BYTES, DictFields
 from .spec import PlanSpec, _cdiv, plan_geometry, resolve_scheme
 
 #: f32 values per thread the live input tiles (or accumulators) of one output group may hold.
@@ -24,7 +24,7 @@ LIVE_BUDGET = 160
 
 
 @dataclass(frozen=True)
-class CombineConfig:
+class CombineConfig(DictFields):
     """Tiling of a combine kernel: each program handles a ``tile_r x tile_c`` tile position of every block.
 
     Args:
@@ -65,9 +65,6 @@ class CombineConfig:
         except (ValueError, KeyError, IndexError):
             raise ValueError(f"combine configuration {text!r}: expected RxC[,wW][,lL], e.g. 16x64,w4,l16") from None
         return cls(**kw)
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 # --------------------------------------------------------------------------- combine kernels: what they compute

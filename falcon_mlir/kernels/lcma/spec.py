@@ -4,10 +4,10 @@ the batched GEMM of its products (:func:`products_spec`). The package docstring 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Optional
 
-from ..spec import DTYPE_BYTES, DTYPES, F32_MODES, GemmSpec
+from ..spec import DTYPE_BYTES, DTYPES, F32_MODES, DictFields, GemmSpec
 
 #: Each combined block must be indexable with i32 inside a plane.
 MAX_BLOCK_ELEMENTS = 2**31 - 1
@@ -22,7 +22,7 @@ def _round_up(a: int, b: int) -> int:
 
 
 @dataclass(frozen=True)
-class PlanSpec:
+class PlanSpec(DictFields):
     """One GEMM ``C = A @ B`` run as a grouped LCMA plan.
 
     Args:
@@ -82,16 +82,6 @@ class PlanSpec:
     def flops(self) -> int:
         """The classical product's ``2 M N K`` (effective TFLOP/s are counted against it)."""
         return 2 * self.M * self.N * self.K
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "PlanSpec":
-        unknown = set(d) - set(cls.__dataclass_fields__)
-        if unknown:
-            raise ValueError(f"unknown PlanSpec field(s): {', '.join(sorted(unknown))}")
-        return cls(**d)
 
 
 def resolve_scheme(name: str):

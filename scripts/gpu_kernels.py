@@ -7,8 +7,9 @@ and a module ``@main(A, B) -> C`` that runs it
 (``falcon_mlir.kernels.gemm_module``), as ``DIR/modules/NAME.vmfb``; plus three
 small correctness modules (transposed, batched, f32 output, odd sizes) that
 also hold ``@reference``, the same product compiled by IREE itself (sm_80),
-listed first so that ``run`` does them first. Copies this script,
-``gpu_kernels_run.py`` (the GPU side) and the kernel source
+listed first so that ``run`` does them first. Copies this script, the GPU
+side (``gpu_kernels_run.py`` and the files it imports,
+``gpu_kernels_common.GPU_FILES``) and the kernel source
 (``falcon_triton_gemm.py``) into DIR and writes ``manifest.json`` last; DIR
 gets a ``.gitignore`` of ``*`` (a bundle inside a checkout stays out of git and
 travels to the GPU machine only when named in ``carry``).
@@ -65,7 +66,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gpu_kernels_run as gpu  # noqa: E402  (the GPU side; copied into the bundle with this file)
-from gpu_kernels_run import DTYPES, FORMAT, KERNEL_FILE, MANIFEST, log, parse_shape, write_atomic  # noqa: E402
+from gpu_kernels_common import (DTYPES, FORMAT, GPU_FILES, KERNEL_FILE, MANIFEST, log, parse_shape,  # noqa: E402
+                                write_atomic)
 
 #: workloads.md weight shapes (K, N) with M = 8192, as MxNxK, plus the squares.
 LLAMA = {"Llama-3-8B q/o": (4096, 4096), "Llama-3-8B k,v": (4096, 1024),
@@ -251,7 +253,7 @@ def prepare(args) -> int:
         jobs = check_candidates(jobs)
     shutil.copyfile(KERNEL_SOURCE, out / KERNEL_FILE)
     here = Path(__file__).resolve().parent
-    for script in ("gpu_kernels.py", "gpu_kernels_run.py"):
+    for script in GPU_FILES:
         shutil.copyfile(here / script, out / script)
     manifest = {"format": FORMAT, "made": time.strftime("%Y-%m-%d %H:%M:%S"), "entries": entries,
                 "plans": plan_entries, "failures": failures, "tune": {"jobs": jobs},

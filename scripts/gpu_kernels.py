@@ -301,15 +301,7 @@ def combine_candidates(default) -> list:
 def prepare_plans(out: Path, args, specs: list, failures: list) -> list:
     """Compile the plans (every kernel in one Triton child), their modules, and the JIT launch facts
     (generated sources copied into ``out/sources``); the manifest's ``plans`` entries."""
-    from dataclasses import asdict
-
-    from falcon_mlir.kernels import compile_module
-    from falcon_mlir.kernels.configs import choose_config
-    from falcon_mlir.kernels.embed import reference_func
-    from falcon_mlir.kernels.lcma import (COMBINE_FN, combine_launch, combine_source, combine_specs, compile_plans,
-                                          default_combine_config, output_groups, plan_geometry, plan_module,
-                                          products_spec, resolve_scheme)
-    from falcon_mlir.kernels.spec import GemmSpec
+    from falcon_mlir.kernels.lcma import compile_plans
 
     plans = [None] * len(specs) if args.cpu else compile_plans(specs, errors="return")
     entries = []
@@ -317,54 +309,77 @@ def prepare_plans(out: Path, args, specs: list, failures: list) -> list:
         try:
             if isinstance(plan, Exception):
                 raise plan
-            t0 = time.perf_counter()
-            if args.cpu:  # dry run: @main is IREE's own classical product (jit runs the kernels interpreted)
-                vmfb = compile_module(reference_func(GemmSpec(spec.M, spec.N, spec.K, spec.dtype, spec.dtype,
-                                                              spec.out_dtype), "main"), CPU_FLAGS)
-            else:
-                vmfb = compile_module(plan_module(plan))
-            write_atomic(out / "plans" / f"{spec.name}.vmfb", vmfb)
-            css = combine_specs(spec)
-            jit = {}
-            for role in ("a", "b", "c"):
-                default = getattr(plan, f"combine_{role}").config if plan else default_combine_config(css[role])
-                cands = combine_candidates(default) if css[role].planes <= CANDIDATE_MAX_R else [default]
-                jit[role] = []
-                for cfg in cands:
-                    groups = output_groups(css[role], cfg.max_live)
-                    text = combine_source(css[role], groups)
-                    src = f"sources/combine_{hashlib.sha256(text.encode()).hexdigest()[:32]}.py"
-                    if not (out / src).is_file():
-                        write_atomic(out / src, text)
-                    cx, programs = combine_launch(css[role], cfg)
-                    jit[role].append({"source": src, "fn": COMBINE_FN[role], "constexprs": cx, "programs": programs,
-                                      "num_warps": cfg.num_warps, "config": cfg.label, "groups": len(groups),
-                                      "traffic": css[role].traffic_bytes(groups)})
-            if plan is not None:
-                md = plan.metadata()
-                products = plan.products.config
-            else:
-                geo = plan_geometry(spec)
-                products = choose_config(products_spec(spec, geo))
-                md = {"scheme": resolve_scheme(spec.scheme).name, "geometry": asdict(geo), "traffic": None,
-                      "kernels": {"combine_a": {"config": jit["a"][0]["config"]},
-                                  "combine_b": {"config": jit["b"][0]["config"]},
-                                  "products": {"config": products.label},
-                                  "combine_c": {"config": jit["c"][0]["config"]}}}
-            jit["p"] = {"config": products.to_dict(), "label": products.label}
-            label = f"{spec.dtype} {spec.M}x{spec.N}x{spec.K} products {spec.product_dtype} out {spec.out_dtype}"
-            entries.append({"name": spec.name, "label": label, "file": f"plans/{spec.name}.vmfb",
-                            "spec": spec.to_dict(), "scheme_name": md["scheme"], "geometry": md["geometry"],
-                            "kernels": md["kernels"], "traffic": md["traffic"], "jit": jit, "vmfb_bytes": len(vmfb)})
-            ks = md["kernels"]
-            log(f"  plan {spec.name}: iree {time.perf_counter() - t0:.1f}s, {len(vmfb)} B; " + "; ".join(
-                f"{r} {ks[r].get('config')} {ks[r].get('registers')} regs, stack {ks[r].get('stack_bytes')}"
-                for r in ("combine_a", "combine_b", "products", "combine_c")))
+            entries.append(_plan_entry(out, args, spec, plan))
         except Exception as e:  # one failing plan must not stop the bundle
             failures.append({"label": "plan", "spec": spec.name, "config": spec.scheme,
                              "error": f"{type(e).__name__}: {e}"})
             log(f"  FAILED plan {spec.name}: {type(e).__name__}: {e}")
     return entries
+
+
+def _plan_entry(out: Path, args, spec, plan) -> dict:
+    """One plan's module (``plan`` None: a ``--cpu`` bundle) and launch facts into the bundle; its manifest entry."""
+    from falcon_mlir.kernels import compile_module
+    from falcon_mlir.kernels.embed import reference_func
+    from falcon_mlir.kernels.lcma import plan_module
+    from falcon_mlir.kernels.spec import GemmSpec
+
+    t0 = time.perf_counter()
+    if args.cpu:  # dry run: @main is IREE's own classical product (jit runs the kernels interpreted)
+        vmfb = compile_module(reference_func(GemmSpec(spec.M, spec.N, spec.K, spec.dtype, spec.dtype,
+                                                      spec.out_dtype), "main"), CPU_FLAGS)
+    else:
+        vmfb = compile_module(plan_module(plan))
+    write_atomic(out / "plans" / f"{spec.name}.vmfb", vmfb)
+    jit = _combine_launches(out, spec, plan)
+    md, products = (plan.metadata(), plan.products.config) if plan is not None else _dry_plan_metadata(spec, jit)
+    jit["p"] = {"config": products.to_dict(), "label": products.label}
+    label = f"{spec.dtype} {spec.M}x{spec.N}x{spec.K} products {spec.product_dtype} out {spec.out_dtype}"
+    entry = {"name": spec.name, "label": label, "file": f"plans/{spec.name}.vmfb",
+             "spec": spec.to_dict(), "scheme_name": md["scheme"], "geometry": md["geometry"],
+             "kernels": md["kernels"], "traffic": md["traffic"], "jit": jit, "vmfb_bytes": len(vmfb)}
+    ks = md["kernels"]
+    log(f"  plan {spec.name}: iree {time.perf_counter() - t0:.1f}s, {len(vmfb)} B; " + "; ".join(
+        f"{r} {ks[r].get('config')} {ks[r].get('registers')} regs, stack {ks[r].get('stack_bytes')}"
+        for r in ("combine_a", "combine_b", "products", "combine_c")))
+    return entry
+
+
+def _combine_launches(out: Path, spec, plan) -> dict:
+    """Role -> JIT launches of the plan's combine kernels: its tiles first, then (R <= ``CANDIDATE_MAX_R``)
+    the other candidates; each source written once into ``out/sources``."""
+    from falcon_mlir.kernels.lcma import combine_launch_entry, combine_specs, default_combine_config, source_file_name
+
+    css = combine_specs(spec)
+    jit = {}
+    for role in ("a", "b", "c"):
+        default = getattr(plan, f"combine_{role}").config if plan else default_combine_config(css[role])
+        cands = combine_candidates(default) if css[role].planes <= CANDIDATE_MAX_R else [default]
+        jit[role] = []
+        for cfg in cands:
+            launch = combine_launch_entry(css[role], cfg)
+            src = f"sources/{source_file_name(launch['source'])}"
+            if not (out / src).is_file():
+                write_atomic(out / src, launch["source"])
+            jit[role].append(dict(launch, source=src))
+    return jit
+
+
+def _dry_plan_metadata(spec, jit: dict) -> tuple:
+    """(metadata, products' config) of a ``--cpu`` bundle's plan (nothing compiled: the configurations only)."""
+    from dataclasses import asdict
+
+    from falcon_mlir.kernels.configs import choose_config
+    from falcon_mlir.kernels.lcma import plan_geometry, products_spec, resolve_scheme
+
+    geo = plan_geometry(spec)
+    products = choose_config(products_spec(spec, geo))
+    md = {"scheme": resolve_scheme(spec.scheme).name, "geometry": asdict(geo), "traffic": None,
+          "kernels": {"combine_a": {"config": jit["a"][0]["config"]},
+                      "combine_b": {"config": jit["b"][0]["config"]},
+                      "products": {"config": products.label},
+                      "combine_c": {"config": jit["c"][0]["config"]}}}
+    return md, products
 
 
 def _build_module(out, args, entries, failures, label, spec, config, kind, reference, kernel) -> None:

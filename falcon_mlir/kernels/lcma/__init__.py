@@ -53,19 +53,19 @@ from .combine import (LIVE_BUDGET, CombineConfig, CombineSpec, combine_launch, c
 from .compile import (CombineKernel, CompiledPlan, combine_request, compile_plan, compile_plans, plan_requests,
                       source_path)
 from .embed import plan_dispatches, plan_executables, plan_module
-from .launches import plan_launches
+from .launches import combine_launch_entry, plan_launches
 from .reference import combine_c_reference, pad_blocks, reference_stages
-from .source import COMBINE_FN, GENERATOR_VERSION, combine_source
+from .source import COMBINE_FN, GENERATOR_VERSION, combine_source, source_file_name
 from .spec import MAX_BLOCK_ELEMENTS, PlanGeometry, PlanSpec, plan_geometry, products_spec, resolve_scheme
 
 __all__ = [
     "PlanSpec", "PlanGeometry", "plan_geometry", "products_spec", "resolve_scheme", "MAX_BLOCK_ELEMENTS",
     "CombineConfig", "CombineSpec", "combine_specs", "split_coeffs", "merge_coeffs", "output_groups",
     "default_combine_config", "combine_launch", "LIVE_BUDGET",
-    "COMBINE_FN", "GENERATOR_VERSION", "combine_source",
+    "COMBINE_FN", "GENERATOR_VERSION", "combine_source", "source_file_name",
     "CombineKernel", "CompiledPlan", "source_path", "combine_request", "plan_requests", "compile_plans",
     "compile_plan",
     "pad_blocks", "reference_stages", "combine_c_reference",
     "plan_executables", "plan_dispatches", "plan_module",
-    "plan_launches",
+    "combine_launch_entry", "plan_launches",
 ]

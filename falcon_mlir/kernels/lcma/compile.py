@@ -20,7 +20,7 @@ from ..aot import (CompiledKernel, CompileRequest, H200_SMS, _check_arch, _write
 from ..configs import KernelConfig
 from ..launched import LaunchedKernel, launch_facts
 from .combine import CombineConfig, CombineSpec, combine_launch, combine_specs, default_combine_config, output_groups
-from .source import COMBINE_FN, GENERATOR_VERSION, combine_source
+from .source import COMBINE_FN, GENERATOR_VERSION, combine_source, source_file_name
 from .spec import PlanGeometry, PlanSpec, plan_geometry, products_spec, resolve_scheme
 
 
@@ -65,8 +65,7 @@ class CombineKernel(LaunchedKernel):
 
 def source_path(text: str) -> Path:
     """Where a generated source lives: ``cache_dir()/sources/<sha256>.py`` (written once, atomically)."""
-    sha = hashlib.sha256(text.encode()).hexdigest()
-    p = cache_dir() / "sources" / f"combine_{sha[:32]}.py"
+    p = cache_dir() / "sources" / source_file_name(text)
     if not (p.is_file() and p.read_text() == text):
         _write_atomic(p, text)
     return p

@@ -8,6 +8,7 @@ writes every output that uses them from registers, group by group (see
 
 from __future__ import annotations
 
+import hashlib
 from fractions import Fraction
 from typing import Sequence
 
@@ -164,3 +165,8 @@ def combine_source(cs: CombineSpec, groups: Sequence[Sequence[int]]) -> str:
         L.append(f"    # group {gi}: outputs {', '.join(map(str, g))}")
         L += body(cs, g)
     return "\n".join(L) + "\n"
+
+
+def source_file_name(text: str) -> str:
+    """The file name of a generated source, by its SHA-256: ``combine_<32 hex digits>.py``."""
+    return f"combine_{hashlib.sha256(text.encode()).hexdigest()[:32]}.py"

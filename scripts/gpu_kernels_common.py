@@ -17,6 +17,7 @@ import platform
 import sys
 import tempfile
 import time
+import traceback
 from pathlib import Path
 
 import numpy as np
@@ -197,6 +198,17 @@ def to_numpy(t) -> np.ndarray:
     return t.cpu().numpy()
 
 
+def event_ms(fn) -> float:
+    """One call of ``fn`` timed by CUDA events (ms of GPU time)."""
+    import torch
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    s.record()
+    fn()
+    e.record()
+    e.synchronize()
+    return s.elapsed_time(e)
+
+
 def torch_times(fn, warmup, repeat, budget_s) -> tuple:
     """(median ms by CUDA events, median ms wall clock per call until the GPU is done)."""
     import torch
@@ -204,12 +216,7 @@ def torch_times(fn, warmup, repeat, budget_s) -> tuple:
         fn()
     ev, t_start = [], time.perf_counter()
     for i in range(repeat if DEV == "cuda" else 0):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        e.synchronize()
-        ev.append(s.elapsed_time(e))
+        ev.append(event_ms(fn))
         if i >= 2 and time.perf_counter() - t_start > budget_s:
             break
 
@@ -236,15 +243,7 @@ def bench_factory():
         fn()
         torch.cuda.synchronize()
         if time.perf_counter() - t0 > 0.02:
-            times = []
-            for _ in range(3):
-                s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                s.record()
-                fn()
-                e.record()
-                e.synchronize()
-                times.append(s.elapsed_time(e))
-            return float(np.median(times))
+            return float(np.median([event_ms(fn) for _ in range(3)]))
         return float(do_bench(fn, warmup=10, rep=50, return_mode="median"))
     return bench
 
@@ -261,6 +260,14 @@ def empty_cache():
     if DEV == "cuda":
         torch.cuda.empty_cache()
 
+
+
+def mark_failed(row: dict, ex: Exception) -> None:
+    """``row`` of a module or plan that raised ``ex`` (call it while handling): not ok, the error (800
+    characters at most), the traceback logged."""
+    row["ok"] = False
+    row["error"] = f"{type(ex).__name__}: {ex}"[:800]
+    log(traceback.format_exc(limit=4))
 
 
 def add_timing(row: dict, times: list, flops: float, torch_row: dict) -> None:

@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import sys
 import time
-import traceback
 from pathlib import Path
 
 import gpu_kernels_common as common
-from gpu_kernels_common import (empty_cache, finish, log, make_inputs, plain_spec, rel, torch_dtype, triton_side,
-                                write_results)
+from gpu_kernels_common import (empty_cache, finish, log, make_inputs, mark_failed, plain_spec, rel, torch_dtype,
+                                triton_side, write_results)
 from gpu_kernels_plans import PLAN_TOL, plan_groups, plan_ref_rows
 
 
@@ -106,9 +105,7 @@ def _jit_plan(args, d: Path, e: dict, problem: dict, ftg, bench, sms: int, t_all
             f"{total:.3f} ms = {row['tflops']:.1f} effective TFLOP/s, {row['vs_torch']:.3f}x cuBLAS; "
             f"rel_err_f64 {row['rel_err_f64']:.2e}" + ("" if row["ok"] else "  NOT OK"))
     except Exception as ex:
-        row["ok"] = False
-        row["error"] = f"{type(ex).__name__}: {ex}"[:800]
-        log(traceback.format_exc(limit=4))
+        mark_failed(row, ex)
     return row
 
 

@@ -6,13 +6,12 @@ dispatches) against cuBLAS. The plans' groups, float64 rows and tolerance serve 
 from __future__ import annotations
 
 import time
-import traceback
 from functools import partial
 from pathlib import Path
 
 import gpu_kernels_common as common
-from gpu_kernels_common import (add_timing, check_rows, empty_cache, log, make_inputs, open_module, parse_shape,
-                                plain_spec, rel, time_wall, to_numpy, to_torch, torch_times)
+from gpu_kernels_common import (add_timing, check_rows, empty_cache, log, make_inputs, mark_failed, open_module,
+                                parse_shape, plain_spec, rel, time_wall, to_numpy, to_torch, torch_times)
 
 #: max|C - ref| / max|ref| against float64 for a plan's output, per output type: a sanity bound (a
 #: wrong index gives O(1)); the measured errors are reported beside cuBLAS's.
@@ -140,9 +139,7 @@ def _run_plan(args, d: Path, config, e: dict, gspec: dict, base: dict) -> dict:
         del ctx, module, main
         config.device.allocator.trim()
     except Exception as ex:
-        row["ok"] = False
-        row["error"] = f"{type(ex).__name__}: {ex}"[:800]
-        log(traceback.format_exc(limit=4))
+        mark_failed(row, ex)
     return row
 
 

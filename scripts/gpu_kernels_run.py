@@ -56,14 +56,14 @@ import hashlib
 import json
 import sys
 import time
-import traceback
 from functools import partial
 from pathlib import Path
 
 import gpu_kernels_common as common
 from gpu_kernels_common import (DTYPES, GPU_FILES, KERNEL_FILE, add_timing, empty_cache, finish, iree_device,
-                                load_manifest, log, make_inputs, op, open_module, parse_shape, ref_rows, rel, time_wall,
-                                to_numpy, to_torch, tolerance, torch_dtype, torch_setup, torch_times, write_results)
+                                load_manifest, log, make_inputs, mark_failed, op, open_module, parse_shape, ref_rows,
+                                rel, time_wall, to_numpy, to_torch, tolerance, torch_dtype, torch_setup, torch_times,
+                                write_results)
 from gpu_kernels_jit import jit
 from gpu_kernels_plans import plan_table, run_plans
 from gpu_kernels_tune import tune
@@ -179,9 +179,7 @@ def _run_module(args, d: Path, config, e: dict, spec: dict, base: dict) -> dict:
         del ctx, module, main
         config.device.allocator.trim()
     except Exception as ex:
-        row["ok"] = False
-        row["error"] = f"{type(ex).__name__}: {ex}"[:800]
-        log(traceback.format_exc(limit=4))
+        mark_failed(row, ex)
     return row
 
 

@@ -7,8 +7,9 @@ and a module ``@main(A, B) -> C`` that runs it
 (``falcon_mlir.kernels.gemm_module``), as ``DIR/modules/NAME.vmfb``; plus three
 small correctness modules (transposed, batched, f32 output, odd sizes) that
 also hold ``@reference``, the same product compiled by IREE itself (sm_80),
-listed first so that ``run`` does them first. Copies this script,
-``gpu_kernels_run.py`` (the GPU side) and the kernel source
+listed first so that ``run`` does them first. Copies this script, the GPU
+side (``gpu_kernels_run.py`` and the files it imports,
+``gpu_kernels_common.GPU_FILES``) and the kernel source
 (``falcon_triton_gemm.py``) into DIR and writes ``manifest.json`` last; DIR
 gets a ``.gitignore`` of ``*`` (a bundle inside a checkout stays out of git and
 travels to the GPU machine only when named in ``carry``).
@@ -28,14 +29,14 @@ Tuning jobs (what ``tune`` runs there, cheapest first): ``--tune-shapes``
 16384^3), ``--tune-f32-shapes`` (default the squares; IEEE candidates plus,
 unless ``--no-tf32x3``, 3xTF32 candidates and cuBLAS TF32 for information),
 ``--tune-dtypes``, ``--no-tune``. The candidates come per output-size class
-(``MN_CLASSES``); each is compiled here once first (``--no-tune-check`` skips
+(``gpu_kernels_pick.MN_CLASSES``); each is compiled here once first (``--no-tune-check`` skips
 that) and dropped if it fails or does not fit, its registers and stack noted.
 
 ``pick RESULTS.json`` (HERE): from a ``tune`` result, the fastest candidate
 per dtype and output-size class (geometric mean of its speed against cuBLAS
 over the class's shapes) written into ``configs.json`` as ``tuned-*`` entries
 with a ``source`` note (date, GPU, Triton, numbers); ``--table`` another
-table, ``--dry-run`` prints without writing.
+table, ``--dry-run`` prints without writing (``gpu_kernels_pick.py``).
 
 ``run DIR``, ``tune DIR``, ``check DIR``: the GPU side, see
 ``gpu_kernels_run.py`` (this script forwards to it; there it needs no
@@ -57,7 +58,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import math
 import shutil
 import sys
 import time
@@ -65,7 +65,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gpu_kernels_run as gpu  # noqa: E402  (the GPU side; copied into the bundle with this file)
-from gpu_kernels_run import DTYPES, FORMAT, KERNEL_FILE, MANIFEST, log, parse_shape, write_atomic  # noqa: E402
+from gpu_kernels_common import (DTYPES, FORMAT, GPU_FILES, KERNEL_FILE, MANIFEST, log, parse_shape,  # noqa: E402
+                                write_atomic)
 
 #: workloads.md weight shapes (K, N) with M = 8192, as MxNxK, plus the squares.
 LLAMA = {"Llama-3-8B q/o": (4096, 4096), "Llama-3-8B k,v": (4096, 1024),
@@ -82,12 +83,8 @@ CHECKS = [("bf16", 1000, 1000, 1000, 1, True, False, "f32"),
 #: IREE flags of ``--cpu`` (dry-run) bundles.
 CPU_FLAGS = ("--iree-hal-target-device=local", "--iree-hal-local-target-device-backends=llvm-cpu",
              "--iree-llvmcpu-target-cpu=host")
-#: Output-size classes (M*N, inclusive bounds) of 16-bit tuning and of the table's tuned entries.
-#: At M = 8192: small = N <= 2048 (k,v; DeepSeek kv_a, q_a), mid = N <= 4096, large = the rest.
-MN_CLASSES = (("mn-small", 1, 8192 * 2048), ("mn-mid", 8192 * 2048 + 1, 8192 * 4096),
-              ("mn-large", 8192 * 4096 + 1, None))
-#: Tuning candidates (KernelConfig labels) per 16-bit output-size class: few tiles want smaller
-#: tiles (more waves over 132 SMs), many tiles the big ones.
+#: Tuning candidates (KernelConfig labels) per 16-bit output-size class (``gpu_kernels_pick.MN_CLASSES``): few
+#: tiles want smaller tiles (more waves over 132 SMs), many tiles the big ones.
 TUNE_16BIT = {
     "mn-small": ["128x256x64,s3,w8,g8", "128x128x64,s4,w8,g8", "128x128x128,s3,w8,g8",
                  "128x128x64,s4,w4,g8", "128x64x64,s4,w4,g8", "256x128x64,s3,w8,g8"],
@@ -115,14 +112,6 @@ CANDIDATE_MAX_R = 49
 RATE = {"bf16": 650e12, "f16": 650e12, "f32": 45e12}
 
 
-def mn_class(M: int, N: int) -> str:
-    """The output-size class (``MN_CLASSES``) of an M x N output."""
-    for name, lo, hi in MN_CLASSES:
-        if M * N >= lo and (hi is None or M * N <= hi):
-            return name
-    raise ValueError(f"no class for {M}x{N}")  # pragma: no cover - the classes cover every size
-
-
 def default_shapes() -> dict:
     """label -> (M, N, K): the squares and the Llama weight shapes at M = 8192 (duplicates merged)."""
     labels = {}
@@ -148,6 +137,7 @@ def _labels(shapes: dict) -> dict:
 def tune_jobs(args, known: dict) -> list:
     """The tuning jobs, cheapest first: 16-bit shapes x dtypes, then f32 shapes (+ 3xTF32)."""
     from falcon_mlir.kernels.configs import KernelConfig
+    from gpu_kernels_pick import mn_class
 
     def cand(label, mode="ieee"):
         return {"label": label, "f32_mode": mode, "config": KernelConfig.parse(label).to_dict()}
@@ -251,7 +241,7 @@ def prepare(args) -> int:
         jobs = check_candidates(jobs)
     shutil.copyfile(KERNEL_SOURCE, out / KERNEL_FILE)
     here = Path(__file__).resolve().parent
-    for script in ("gpu_kernels.py", "gpu_kernels_run.py"):
+    for script in GPU_FILES:
         shutil.copyfile(here / script, out / script)
     manifest = {"format": FORMAT, "made": time.strftime("%Y-%m-%d %H:%M:%S"), "entries": entries,
                 "plans": plan_entries, "failures": failures, "tune": {"jobs": jobs},
@@ -311,15 +301,7 @@ def combine_candidates(default) -> list:
 def prepare_plans(out: Path, args, specs: list, failures: list) -> list:
     """Compile the plans (every kernel in one Triton child), their modules, and the JIT launch facts
     (generated sources copied into ``out/sources``); the manifest's ``plans`` entries."""
-    from dataclasses import asdict
-
-    from falcon_mlir.kernels import compile_module
-    from falcon_mlir.kernels.configs import choose_config
-    from falcon_mlir.kernels.embed import reference_func
-    from falcon_mlir.kernels.lcma import (COMBINE_FN, combine_launch, combine_source, combine_specs, compile_plans,
-                                          default_combine_config, output_groups, plan_geometry, plan_module,
-                                          products_spec, resolve_scheme)
-    from falcon_mlir.kernels.spec import GemmSpec
+    from falcon_mlir.kernels.lcma import compile_plans
 
     plans = [None] * len(specs) if args.cpu else compile_plans(specs, errors="return")
     entries = []
@@ -327,54 +309,77 @@ def prepare_plans(out: Path, args, specs: list, failures: list) -> list:
         try:
             if isinstance(plan, Exception):
                 raise plan
-            t0 = time.perf_counter()
-            if args.cpu:  # dry run: @main is IREE's own classical product (jit runs the kernels interpreted)
-                vmfb = compile_module(reference_func(GemmSpec(spec.M, spec.N, spec.K, spec.dtype, spec.dtype,
-                                                              spec.out_dtype), "main"), CPU_FLAGS)
-            else:
-                vmfb = compile_module(plan_module(plan))
-            write_atomic(out / "plans" / f"{spec.name}.vmfb", vmfb)
-            css = combine_specs(spec)
-            jit = {}
-            for role in ("a", "b", "c"):
-                default = getattr(plan, f"combine_{role}").config if plan else default_combine_config(css[role])
-                cands = combine_candidates(default) if css[role].planes <= CANDIDATE_MAX_R else [default]
-                jit[role] = []
-                for cfg in cands:
-                    groups = output_groups(css[role], cfg.max_live)
-                    text = combine_source(css[role], groups)
-                    src = f"sources/combine_{hashlib.sha256(text.encode()).hexdigest()[:32]}.py"
-                    if not (out / src).is_file():
-                        write_atomic(out / src, text)
-                    cx, programs = combine_launch(css[role], cfg)
-                    jit[role].append({"source": src, "fn": COMBINE_FN[role], "constexprs": cx, "programs": programs,
-                                      "num_warps": cfg.num_warps, "config": cfg.label, "groups": len(groups),
-                                      "traffic": css[role].traffic_bytes(groups)})
-            if plan is not None:
-                md = plan.metadata()
-                products = plan.products.config
-            else:
-                geo = plan_geometry(spec)
-                products = choose_config(products_spec(spec, geo))
-                md = {"scheme": resolve_scheme(spec.scheme).name, "geometry": asdict(geo), "traffic": None,
-                      "kernels": {"combine_a": {"config": jit["a"][0]["config"]},
-                                  "combine_b": {"config": jit["b"][0]["config"]},
-                                  "products": {"config": products.label},
-                                  "combine_c": {"config": jit["c"][0]["config"]}}}
-            jit["p"] = {"config": products.to_dict(), "label": products.label}
-            label = f"{spec.dtype} {spec.M}x{spec.N}x{spec.K} products {spec.product_dtype} out {spec.out_dtype}"
-            entries.append({"name": spec.name, "label": label, "file": f"plans/{spec.name}.vmfb",
-                            "spec": spec.to_dict(), "scheme_name": md["scheme"], "geometry": md["geometry"],
-                            "kernels": md["kernels"], "traffic": md["traffic"], "jit": jit, "vmfb_bytes": len(vmfb)})
-            ks = md["kernels"]
-            log(f"  plan {spec.name}: iree {time.perf_counter() - t0:.1f}s, {len(vmfb)} B; " + "; ".join(
-                f"{r} {ks[r].get('config')} {ks[r].get('registers')} regs, stack {ks[r].get('stack_bytes')}"
-                for r in ("combine_a", "combine_b", "products", "combine_c")))
+            entries.append(_plan_entry(out, args, spec, plan))
         except Exception as e:  # one failing plan must not stop the bundle
             failures.append({"label": "plan", "spec": spec.name, "config": spec.scheme,
                              "error": f"{type(e).__name__}: {e}"})
             log(f"  FAILED plan {spec.name}: {type(e).__name__}: {e}")
     return entries
+
+
+def _plan_entry(out: Path, args, spec, plan) -> dict:
+    """One plan's module (``plan`` None: a ``--cpu`` bundle) and launch facts into the bundle; its manifest entry."""
+    from falcon_mlir.kernels import compile_module
+    from falcon_mlir.kernels.embed import reference_func
+    from falcon_mlir.kernels.lcma import plan_module
+    from falcon_mlir.kernels.spec import GemmSpec
+
+    t0 = time.perf_counter()
+    if args.cpu:  # dry run: @main is IREE's own classical product (jit runs the kernels interpreted)
+        vmfb = compile_module(reference_func(GemmSpec(spec.M, spec.N, spec.K, spec.dtype, spec.dtype,
+                                                      spec.out_dtype), "main"), CPU_FLAGS)
+    else:
+        vmfb = compile_module(plan_module(plan))
+    write_atomic(out / "plans" / f"{spec.name}.vmfb", vmfb)
+    jit = _combine_launches(out, spec, plan)
+    md, products = (plan.metadata(), plan.products.config) if plan is not None else _dry_plan_metadata(spec, jit)
+    jit["p"] = {"config": products.to_dict(), "label": products.label}
+    label = f"{spec.dtype} {spec.M}x{spec.N}x{spec.K} products {spec.product_dtype} out {spec.out_dtype}"
+    entry = {"name": spec.name, "label": label, "file": f"plans/{spec.name}.vmfb",
+             "spec": spec.to_dict(), "scheme_name": md["scheme"], "geometry": md["geometry"],
+             "kernels": md["kernels"], "traffic": md["traffic"], "jit": jit, "vmfb_bytes": len(vmfb)}
+    ks = md["kernels"]
+    log(f"  plan {spec.name}: iree {time.perf_counter() - t0:.1f}s, {len(vmfb)} B; " + "; ".join(
+        f"{r} {ks[r].get('config')} {ks[r].get('registers')} regs, stack {ks[r].get('stack_bytes')}"
+        for r in ("combine_a", "combine_b", "products", "combine_c")))
+    return entry
+
+
+def _combine_launches(out: Path, spec, plan) -> dict:
+    """Role -> JIT launches of the plan's combine kernels: its tiles first, then (R <= ``CANDIDATE_MAX_R``)
+    the other candidates; each source written once into ``out/sources``."""
+    from falcon_mlir.kernels.lcma import combine_launch_entry, combine_specs, default_combine_config, source_file_name
+
+    css = combine_specs(spec)
+    jit = {}
+    for role in ("a", "b", "c"):
+        default = getattr(plan, f"combine_{role}").config if plan else default_combine_config(css[role])
+        cands = combine_candidates(default) if css[role].planes <= CANDIDATE_MAX_R else [default]
+        jit[role] = []
+        for cfg in cands:
+            launch = combine_launch_entry(css[role], cfg)
+            src = f"sources/{source_file_name(launch['source'])}"
+            if not (out / src).is_file():
+                write_atomic(out / src, launch["source"])
+            jit[role].append(dict(launch, source=src))
+    return jit
+
+
+def _dry_plan_metadata(spec, jit: dict) -> tuple:
+    """(metadata, products' config) of a ``--cpu`` bundle's plan (nothing compiled: the configurations only)."""
+    from dataclasses import asdict
+
+    from falcon_mlir.kernels.configs import choose_config
+    from falcon_mlir.kernels.lcma import plan_geometry, products_spec, resolve_scheme
+
+    geo = plan_geometry(spec)
+    products = choose_config(products_spec(spec, geo))
+    md = {"scheme": resolve_scheme(spec.scheme).name, "geometry": asdict(geo), "traffic": None,
+          "kernels": {"combine_a": {"config": jit["a"][0]["config"]},
+                      "combine_b": {"config": jit["b"][0]["config"]},
+                      "products": {"config": products.label},
+                      "combine_c": {"config": jit["c"][0]["config"]}}}
+    return md, products
 
 
 def _build_module(out, args, entries, failures, label, spec, config, kind, reference, kernel) -> None:
@@ -416,121 +421,6 @@ def _dry_kernel(spec, config):
                           profile_scratch_align=1, num_programs=0, triton_version="none", key="dry-run")
 
 
-# --------------------------------------------------------------------------- pick (here)
-
-def _geomean(xs) -> float:
-    return math.exp(sum(math.log(x) for x in xs) / len(xs))
-
-
-def pick_entries(result: dict, date: str = None) -> list:
-    """Table entries (``tuned-*``) from a ``tune`` result: per dtype (and f32 mode) and class, the
-    candidate with the best geometric mean of its speed against cuBLAS over the class's shapes.
-
-    Only correct (``ok``) rows count; a candidate must have been measured on every shape of its class
-    that has any correct candidate (else the best-covered ones compete). f32 jobs form one class.
-    The ``source`` note gives the date (the result's, else ``date``, else today), the GPU, Triton, every
-    shape's ratio (cuBLAS time / kernel time, both by CUDA events) and the shapes where another
-    candidate was more than 5% faster.
-    """
-    env = result.get("env", {})
-    made = date or env.get("date") or time.strftime("%Y-%m-%d")
-    gpu_name = env.get("gpu", "GPU")
-    who = f"Triton {env.get('triton', '?')} JIT"
-    groups = {}
-    for r in result["rows"]:
-        if r["name"] == "torch.matmul" or not r.get("ok") or "vs_torch" not in r:
-            continue
-        s = r["spec"]
-        mode = r.get("f32_mode", "ieee")
-        cls = "f32" if s["a_dtype"] == "f32" else mn_class(s["M"], s["N"])
-        groups.setdefault((s["a_dtype"], mode, cls), {}).setdefault(r["config"], {})[
-            f"{s['M']}x{s['N']}x{s['K']}"] = r["vs_torch"]
-    entries = []
-    order = {"bf16": 0, "f16": 1, "f32": 2}
-    cls_order = {name: i for i, (name, _, _) in enumerate(MN_CLASSES)}
-    for (dtype, mode, cls), by_cfg in sorted(groups.items(), key=lambda kv: (order[kv[0][0]], kv[0][1],
-                                                                            cls_order.get(kv[0][2], 0))):
-        shapes = sorted({sh for ratios in by_cfg.values() for sh in ratios})
-        most = max(len(r) for r in by_cfg.values())
-        full = {c: r for c, r in by_cfg.items() if len(r) == most}
-        ranked = sorted(full.items(), key=lambda kv: -_geomean(list(kv[1].values())))
-        (best, ratios), runner = ranked[0], (ranked[1] if len(ranked) > 1 else None)
-        each = ", ".join(f"{sh} {ratios[sh]:.3f}x" for sh in shapes if sh in ratios)
-        note = (f"{gpu_name} tune {made} ({who}; speed = cuBLAS time / kernel time, both by CUDA events: "
-                f"do_bench median, L2 flushed): {best} "
-                f"{_geomean(list(ratios.values())):.3f}x of cuBLAS, geometric mean over {len(ratios)} shape(s): {each}")
-        if runner:
-            note += f"; runner-up {runner[0]} {_geomean(list(runner[1].values())):.3f}x"
-        better = []
-        for sh in shapes:
-            top_cfg, top = max(((c, r[sh]) for c, r in by_cfg.items() if sh in r), key=lambda cr: cr[1])
-            if sh in ratios and top > 1.05 * ratios[sh]:
-                better.append(f"{sh} {top_cfg} {top:.3f}x")
-        if better:
-            note += "; faster there: " + ", ".join(better)
-        if most < len(shapes):
-            note += f" (candidates measured on {most} of {len(shapes)} shapes)"
-        if dtype == "f32":
-            name, inputs = f"tuned-{'f32' if mode == 'ieee' else mode}", ["f32" if mode == "ieee" else mode]
-            if mode != "ieee":
-                note += " [not IEEE FMA]"
-            entry = {"name": name, "inputs": inputs, "out": ["f32"], "min_m": 65}
-        else:
-            lo, hi = next((lo, hi) for n, lo, hi in MN_CLASSES if n == cls)
-            entry = {"name": f"tuned-{dtype}-{cls}", "inputs": [dtype], "out": [dtype], "min_m": 65, "min_mn": lo}
-            if hi is not None:
-                entry["max_mn"] = hi
-        entry.update(config=best, source=note)
-        entries.append(entry)
-    return entries
-
-
-def _narrow(entry: dict) -> bool:
-    """A table entry for a narrow corner (``max_m`` or ``max_n`` set): kept ahead of the tuned classes."""
-    return entry.get("max_m") is not None or entry.get("max_n") is not None
-
-
-def pick(args) -> int:
-    from falcon_mlir.kernels import GemmSpec
-    from falcon_mlir.kernels.configs import TABLE_PATH, choose_config, load_table
-
-    result = json.loads(Path(args.results).read_text())
-    if result.get("mode") != "tune":
-        log(f"error: {args.results} is not a tune result (mode {result.get('mode')!r})")
-        return 2
-    new = pick_entries(result, args.date)
-    if not new:
-        log("error: no correct candidate rows in the result")
-        return 1
-    table_path = Path(args.table) if args.table else TABLE_PATH
-    table = json.loads(table_path.read_text())
-    kept = [e for e in table["entries"] if not e["name"].startswith("tuned-")]
-    # Narrow entries (a bound on M or N: small M, narrow N) stay first, the tuned ones (min_m 65) come
-    # before every other entry.
-    narrow = [e for e in kept if _narrow(e)]
-    table["entries"] = narrow + new + [e for e in kept if not _narrow(e)]
-    text = json.dumps(table, indent=2) + "\n"
-    for e in new:
-        log(f"{e['name']}: {e['config']}\n    {e['source']}")
-    if args.dry_run:
-        return 0
-    write_atomic(table_path, text)
-    load_table.cache_clear()
-    load_table(str(table_path))  # still a valid table
-    for r in result["rows"]:
-        if r["name"] == "torch.matmul" or r.get("f32_mode", "ieee") != "ieee":
-            continue
-        s = r["spec"]
-        spec = GemmSpec(s["M"], s["N"], s["K"], s["a_dtype"], s["a_dtype"], s["a_dtype"])
-        r["table"] = choose_config(spec, str(table_path)).label
-    chosen = sorted({(f"{r['spec']['a_dtype']} {r['spec']['M']}x{r['spec']['N']}x{r['spec']['K']}", r["table"])
-                     for r in result["rows"] if "table" in r})
-    for shape, label in chosen:
-        log(f"  the table now gives {shape}: {label}")
-    log(f"wrote {len(new)} tuned entries into {table_path}")
-    return 0
-
-
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] not in ("prepare", "pick"):
@@ -567,6 +457,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     try:
         if args.mode == "pick":
+            from gpu_kernels_pick import pick
             return pick(args)
         for s in (args.shapes or []) + (args.f32_shapes or []) + (args.tune_shapes or []) + \
                 (args.tune_f32_shapes or []):

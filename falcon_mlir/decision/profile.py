@@ -248,72 +248,22 @@ class Profile:
             ProfileError: a field is missing or has the wrong type/sign; the
                 message starts with ``where`` and names the field.
         """
-        def need(key, kind, parent=d, path=""):
-            if not isinstance(parent, dict) or key not in parent:
-                raise ProfileError(f"{where}: missing field '{path}{key}'")
-            v = parent[key]
-            if kind is float:
-                if isinstance(v, bool) or not isinstance(v, (int, float)) or \
-                        not math.isfinite(v) or v <= 0:
-                    raise ProfileError(f"{where}: field '{path}{key}' must be a positive number")
-                return float(v)
-            if not isinstance(v, kind):
-                raise ProfileError(f"{where}: field '{path}{key}' must be a {kind.__name__}")
-            return v
-
         if not isinstance(d, dict):
             raise ProfileError(f"{where}: a profile is a JSON object")
         if d.get("format", FORMAT) != FORMAT:
             raise ProfileError(f"{where}: unsupported profile format {d.get('format')!r} "
                                f"(this falcon-mlir reads format {FORMAT})")
-        dtypes = need("dtypes", dict)
+        dtypes = _need(d, "dtypes", dict, where)
         if not dtypes:
             raise ProfileError(f"{where}: field 'dtypes' is empty")
-        gemm, add = {}, {}
-        for key, entry in dtypes.items():
-            table = need("gemm", list, entry, f"dtypes.{key}.")
-            pts = []
-            for i, p in enumerate(table):
-                if not (isinstance(p, (list, tuple)) and len(p) == 2 and
-                        all(isinstance(x, (int, float)) and not isinstance(x, bool)
-                            and math.isfinite(x) and x > 0 for x in p)):
-                    raise ProfileError(f"{where}: dtypes.{key}.gemm[{i}] must be "
-                                       "[n, FLOP/s] with positive numbers")
-                pts.append((float(p[0]), float(p[1])))
-            if not pts:
-                raise ProfileError(f"{where}: dtypes.{key}.gemm is empty")
-            if len(pts) > MAX_TABLE:
-                raise ProfileError(f"{where}: dtypes.{key}.gemm has {len(pts)} points "
-                                   f"(at most {MAX_TABLE})")
-            gemm[key] = tuple(sorted(pts))
-            if "add" in entry:
-                add[key] = need("add", float, entry, f"dtypes.{key}.")
-        forms = d.get("forms", {})
-        if not isinstance(forms, dict) or not all(
-                isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-                and v > 0 for v in forms.values()):
-            raise ProfileError(f"{where}: field 'forms' must map names to positive numbers")
-        caches = d.get("caches", {})
-        if not isinstance(caches, dict) or not all(
-                isinstance(v, int) and not isinstance(v, bool) and v >= 0
-                for v in caches.values()):
-            raise ProfileError(f"{where}: field 'caches' must map names to sizes in bytes "
-                               "(non-negative integers)")
-        cores = d.get("cores", 0)
-        if isinstance(cores, bool) or not isinstance(cores, int) or cores < 0:
-            raise ProfileError(f"{where}: field 'cores' must be a non-negative integer")
-        for key in ("name", "source", "provenance", "device"):
-            if key in d and not isinstance(d[key], str):
-                raise ProfileError(f"{where}: field '{key}' must be a string")
-        kind = d.get("kind", "cpu")
-        if kind not in ("cpu", "gpu"):
-            raise ProfileError(f"{where}: field 'kind' must be 'cpu' or 'gpu'")
+        gemm, add = _gemm_tables(dtypes, where)
+        forms, caches, cores, kind = _checked_fields(d, where)
         return cls(
             name=str(d.get("name", Path(where).stem)), source=str(d.get("source", "measured")),
             provenance=str(d.get("provenance", "")), kind=kind,
             device=str(d.get("device", "local-task" if kind == "cpu" else "cuda")),
-            cores=cores, bandwidth=need("bandwidth", float),
-            dispatch_overhead=need("dispatch_overhead", float),
+            cores=cores, bandwidth=_need(d, "bandwidth", float, where),
+            dispatch_overhead=_need(d, "dispatch_overhead", float, where),
             caches={str(k): int(v) for k, v in caches.items()},
             gemm=gemm, add=add, forms={k: float(v) for k, v in forms.items()},
             align=_pos_int(d.get("align", 1), "align", where),
@@ -351,6 +301,72 @@ def _rate(table, M: float, N: float, K: float) -> float:
             t = (math.log(n) - math.log(n0)) / (math.log(n1) - math.log(n0))
             return math.exp(math.log(r0) + t * (math.log(r1) - math.log(r0)))
     return table[-1][1]  # pragma: no cover - table is sorted
+
+
+def _need(parent, key: str, kind, where: str, path: str = ""):
+    """``parent[key]``, checked: a positive finite number (``kind`` float; returned as a float) or
+    an instance of ``kind``; ``path`` prefixes the field's name in the error."""
+    if not isinstance(parent, dict) or key not in parent:
+        raise ProfileError(f"{where}: missing field '{path}{key}'")
+    v = parent[key]
+    if kind is float:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or \
+                not math.isfinite(v) or v <= 0:
+            raise ProfileError(f"{where}: field '{path}{key}' must be a positive number")
+        return float(v)
+    if not isinstance(v, kind):
+        raise ProfileError(f"{where}: field '{path}{key}' must be a {kind.__name__}")
+    return v
+
+
+def _gemm_tables(dtypes: dict, where: str) -> tuple:
+    """(gemm, add) of the ``dtypes`` field: per key its sorted ``(n, FLOP/s)`` table and, where given,
+    its combine add rate."""
+    gemm, add = {}, {}
+    for key, entry in dtypes.items():
+        table = _need(entry, "gemm", list, where, f"dtypes.{key}.")
+        pts = []
+        for i, p in enumerate(table):
+            if not (isinstance(p, (list, tuple)) and len(p) == 2 and
+                    all(isinstance(x, (int, float)) and not isinstance(x, bool)
+                        and math.isfinite(x) and x > 0 for x in p)):
+                raise ProfileError(f"{where}: dtypes.{key}.gemm[{i}] must be "
+                                   "[n, FLOP/s] with positive numbers")
+            pts.append((float(p[0]), float(p[1])))
+        if not pts:
+            raise ProfileError(f"{where}: dtypes.{key}.gemm is empty")
+        if len(pts) > MAX_TABLE:
+            raise ProfileError(f"{where}: dtypes.{key}.gemm has {len(pts)} points "
+                               f"(at most {MAX_TABLE})")
+        gemm[key] = tuple(sorted(pts))
+        if "add" in entry:
+            add[key] = _need(entry, "add", float, where, f"dtypes.{key}.")
+    return gemm, add
+
+
+def _checked_fields(d: dict, where: str) -> tuple:
+    """(forms, caches, cores, kind) of a profile dict, checked (and its string fields)."""
+    forms = d.get("forms", {})
+    if not isinstance(forms, dict) or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+            and v > 0 for v in forms.values()):
+        raise ProfileError(f"{where}: field 'forms' must map names to positive numbers")
+    caches = d.get("caches", {})
+    if not isinstance(caches, dict) or not all(
+            isinstance(v, int) and not isinstance(v, bool) and v >= 0
+            for v in caches.values()):
+        raise ProfileError(f"{where}: field 'caches' must map names to sizes in bytes "
+                           "(non-negative integers)")
+    cores = d.get("cores", 0)
+    if isinstance(cores, bool) or not isinstance(cores, int) or cores < 0:
+        raise ProfileError(f"{where}: field 'cores' must be a non-negative integer")
+    for key in ("name", "source", "provenance", "device"):
+        if key in d and not isinstance(d[key], str):
+            raise ProfileError(f"{where}: field '{key}' must be a string")
+    kind = d.get("kind", "cpu")
+    if kind not in ("cpu", "gpu"):
+        raise ProfileError(f"{where}: field 'kind' must be 'cpu' or 'gpu'")
+    return forms, caches, cores, kind
 
 
 def _plan_forms(v, where: str) -> Tuple[str, ...]:

@@ -3,13 +3,14 @@
 IREE 3.13's CUDA code generation has no sm_90 target (no wgmma, no TMA), so
 its GEMMs run at 0.25-0.7x of cuBLAS on an H200. This package generates a
 persistent TMA + wgmma GEMM with Triton (:mod:`.triton_gemm`), compiles it to
-an sm_90a cubin on a machine without a GPU (:mod:`.aot`), and embeds it in an
-IREE module as an external dispatch (:mod:`.embed`). What a kernel computes is
-a :class:`GemmSpec` (:mod:`.spec`); how it is tiled, a :class:`KernelConfig`
+an sm_90a cubin on a machine without a GPU (:mod:`.aot`; what launching a
+compiled kernel needs: :mod:`.launched`), and embeds it in an IREE module as
+an external dispatch (:mod:`.embed`). What a kernel computes is a
+:class:`GemmSpec` (:mod:`.spec`); how it is tiled, a :class:`KernelConfig`
 chosen from a data table (:mod:`.configs`). :mod:`.lcma` runs a GEMM as a
 grouped LCMA plan (Strassen-like scheme from the catalog): generated combine
-kernels around the batched GEMM, four dispatches in one module. ``docs/kernels.md`` has the ABI,
-the cache and the GPU script.
+kernels around the batched GEMM, four dispatches in one module.
+``docs/kernels.md`` has the ABI, the cache and the GPU script.
 
 Importing this package needs no Triton; compiling a kernel does
 (``pip install 'falcon-mlir[cuda]'``), and runs it in a child process

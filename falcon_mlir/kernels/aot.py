@@ -45,11 +45,13 @@ import shutil
 import subprocess
 import tempfile
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
-from .configs import SHARED_MEMORY_LIMIT, KernelConfig, choose_config
+from .configs import KernelConfig, choose_config
+from .launched import LaunchedKernel, launch_facts
+from .launched import MAX_THREADS, check_launchable, warn_spills  # noqa: F401  (re-exported: aot.check_launchable, ...)
 from .spec import GemmSpec, require_supported
 
 #: Compute capability per accepted ``arch`` spelling (the kernels need TMA and wgmma).
@@ -60,79 +62,26 @@ H200_SMS = 132
 CACHE_FORMAT = 2
 #: The Triton that compiles the kernels (the H200 machine's JIT runs the same).
 TRITON_VERSION = "3.6.0"
-#: CUDA allows at most this many threads per block.
-MAX_THREADS = 1024
 
 
 @dataclass(frozen=True)
-class CompiledKernel:
-    """A cubin for one GEMM and the facts needed to launch it.
+class CompiledKernel(LaunchedKernel):
+    """A cubin for one GEMM and the facts needed to launch it (the fields are :class:`LaunchedKernel`'s).
 
     Attributes:
-        spec, config, arch: what was compiled.
-        name: the kernel's entry symbol in the cubin.
-        cubin: the sm_90a ELF image (bytes).
-        num_warps: warps per block as compiled (12 for warp-specialized 4-warp configs).
-        shared: dynamic shared memory per block (bytes).
-        global_scratch_size, global_scratch_align: Triton's global scratch per
-            program (bytes; holds the device-side TMA descriptors) and its alignment.
-        profile_scratch_size, profile_scratch_align: the same for profiling (0 unless instrumented).
+        spec: the GEMM.
+        config: its kernel configuration.
         num_programs: blocks of the 1-D persistent grid.
-        triton_version: Triton that compiled it.
-        key: the cache key (hex SHA-256).
-        registers: registers per thread in the cubin (None: no cuobjdump to read it).
-        stack_bytes: per-thread stack frame (local memory: spills), None as above.
-        compile_seconds: time ``triton.compile`` took (0.0 when read from the cache).
-        from_cache: read from the disk cache.
     """
 
     spec: GemmSpec
     config: KernelConfig
-    arch: str
-    name: str
-    cubin: bytes = field(repr=False)
-    num_warps: int
-    shared: int
-    global_scratch_size: int
-    global_scratch_align: int
-    profile_scratch_size: int
-    profile_scratch_align: int
-    num_programs: int
-    triton_version: str
-    key: str
-    registers: Optional[int] = None
-    stack_bytes: Optional[int] = None
-    compile_seconds: float = 0.0
-    from_cache: bool = False
-
-    @property
-    def threads(self) -> int:
-        """Threads per block (``32 * num_warps``)."""
-        return 32 * self.num_warps
-
-    @property
-    def grid(self) -> tuple:
-        """Blocks per grid dimension: ``(num_programs, 1, 1)``."""
-        return (self.num_programs, 1, 1)
-
-    @property
-    def global_scratch_bytes(self) -> int:
-        """Global scratch for the whole grid (bytes): per program times programs."""
-        return self.global_scratch_size * self.num_programs
-
-    @property
-    def profile_scratch_bytes(self) -> int:
-        """Profile scratch for the whole grid (bytes)."""
-        return self.profile_scratch_size * self.num_programs
 
     def metadata(self) -> dict:
         """The launch facts as a JSON-ready dict (no cubin)."""
-        keys = ("arch", "name", "num_warps", "shared", "global_scratch_size", "global_scratch_align",
-                "profile_scratch_size", "profile_scratch_align", "num_programs", "triton_version", "key",
-                "registers", "stack_bytes")
-        d = {k: getattr(self, k) for k in keys}
-        d.update(threads=self.threads, cubin_bytes=len(self.cubin), config=self.config.label)
-        return d
+        return self._facts(("arch", "name", "num_warps", "shared", "global_scratch_size", "global_scratch_align",
+                            "profile_scratch_size", "profile_scratch_align", "num_programs", "triton_version",
+                            "key", "registers", "stack_bytes"))
 
     def _to_json(self) -> str:
         d = self.metadata()
@@ -265,55 +214,11 @@ def _check_config(spec: GemmSpec, config: KernelConfig) -> None:
                          "e.g. configs.adapt(spec, config)")
 
 
-def check_launchable(what: str, md: dict, config_hint: str = "") -> None:
-    """Refuse compiled kernels IREE's launch cannot run (clusters, cooperative/PDL launches, too many
-    threads, too much shared memory); ``md`` is a worker result's metadata.
-
-    Raises:
-        RuntimeError: clusters, launch flags or threads.
-        ValueError: over the shared-memory limit.
-    """
-    if md.get("num_ctas", 1) != 1 or tuple(md.get("cluster_dims") or (1, 1, 1)) != (1, 1, 1):
-        raise RuntimeError(f"{what}: kernel compiled for {md.get('num_ctas')} CTAs per cluster; "
-                           "IREE launches single-CTA blocks only")
-    for flag in ("launch_cooperative_grid", "launch_pdl"):
-        if md.get(flag):
-            raise RuntimeError(f"{what}: kernel needs {flag}, which IREE's launch does not set")
-    if 32 * md["num_warps"] > MAX_THREADS:
-        raise RuntimeError(f"{what}: {32 * md['num_warps']} threads per block exceed {MAX_THREADS}")
-    if md["shared"] > SHARED_MEMORY_LIMIT:
-        raise ValueError(f"{what} needs {md['shared']} bytes of shared memory, more than the "
-                         f"{SHARED_MEMORY_LIMIT} an sm_90 block may use{config_hint}")
-
-
-def warn_spills(what: str, usage: dict) -> None:
-    """Warn when a cubin has a stack frame (register spills to local memory)."""
-    if usage.get("stack_bytes"):
-        warnings.warn(f"{what}: {usage['stack_bytes']} bytes of stack per thread ({usage['registers']} "
-                      "registers): the kernel spills to local memory and will be slow; use smaller tiles "
-                      "or fewer stages", RuntimeWarning, stacklevel=4)
-
-
 def _build_gemm(spec: GemmSpec, config: KernelConfig, arch: str, key: str, result: dict) -> CompiledKernel:
     """A :class:`CompiledKernel` from a worker result (checked, spills warned)."""
-    if not result["ok"]:
-        raise RuntimeError(result["error"])
-    md = result["metadata"]
-    what = f"{spec.name} with {config.label}"
-    check_launchable(what, md, ": use fewer stages, smaller tiles or epilogue subtiling (',sub')")
-    cubin = base64.b64decode(result["cubin"])
-    usage = result.get("usage") or {}
-    warn_spills(what, usage)
-    return CompiledKernel(
-        spec=spec, config=config, arch=arch, name=md["name"], cubin=cubin,
-        num_warps=md["num_warps"], shared=md["shared"],
-        global_scratch_size=md.get("global_scratch_size") or 0,
-        global_scratch_align=md.get("global_scratch_align") or 1,
-        profile_scratch_size=md.get("profile_scratch_size") or 0,
-        profile_scratch_align=md.get("profile_scratch_align") or 1,
-        num_programs=result["num_programs"], triton_version=result["triton_version"], key=key,
-        registers=usage.get("registers"), stack_bytes=usage.get("stack_bytes"),
-        compile_seconds=result["seconds"])
+    facts = launch_facts(f"{spec.name} with {config.label}", result,
+                         ": use fewer stages, smaller tiles or epilogue subtiling (',sub')")
+    return CompiledKernel(spec=spec, config=config, arch=arch, num_programs=result["num_programs"], key=key, **facts)
 
 
 @dataclass(frozen=True)

@@ -19,12 +19,12 @@ instead of TMA store.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Optional
 
-from .spec import DTYPE_BYTES, DTYPES, GemmSpec, require_supported
+from .spec import DTYPE_BYTES, DTYPES, DictFields, GemmSpec, require_supported
 
 #: The table shipped with the package.
 TABLE_PATH = Path(__file__).with_name("configs.json")
@@ -41,7 +41,7 @@ def _pow2(v: int) -> bool:
 
 
 @dataclass(frozen=True)
-class KernelConfig:
+class KernelConfig(DictFields):
     """How one kernel is built: tile sizes, pipeline depth, warps and epilogue.
 
     Args:
@@ -130,22 +130,6 @@ class KernelConfig:
                 raise ValueError(f"kernel configuration {text!r}: unknown part {p!r} "
                                  "(expected sN, wN, gN, ws, sub or masked)")
         return cls(**kw)
-
-    def to_dict(self) -> dict:
-        """The fields as a JSON-ready dict."""
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "KernelConfig":
-        """Build from :meth:`to_dict`'s output.
-
-        Raises:
-            ValueError: unknown keys or invalid values.
-        """
-        unknown = set(d) - set(cls.__dataclass_fields__)
-        if unknown:
-            raise ValueError(f"unknown KernelConfig field(s): {', '.join(sorted(unknown))}")
-        return cls(**d)
 
 
 def estimate_shared_bytes(spec: GemmSpec, config: KernelConfig) -> int:

@@ -55,6 +55,21 @@ def _load(path: Path, dtype: str) -> np.ndarray:
     return x.view(_np_dtype(dtype)) if dtype == "bf16" else x
 
 
+def _run_child(d: Path, timeout: float) -> dict:
+    """Run this module on the folder ``d`` in a child under Triton's interpreter; the errors it noted per job.
+
+    Raises:
+        RuntimeError: the child failed as a whole (its stderr tail in the message).
+    """
+    env = dict(os.environ, TRITON_INTERPRET="1", TRITON_DEFAULT_FP_FUSION="1")
+    r = subprocess.run([sys.executable, "-m", "falcon_mlir.kernels.interpret", str(d)], env=env,
+                       capture_output=True, text=True, timeout=timeout)
+    if r.returncode != 0:
+        tail = "\n".join(r.stderr.strip().splitlines()[-15:])
+        raise RuntimeError(f"interpreter subprocess failed (exit {r.returncode}):\n{tail}")
+    return json.loads((d / "errors.json").read_text())
+
+
 def run_interpreted(jobs: Sequence[tuple], num_sms: int = INTERPRET_SMS, timeout: float = 600.0) -> list:
     """Run each ``(spec, config, a, b)`` job through the interpreted kernel; return C per job.
 
@@ -84,13 +99,7 @@ def run_interpreted(jobs: Sequence[tuple], num_sms: int = INTERPRET_SMS, timeout
             _save(d / f"b{i}.npy", b, spec.b_dtype)
             manifest.append({"spec": spec.to_dict(), "config": config.to_dict()})
         (d / "jobs.json").write_text(json.dumps({"num_sms": num_sms, "jobs": manifest}))
-        env = dict(os.environ, TRITON_INTERPRET="1", TRITON_DEFAULT_FP_FUSION="1")
-        r = subprocess.run([sys.executable, "-m", "falcon_mlir.kernels.interpret", str(d)], env=env,
-                           capture_output=True, text=True, timeout=timeout)
-        if r.returncode != 0:
-            tail = "\n".join(r.stderr.strip().splitlines()[-15:])
-            raise RuntimeError(f"interpreter subprocess failed (exit {r.returncode}):\n{tail}")
-        errors = json.loads((d / "errors.json").read_text())
+        errors = _run_child(d, timeout)
         out = []
         for i, (spec, _, _, _) in enumerate(jobs):
             out.append(errors[str(i)] if str(i) in errors else _load(d / f"c{i}.npy", spec.out_dtype))
@@ -122,13 +131,7 @@ def run_plans_interpreted(jobs: Sequence[tuple], num_sms: int = INTERPRET_SMS, t
                 (d / f"src{i}{role}.py").write_text(launch[role]["source"])
             manifest.append(launch)
         (d / "plans.json").write_text(json.dumps({"num_sms": num_sms, "plans": manifest}))
-        env = dict(os.environ, TRITON_INTERPRET="1", TRITON_DEFAULT_FP_FUSION="1")
-        r = subprocess.run([sys.executable, "-m", "falcon_mlir.kernels.interpret", str(d)], env=env,
-                           capture_output=True, text=True, timeout=timeout)
-        if r.returncode != 0:
-            tail = "\n".join(r.stderr.strip().splitlines()[-15:])
-            raise RuntimeError(f"interpreter subprocess failed (exit {r.returncode}):\n{tail}")
-        errors = json.loads((d / "errors.json").read_text())
+        errors = _run_child(d, timeout)
         out = []
         for i, (launch, _, _) in enumerate(jobs):
             if str(i) in errors:
@@ -150,42 +153,57 @@ def _load_generated(path: Path, fn: str):
     return getattr(mod, fn)
 
 
-def _child_plans(d: Path) -> int:
-    """The subprocess for plans: combine A, combine B, products, combine C of each plan in ``d/plans.json``."""
+def _each_job(d: Path, jobs: list, run_one, frames: int) -> int:
+    """The child's loop: ``run_one(i, job)`` for every job; a failing job's error (and ``frames`` frames of
+    its traceback) goes to ``d/errors.json``, and the others go on."""
     import traceback
 
+    errors = {}
+    for i, job in enumerate(jobs):
+        try:
+            run_one(i, job)
+        except Exception as e:  # one failing job must not stop the others
+            errors[str(i)] = f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=frames)}"
+    (d / "errors.json").write_text(json.dumps(errors))
+    return 0
+
+
+def _child_plans(d: Path) -> int:
+    """The subprocess for plans: combine A, combine B, products, combine C of each plan in ``d/plans.json``."""
     import torch
 
     from . import triton_gemm
 
-    tdt = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
+    tdt = _torch_dtypes()
     job_file = json.loads((d / "plans.json").read_text())
-    errors = {}
-    for i, launch in enumerate(job_file["plans"]):
-        try:
-            s, g = launch["spec"], launch["geometry"]
-            a = _to_torch(np.load(d / f"a{i}.npy"), s["dtype"])
-            b = _to_torch(np.load(d / f"b{i}.npy"), s["dtype"])
-            a_ops = torch.empty((g["R"], g["bm"], g["bk"]), dtype=tdt[s["dtype"]])
-            b_ops = torch.empty((g["R"], g["bk"], g["bn"]), dtype=tdt[s["dtype"]])
-            prods = torch.empty((g["R"], g["bm"], g["bn"]), dtype=tdt[s["product_dtype"]])
-            c = torch.empty((s["M"], s["N"]), dtype=tdt[s["out_dtype"]])
-            for role, x, y in (("a", a, a_ops), ("b", b, b_ops)):
-                L = launch[role]
-                _load_generated(d / f"src{i}{role}.py", L["fn"])[(L["programs"],)](x, y, **L["constexprs"])
-            cfg = KernelConfig.from_dict(launch["p"]["config"])
-            ps = GemmSpec.from_dict(launch["p"]["spec"])
-            triton_gemm.launch(a_ops, b_ops, prods, f32_mode=ps.f32_mode, num_sms=job_file["num_sms"],
-                               interpret=True, **cfg.to_dict())
-            L = launch["c"]
-            _load_generated(d / f"src{i}c.py", L["fn"])[(L["programs"],)](prods, c, **L["constexprs"])
-            for name, t, dt in (("a_ops", a_ops, s["dtype"]), ("b_ops", b_ops, s["dtype"]),
-                                ("products", prods, s["product_dtype"]), ("c", c, s["out_dtype"])):
-                np.save(d / f"{name}{i}.npy", _to_numpy(t, dt))
-        except Exception as e:  # one failing plan must not stop the others
-            errors[str(i)] = f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=4)}"
-    (d / "errors.json").write_text(json.dumps(errors))
-    return 0
+
+    def run_one(i: int, launch: dict) -> None:
+        s, g = launch["spec"], launch["geometry"]
+        a = _to_torch(np.load(d / f"a{i}.npy"), s["dtype"])
+        b = _to_torch(np.load(d / f"b{i}.npy"), s["dtype"])
+        a_ops = torch.empty((g["R"], g["bm"], g["bk"]), dtype=tdt[s["dtype"]])
+        b_ops = torch.empty((g["R"], g["bk"], g["bn"]), dtype=tdt[s["dtype"]])
+        prods = torch.empty((g["R"], g["bm"], g["bn"]), dtype=tdt[s["product_dtype"]])
+        c = torch.empty((s["M"], s["N"]), dtype=tdt[s["out_dtype"]])
+        for role, x, y in (("a", a, a_ops), ("b", b, b_ops)):
+            L = launch[role]
+            _load_generated(d / f"src{i}{role}.py", L["fn"])[(L["programs"],)](x, y, **L["constexprs"])
+        cfg = KernelConfig.from_dict(launch["p"]["config"])
+        ps = GemmSpec.from_dict(launch["p"]["spec"])
+        triton_gemm.launch(a_ops, b_ops, prods, f32_mode=ps.f32_mode, num_sms=job_file["num_sms"],
+                           interpret=True, **cfg.to_dict())
+        L = launch["c"]
+        _load_generated(d / f"src{i}c.py", L["fn"])[(L["programs"],)](prods, c, **L["constexprs"])
+        for name, t, dt in (("a_ops", a_ops, s["dtype"]), ("b_ops", b_ops, s["dtype"]),
+                            ("products", prods, s["product_dtype"]), ("c", c, s["out_dtype"])):
+            np.save(d / f"{name}{i}.npy", _to_numpy(t, dt))
+    return _each_job(d, job_file["plans"], run_one, frames=5)  # 4 before, +1: the job body is a frame now
+
+
+def _torch_dtypes() -> dict:
+    """torch's dtype per falcon dtype name (torch is imported only in the child)."""
+    import torch
+    return {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
 
 
 def _to_torch(x: np.ndarray, dtype: str):
@@ -204,41 +222,24 @@ def _to_numpy(t, dtype: str) -> np.ndarray:
 
 def _child(d: Path) -> int:
     """The subprocess: run every job in ``d/jobs.json`` (needs ``TRITON_INTERPRET=1``)."""
-    import traceback
-
     import torch
 
     from . import triton_gemm
 
-    torch_dtype = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
-
-    def to_torch(x: np.ndarray, dtype: str):
-        if dtype == "bf16":
-            return torch.from_numpy(x.view(np.int16).copy()).view(torch.bfloat16)
-        return torch.from_numpy(x.copy())
-
-    def to_numpy(t, dtype: str) -> np.ndarray:
-        if dtype == "bf16":
-            return t.view(torch.int16).numpy().view(np.uint16)
-        return t.numpy()
-
+    torch_dtype = _torch_dtypes()
     job_file = json.loads((d / "jobs.json").read_text())
-    errors = {}
-    for i, job in enumerate(job_file["jobs"]):
-        try:
-            spec = GemmSpec.from_dict(job["spec"])
-            cfg = KernelConfig.from_dict(job["config"])
-            a = to_torch(np.load(d / f"a{i}.npy"), spec.a_dtype)
-            b = to_torch(np.load(d / f"b{i}.npy"), spec.b_dtype)
-            c = torch.empty(spec.c_shape, dtype=torch_dtype[spec.out_dtype])
-            triton_gemm.launch(a, b, c, trans_a=spec.trans_a, trans_b=spec.trans_b,
-                               f32_mode=spec.f32_mode, num_sms=job_file["num_sms"], interpret=True,
-                               **cfg.to_dict())
-            np.save(d / f"c{i}.npy", to_numpy(c, spec.out_dtype))
-        except Exception as e:  # one failing job must not stop the others
-            errors[str(i)] = f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=3)}"
-    (d / "errors.json").write_text(json.dumps(errors))
-    return 0
+
+    def run_one(i: int, job: dict) -> None:
+        spec = GemmSpec.from_dict(job["spec"])
+        cfg = KernelConfig.from_dict(job["config"])
+        a = _to_torch(np.load(d / f"a{i}.npy"), spec.a_dtype)
+        b = _to_torch(np.load(d / f"b{i}.npy"), spec.b_dtype)
+        c = torch.empty(spec.c_shape, dtype=torch_dtype[spec.out_dtype])
+        triton_gemm.launch(a, b, c, trans_a=spec.trans_a, trans_b=spec.trans_b,
+                           f32_mode=spec.f32_mode, num_sms=job_file["num_sms"], interpret=True,
+                           **cfg.to_dict())
+        np.save(d / f"c{i}.npy", _to_numpy(c, spec.out_dtype))
+    return _each_job(d, job_file["jobs"], run_one, frames=4)  # 3 before, +1: the job body is a frame now
 
 
 if __name__ == "__main__":

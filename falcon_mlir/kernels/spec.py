@@ -40,8 +40,28 @@ F32_MODES = ("ieee", "tf32", "tf32x3")
 MAX_DIM = 2**31 - 1
 
 
+class DictFields:
+    """``to_dict`` and ``from_dict`` of the frozen dataclasses of the kernels (specs and configurations)."""
+
+    def to_dict(self) -> dict:
+        """The fields as a JSON-ready dict (inverse of :meth:`from_dict`)."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict):
+        """Build from :meth:`to_dict`'s output.
+
+        Raises:
+            ValueError: unknown keys or invalid values.
+        """
+        unknown = set(d) - set(cls.__dataclass_fields__)
+        if unknown:
+            raise ValueError(f"unknown {cls.__name__} field(s): {', '.join(sorted(unknown))}")
+        return cls(**d)
+
+
 @dataclass(frozen=True)
-class GemmSpec:
+class GemmSpec(DictFields):
     """One GEMM ``C = op(A) @ op(B)`` (optionally batched) with static sizes.
 
     Args:
@@ -148,22 +168,6 @@ class GemmSpec:
     def c_row_aligned(self) -> bool:
         """Whether C's row stride (``N * bytes(out_dtype)``) is a multiple of 16 bytes (TMA store possible)."""
         return (self.N * DTYPE_BYTES[self.out_dtype]) % TMA_ALIGN_BYTES == 0
-
-    def to_dict(self) -> dict:
-        """The fields as a JSON-ready dict (inverse of :meth:`from_dict`)."""
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "GemmSpec":
-        """Build from :meth:`to_dict`'s output.
-
-        Raises:
-            ValueError: unknown keys or invalid values.
-        """
-        unknown = set(d) - set(cls.__dataclass_fields__)
-        if unknown:
-            raise ValueError(f"unknown GemmSpec field(s): {', '.join(sorted(unknown))}")
-        return cls(**d)
 
 
 def _tma_row_problem(operand: str, rows: str, cols: str, ncols: int, dtype: str) -> Optional[str]:

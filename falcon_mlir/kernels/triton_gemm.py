@@ -129,13 +129,13 @@ def _load_tile(desc, bidx, r0, c0, BATCH: tl.constexpr, ROWS: tl.constexpr, COLS
 @triton.jit
 def falcon_gemm(a_ptr, b_ptr, c_ptr,
                 M: tl.constexpr, N: tl.constexpr, K: tl.constexpr, BATCH: tl.constexpr,
-                TRANS_A: tl.constexpr, TRANS_B: tl.constexpr,
-                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                GROUP_M: tl.constexpr, NUM_PROGRAMS: tl.constexpr,
-                WARP_SPECIALIZE: tl.constexpr, FLATTEN: tl.constexpr,
-                TMA_STORE: tl.constexpr, SUBTILE: tl.constexpr,
+                TRANS_A: tl.constexpr, TRANS_B: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, NUM_PROGRAMS: tl.constexpr,
+                WARP_SPECIALIZE: tl.constexpr, FLATTEN: tl.constexpr, TMA_STORE: tl.constexpr, SUBTILE: tl.constexpr,
                 PRECISION: tl.constexpr, UPCAST: tl.constexpr):
-    """``C = op(A) @ op(B)`` (batched), persistent; see the module docstring for the parameters."""
+    """``C = op(A) @ op(B)`` (batched), persistent; see the module docstring for the parameters. One function by
+    nature: a Triton kernel is one body whose constexpr branches compile away; its stand-alone parts are the jitted
+    helpers above, and cutting it further would only pass descriptors and accumulators between jitted functions."""
     TILES_M: tl.constexpr = (M + BLOCK_M - 1) // BLOCK_M
     TILES_N: tl.constexpr = (N + BLOCK_N - 1) // BLOCK_N
     TILES: tl.constexpr = TILES_M * TILES_N

@@ -271,14 +271,7 @@ class CompilerSession:
         """
         if self._session is None:
             raise CompileError("session is closed", stage="flags")
-        i_from = phase_index(compile_from, "compile-from")
-        i_to = phase_index(compile_to, "compile-to")
-        if i_from >= i_to:
-            raise CompileError(
-                f"compile-from phase '{compile_from}' must precede compile-to phase '{compile_to}'",
-                stage="flags",
-            )
-        out_kind = "vmfb" if compile_to == "end" else ("mlirbc" if emit_mlir_bytecode else "mlir")
+        i_from, i_to, out_kind = self._span(compile_from, compile_to, emit_mlir_bytecode)
         sink = DiagnosticSink()
         src = self._open_source(source, input_name)
 
@@ -304,6 +297,19 @@ class CompilerSession:
             raise
         output = self._resume(module_op, sink, stop, compile_to, out_kind)
         return CompileResult(output, out_kind, report, stop, sink.non_fatal())
+
+    @staticmethod
+    def _span(compile_from: str, compile_to: str, emit_mlir_bytecode: bool) -> tuple:
+        """(index of ``compile_from``, index of ``compile_to``, output kind: ``vmfb``, ``mlirbc`` or
+        ``mlir``); the phases checked (known, in order)."""
+        i_from = phase_index(compile_from, "compile-from")
+        i_to = phase_index(compile_to, "compile-to")
+        if i_from >= i_to:
+            raise CompileError(
+                f"compile-from phase '{compile_from}' must precede compile-to phase '{compile_to}'",
+                stage="flags",
+            )
+        return i_from, i_to, "vmfb" if compile_to == "end" else ("mlirbc" if emit_mlir_bytecode else "mlir")
 
     def _run_phases(self, inv, sink, compile_from: str, compile_to: str, out_kind: str) -> bytes:
         """A plain compile of the parsed ``inv`` from ``compile_from`` to ``compile_to``."""

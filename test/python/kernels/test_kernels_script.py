@@ -45,7 +45,9 @@ def test_dry_run_bundle(tmp_path):
     manifest = json.loads((bundle / "manifest.json").read_text())
     # The correctness module comes first: run does it first, so a budget cannot skip it.
     assert [e["kind"] for e in manifest["entries"]] == ["check", "perf", "perf"] and not manifest["failures"]
-    assert {"gpu_kernels.py", "gpu_kernels_run.py", "falcon_triton_gemm.py"} <= {p.name for p in bundle.iterdir()}
+    gpu_side = {"gpu_kernels.py", "gpu_kernels_run.py", "gpu_kernels_common.py", "gpu_kernels_plans.py",
+                "gpu_kernels_jit.py", "gpu_kernels_tune.py"}
+    assert gpu_side | {"falcon_triton_gemm.py"} <= {p.name for p in bundle.iterdir()}
     (job,) = manifest["tune"]["jobs"]
     assert (job["M"], job["N"], job["K"], job["dtype"], job["torch_tf32"]) == (64, 48, 80, "f32", True)
     modes = [c["f32_mode"] for c in job["candidates"]]

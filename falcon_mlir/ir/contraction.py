@@ -211,6 +211,48 @@ def _check_body(op: ir.Operation) -> Optional[str]:
     return None
 
 
+def _loop_sizes(ttypes: list, c: Contraction) -> dict:
+    """loop dimension -> its size (the dynamic marker where any operand has it dynamic)."""
+    dyn_size = ir.ShapedType.get_dynamic_size()
+    sizes = {}
+    for t, dl in zip(ttypes, (c.lhs_dims, c.rhs_dims, c.out_dims)):
+        for pos, d in enumerate(dl):
+            if sizes.get(d) != dyn_size:
+                sizes[d] = dyn_size if t.is_dynamic_dim(pos) else t.shape[pos]
+    return sizes
+
+
+def _set_sizes(c: Contraction, sizes: dict, m: list, n: list, k: list, b: list) -> None:
+    """Set ``c``'s M, N, K, batch and dynamic roles from the loop sizes.
+
+    M, N, K are the op's own sizes whatever its form: with several loop
+    dimensions in one role (a batch_matmul whose B has no batch dimension
+    has two M dimensions, batch and M) the product of theirs.
+    """
+    dyn_size = ir.ShapedType.get_dynamic_size()
+    prod = lambda ds: dyn_size if any(sizes[d] == dyn_size for d in ds) else math.prod(
+        sizes[d] for d in ds)
+    c.M, c.N, c.K = prod(m), prod(n), prod(k)
+    c.batch = [sizes[d] for d in b]
+    c.dynamic = [name for name, ds in [("batch", [d]) for d in b] +
+                 [("M", m), ("N", n), ("K", k)] if ds and prod(ds) == dyn_size]
+
+
+def _type_reason(c: Contraction) -> Optional[str]:
+    """Why ``c``'s element types are not served (i1, an unsupported float accumulator, int/float mixed), or None."""
+    float_types = all(isinstance(t, ir.FloatType) for t in (c.lhs_type, c.rhs_type, c.acc_type))
+    int_types = all(isinstance(t, ir.IntegerType) for t in (c.lhs_type, c.rhs_type, c.acc_type))
+    if int_types and any(ir.IntegerType(t).width == 1 for t in (c.lhs_type, c.rhs_type, c.acc_type)):
+        return "i1 (boolean) contractions are not supported"
+    if float_types and str(c.acc_type) not in _FLOAT_OK:
+        return (f"accumulator type {c.acc_type}: only "
+                f"{', '.join(sorted(_FLOAT_OK))} accumulators are supported")
+    if not (float_types or int_types):
+        return (f"mixed integer/float element types ({c.lhs_type}, {c.rhs_type} -> "
+                f"{c.acc_type}) are not supported")
+    return None
+
+
 def analyze(op: ir.Operation) -> Optional[Contraction]:
     """Describe ``op`` if it is a contraction, else return ``None``.
 
@@ -246,22 +288,8 @@ def analyze(op: ir.Operation) -> Optional[Contraction]:
     except ValueError:
         c.unsupported = "indexing maps are not projected permutations"
         return c
-    # A loop dimension is dynamic when any operand has it dynamic.
-    dyn_size = ir.ShapedType.get_dynamic_size()
-    sizes = {}
-    for t, dl in zip(ttypes, (c.lhs_dims, c.rhs_dims, c.out_dims)):
-        for pos, d in enumerate(dl):
-            if sizes.get(d) != dyn_size:
-                sizes[d] = dyn_size if t.is_dynamic_dim(pos) else t.shape[pos]
-    # M, N, K are the op's own sizes whatever its form: with several loop
-    # dimensions in one role (a batch_matmul whose B has no batch dimension
-    # has two M dimensions, batch and M) the product of theirs.
-    prod = lambda ds: dyn_size if any(sizes[d] == dyn_size for d in ds) else math.prod(
-        sizes[d] for d in ds)
-    c.M, c.N, c.K = prod(m), prod(n), prod(k)
-    c.batch = [sizes[d] for d in b]
-    c.dynamic = [name for name, ds in [("batch", [d]) for d in b] +
-                 [("M", m), ("N", n), ("K", k)] if ds and prod(ds) == dyn_size]
+    sizes = _loop_sizes(ttypes, c)
+    _set_sizes(c, sizes, m, n, k, b)
     if not m or not n or not k:
         c.unsupported = (f"needs an M, an N and a K dimension "
                          f"(has {len(m)} M, {len(n)} N, {len(k)} K)")
@@ -294,17 +322,7 @@ def analyze(op: ir.Operation) -> Optional[Contraction]:
     if op.name not in _NAMED:
         c.unsupported = _check_body(op)
     if c.unsupported is None:
-        float_types = all(isinstance(t, ir.FloatType) for t in (c.lhs_type, c.rhs_type, c.acc_type))
-        int_types = all(isinstance(t, ir.IntegerType) for t in (c.lhs_type, c.rhs_type, c.acc_type))
-        if int_types and any(ir.IntegerType(t).width == 1
-                             for t in (c.lhs_type, c.rhs_type, c.acc_type)):
-            c.unsupported = "i1 (boolean) contractions are not supported"
-        elif float_types and str(c.acc_type) not in _FLOAT_OK:
-            c.unsupported = (f"accumulator type {c.acc_type}: only "
-                             f"{', '.join(sorted(_FLOAT_OK))} accumulators are supported")
-        elif not (float_types or int_types):
-            c.unsupported = (f"mixed integer/float element types ({c.lhs_type}, {c.rhs_type} -> "
-                             f"{c.acc_type}) are not supported")
+        c.unsupported = _type_reason(c)
     if c.unsupported is None and c.groups:
         c.unsupported = FOLD_REASON
     elif c.unsupported is None and c.dynamic:

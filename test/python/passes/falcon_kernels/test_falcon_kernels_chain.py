@@ -241,6 +241,75 @@ def test_a_wrong_layout_would_be_caught(reference_kernels, monkeypatch):
     assert np.max(np.abs(got - want)) > 0.1 * np.max(np.abs(want))
 
 
+ATTENTION_PV = """func.func @f(%v: tensor<1x64x4x32xf32>, %p: tensor<1x1x4x48x64xf32>) -> tensor<4x32x48xf32> {
+  %e1 = tensor.empty() : tensor<1x4x32x64xf32>
+  %vt = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d3, d1, d2)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%v : tensor<1x64x4x32xf32>) outs(%e1 : tensor<1x4x32x64xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    linalg.yield %in : f32
+  } -> tensor<1x4x32x64xf32>
+  %e2 = tensor.empty() : tensor<1x4x64x1x48xf32>
+  %pt = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3, d4) -> (d3, d0, d1, d4, d2)>, affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d2, d3, d4)>], iterator_types = ["parallel", "parallel", "parallel", "parallel", "parallel"]} ins(%p : tensor<1x1x4x48x64xf32>) outs(%e2 : tensor<1x4x64x1x48xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    linalg.yield %in : f32
+  } -> tensor<1x4x64x1x48xf32>
+  %a = tensor.collapse_shape %vt [[0, 1], [2], [3]] : tensor<1x4x32x64xf32> into tensor<4x32x64xf32>
+  %b = tensor.collapse_shape %pt [[0, 1], [2], [3, 4]] : tensor<1x4x64x1x48xf32> into tensor<4x64x48xf32>
+  %cst = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<4x32x48xf32>
+  %z = linalg.fill ins(%cst : f32) outs(%e : tensor<4x32x48xf32>) -> tensor<4x32x48xf32>
+  %r = linalg.batch_matmul ins(%a, %b : tensor<4x32x64xf32>, tensor<4x64x48xf32>) outs(%z : tensor<4x32x48xf32>) -> tensor<4x32x48xf32>
+  return %r : tensor<4x32x48xf32>
+}
+"""
+
+TRANSPOSED_2D = """func.func @f(%s: tensor<48x32xf32>, %t: tensor<16x48xf32>, %c: tensor<32x16xf32>) -> tensor<32x16xf32> {{
+  %ea = tensor.empty() : tensor<32x48xf32>
+  %a = linalg.transpose ins(%s : tensor<48x32xf32>) outs(%ea : tensor<32x48xf32>) permutation = [1, 0]
+  {b}
+  %0 = linalg.matmul ins(%a, %b : tensor<32x48xf32>, tensor<48x16xf32>) outs(%c : tensor<32x16xf32>) -> tensor<32x16xf32>
+  return %0 : tensor<32x16xf32>
+}}
+"""
+B_TRANSPOSED = """%eb = tensor.empty() : tensor<48x16xf32>
+  %b = linalg.transpose ins(%t : tensor<16x48xf32>) outs(%eb : tensor<48x16xf32>) permutation = [1, 0]"""
+B_COPIED = """%eb = tensor.empty() : tensor<48x16xf32>
+  %tt = linalg.transpose ins(%t : tensor<16x48xf32>) outs(%eb : tensor<48x16xf32>) permutation = [1, 0]
+  %e2 = tensor.empty() : tensor<48x16xf32>
+  %b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%tt : tensor<48x16xf32>) outs(%e2 : tensor<48x16xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %x = arith.negf %in : f32
+    linalg.yield %x : f32
+  } -> tensor<48x16xf32>"""
+BATCH_LAST = """func.func @f(%s: tensor<32x48x4xf32>, %b: tensor<4x48x16xf32>) -> tensor<4x32x16xf32> {
+  %ea = tensor.empty() : tensor<4x32x48xf32>
+  %a = linalg.transpose ins(%s : tensor<32x48x4xf32>) outs(%ea : tensor<4x32x48xf32>) permutation = [2, 0, 1]
+  %cst = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<4x32x16xf32>
+  %z = linalg.fill ins(%cst : f32) outs(%e : tensor<4x32x16xf32>) -> tensor<4x32x16xf32>
+  %0 = linalg.batch_matmul ins(%a, %b : tensor<4x32x48xf32>, tensor<4x48x16xf32>) outs(%z : tensor<4x32x16xf32>) -> tensor<4x32x16xf32>
+  return %0 : tensor<4x32x16xf32>
+}
+"""
+
+
+@pytest.mark.parametrize("text, layout, through", [
+    (ATTENTION_PV, "_nt_", "B read through the transpose"),      # P of P.V: read in place, V (batch in between) not
+    (TRANSPOSED_2D.format(b=B_TRANSPOSED), "_tt_", "A and B read through"),
+    (TRANSPOSED_2D.format(b=B_COPIED), "_tn_", "A read through"),  # B's producer is not a plain permutation
+    (BATCH_LAST, "_nn_", None),                                     # batch last in the source: no view of it
+])
+def test_operands_are_read_through_the_transposes_that_made_them(reference_kernels, text, layout, through):
+    """An operand that is a permutation of a value the kernel can read in place (IREE's StableHLO import
+    writes batched dot_generals so) is read there with its layout flag flipped: the same values, no
+    transposed copy for IREE to fuse into the producer."""
+    out, rep = reference_kernels(text)
+    assert layout in out, out
+    assert (through in rep[0]["reason"]) if through else ("read through" not in rep[0]["reason"]), rep
+    args = _inputs(text, seed=3)
+    got, want = run_mlir(out, "f", *args), run_mlir(text, "f", *args)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=2e-5, atol=2e-5)
+
+
 @pytest.fixture
 def fake_kernels(monkeypatch):
     """run_falcon_kernels with made-up kernels and the real splicer (no Triton, no IREE probe)."""

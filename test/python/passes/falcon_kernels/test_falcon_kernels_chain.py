@@ -310,6 +310,18 @@ def test_operands_are_read_through_the_transposes_that_made_them(reference_kerne
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=2e-5, atol=2e-5)
 
 
+def test_explain_says_which_operands_are_read_through_their_transposes(reference_kernels):
+    """Was: --lcma-explain dropped the reason's '; A and B read through the transpose that made them'
+    (it showed a classical kernel's reason only when it began 'kernel-form')."""
+    from falcon_mlir.decision.explain import explain
+
+    _, rep = reference_kernels(TRANSPOSED_2D.format(b=B_TRANSPOSED))
+    assert "kernels: falcon's classical GEMM" in explain(rep) and \
+        "A and B read through the transpose that made them" in explain(rep), explain(rep)
+    _, rep = reference_kernels(TRANSPOSED_2D.format(b=B_COPIED))
+    assert "; A read through the transpose that made it" in explain(rep), explain(rep)
+
+
 CHAIN_THROUGH = """func.func @f(%x: tensor<32x48xf32>, %w: tensor<48x32xf32>, %v: tensor<32x16xf32>) -> tensor<32x16xf32> {
   %cst = arith.constant 0.0 : f32
   %e = tensor.empty() : tensor<32x32xf32>

@@ -178,7 +178,7 @@ def _splice(root, chosen: list, compiled: list, options: KernelsOptions, arch: s
     from falcon_mlir.kernels.embed import cuda_target_attribute
 
     from .splice import Splicer
-    from .transposed import materialize
+    from .transposed import find_transposed, materialize
 
     flags = ("--iree-hal-target-device=cuda",) + (
         (f"--iree-cuda-target={options.cuda_target}",) if options.cuda_target else ())
@@ -211,8 +211,13 @@ def _splice(root, chosen: list, compiled: list, options: KernelsOptions, arch: s
         # The call takes A, B and C as the op holds them (a batch of 1 keeps its
         # unit dimension there, which the kernel's spec drops: same buffers), or
         # an operand's transpose source viewed as the kernel reads it.
+        # The sources are found again on the op as it is now: one found by serve() may be the result
+        # of a contraction replaced (erased) above, its Value gone; the permutation still reads its
+        # replacement, of the same type, so the view is the same.
+        reads = [find_transposed(v) if r is not None else None for r, v in zip(served.reads, c.op.operands[:2])]
+        assert [r and r.shape for r in reads] == [r and r.shape for r in served.reads], entry["location"]
         with c.op.location, ir.InsertionPoint(c.op):
-            a, b = (materialize(r) if r is not None else v for r, v in zip(served.reads, c.op.operands[:2]))
+            a, b = (materialize(r) if r is not None else v for r, v in zip(reads, c.op.operands[:2]))
         types = tuple(str(v.type) for v in (a, b, c.op.results[0]))
         if entry["kernel"] == "plan":
             fn = sp.plan_function(k, types)

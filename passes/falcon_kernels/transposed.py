@@ -109,6 +109,8 @@ def find_transposed(operand: ir.Value) -> Optional[Transposed]:
         return None
     source, where = found
     shape = ir.RankedTensorType(source.type).shape
+    if any(d == ir.ShapedType.get_dynamic_size() for d in shape):
+        return None  # a generic may copy a dynamic-size tensor into a static one: no static view of it
     group_of = {d: gi for gi, g in enumerate(groups) for d in g}
     order = [0, 2, 1] if len(groups) == 3 else [1, 0]  # view position -> operand group
     position = {g: p for p, g in enumerate(order)}

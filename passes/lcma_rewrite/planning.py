@@ -55,11 +55,12 @@ def schemes_fit(c: Contraction, schemes: tuple, form: str = "per-product") -> Op
 
 
 def numerics_check(c: Contraction, schemes: tuple, budget: Optional[float],
-                   form: str = "per-product") -> Optional[str]:
+                   form: str = "per-product", sums: Optional[str] = None) -> Optional[str]:
     """Why ``schemes`` are numerically unfit for ``c`` (``None`` if fit).
 
     Integers: exactness (no overflow anywhere, worst case over all inputs).
-    Floats: the predicted error (of ``form``) against ``budget`` (no budget: always fit).
+    Floats: the predicted error (of ``form``; a bf16/f16 result with its
+    combined operands in ``sums``) against ``budget`` (no budget: always fit).
     """
     from falcon_mlir.decision import numerics
 
@@ -69,7 +70,7 @@ def numerics_check(c: Contraction, schemes: tuple, budget: Optional[float],
         return None if ok else f"{why}; kept classical"
     if budget is None or c.K < 1:
         return None
-    pred = plan_error(c, schemes, form)
+    pred = plan_error(c, schemes, form, sums)
     if pred > budget:
         return (f"predicted error {pred:.1e} of {'+'.join(schemes)} exceeds max-error "
                 f"{budget:.1e}; kept classical")
@@ -166,7 +167,8 @@ def plan_for(c: Contraction, options: LcmaOptions) -> tuple:
         except PlanError as e:
             return None, str(e)
         why = schemes_fit(c, plan.schemes, plan.form) or \
-            numerics_check(c, plan.schemes, options.max_error, plan.form)
+            numerics_check(c, plan.schemes, options.max_error, plan.form,
+                           sums_type(c, plan, options))
         return (None, why) if why else (plan, f"plan attached by {PLAN_ATTR}")
     forced = options.forced_schemes()
     form = "per-product" if options.form == "auto" else options.form
@@ -186,7 +188,8 @@ def plan_for(c: Contraction, options: LcmaOptions) -> tuple:
         why += (f"; per-product form: the grouped combines of {'*'.join(schemes)} would read "
                 f"{grouped_terms(schemes)} blocks (at most {MAX_GROUPED_TERMS})")
     unfit = schemes_fit(c, schemes, form) or numerics_check(
-        c, schemes, options.max_error if forced is not None else None, form)
+        c, schemes, options.max_error if forced is not None else None, form,
+        sums_type(c, Plan(tuple(schemes), edge=edge, form=form), options))
     if unfit:
         return None, unfit
     if form == "kernel":

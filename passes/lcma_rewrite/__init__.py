@@ -45,7 +45,7 @@ from .dispatch import DYNAMIC_CHUNK_CANDIDATES, DYNAMIC_CHUNK_M, dynamic_choice,
 from .emit import Emitter
 from .fold import Folded
 from .options import MAX_LEVELS, LcmaOptions, OptionError
-from .planning import plan_for, predicted_errors, predicted_time, sums_type
+from .planning import plan_for, predicted_errors, predicted_time, rounding_entry, sums_type
 
 __all__ = ["run_lcma_rewrite", "LcmaOptions", "plan_for", "OptionError", "RewriteError",
            "DYNAMIC_CHUNK_M", "DYNAMIC_CHUNK_CANDIDATES", "MAX_LEVELS"]
@@ -125,8 +125,7 @@ def _entry(c, plan, reason: str, options: LcmaOptions) -> dict:
     }
     sums = sums_type(c, plan, options)
     if sums is not None:  # a bf16/f16 result: where the plan rounds
-        entry["rounding"] = {"sums": sums, "products": "f32", "combine_c": "f32",
-                             "result": f"{c.acc_type}, once at the end"}
+        entry["rounding"] = rounding_entry(c, sums)
     if c.group_sizes:  # several loop dims in one role: the sizes each is made of
         marker = ir.ShapedType.get_dynamic_size()
         entry["dims"] = {r: [None if x == marker else x for x in xs]

@@ -23,7 +23,7 @@ from .options import LcmaOptions
 
 __all__ = ["plan_for", "decision_for", "problem_of", "schemes_fit", "numerics_check",
            "predicted_time", "predicted_errors", "grouped_terms", "default_budget", "sums_type",
-           "plan_error"]
+           "plan_error", "rounding_entry"]
 
 
 def schemes_fit(c: Contraction, schemes: tuple, form: str = "per-product") -> Optional[str]:
@@ -147,6 +147,12 @@ def sums_type(c: Contraction, plan: Optional[Plan], options: LcmaOptions) -> Opt
     budget = options.max_error if options.max_error is not None else default_budget(c)
     return numerics.narrow_sums_type(list(plan.schemes), c.K, str(c.lhs_type),
                                      str(c.acc_type), budget)
+
+
+def rounding_entry(c: Contraction, sums: str) -> dict:
+    """The report's ``rounding`` of a plan on a bf16/f16 result: where it rounds."""
+    return {"sums": sums, "products": "f32", "combine_c": "f32",
+            "result": f"{c.acc_type}, once at the end"}
 
 
 def grouped_terms(schemes: tuple) -> int:

@@ -159,3 +159,20 @@ def test_measured_within_prediction_and_near_classical(out, M, K, N, schemes, su
         assert max(errs) <= 2 * max(once), (errs, once)
     else:  # the rounded sums show: above the single rounding
         assert max(errs) > 1.2 * max(once), (errs, once)
+
+
+def test_dynamic_m_chunks_round_once():
+    """A dynamic M (run-time dispatch): each chunk's plan rounds once, and the
+    report's error and rounding are the chunk plan's, with its sums."""
+    t = "tensor<?x128xbf16>, tensor<128x96xbf16>"
+    text = ("func.func @f(%a: tensor<?x128xbf16>, %b: tensor<128x96xbf16>, "
+            "%c: tensor<?x96xbf16>) -> tensor<?x96xbf16> {\n"
+            f"  %0 = linalg.matmul ins(%a, %b : {t}) outs(%c : tensor<?x96xbf16>) "
+            "-> tensor<?x96xbf16>\n  return %0 : tensor<?x96xbf16>\n}\n")
+    out, report = rewrite(text, "scheme=strassen chunk=64 sums=input")
+    e = report[0]
+    assert e["dispatch"] == {"threshold_M": 64, "chunk_M": 64}
+    assert e["rounding"]["sums"] == "bf16"
+    assert e["predicted_error"]["plan"] == pytest.approx(
+        numerics.rounded_plan_error(["strassen"], 128, "bf16", sums="bf16"))
+    assert out.count("arith.truncf") == 1 + 10  # the chunk's result, 5 + 5 combined operands

@@ -135,12 +135,14 @@ CASES = [
     ("bf16", 81, 243, 54, ["3x3x3:23"], "input"),
     ("f16", 64, 128, 64, ["strassen"], "input"),
     ("f16", 96, 150, 64, ["winograd"], "f32"),
+    ("bf16-generic", 40, 58, 24, ["strassen"], "f32"),  # a linalg.generic contraction
 ]
 
 
 @pytest.mark.parametrize("out,M,K,N,schemes,sums", CASES)
 def test_measured_within_prediction_and_near_classical(out, M, K, N, schemes, sums):
-    text, shapes = contraction_mlir(M, N, K, lhs=out, acc=out)
+    out, _, form = out.partition("-")
+    text, shapes = contraction_mlir(M, N, K, lhs=out, acc=out, form=form or "matmul")
     new, report = rewrite(text, f"scheme={','.join(schemes)} levels={len(schemes)} sums={sums}")
     assert report[0]["plan"]["schemes"] == schemes
     pred = numerics.rounded_plan_error(schemes, K, out, sums=out if sums == "input" else "f32")

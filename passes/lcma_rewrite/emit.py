@@ -56,7 +56,7 @@ class Emitter(GroupedForm):
             ``util.optimization_barrier`` (see ``LcmaOptions.barriers``).
         fuse_c: combine C as one op over all output blocks (GPU profiles).
         sums: for a bf16/f16 result, the element type name of the combined
-            operands (``"f32"`` or the input type; ``None``: f32).
+            operands (``"f32"`` or the input type; ``None``: f32), in both forms.
 
     Attributes:
         products: contractions emitted so far (the report's ``products``).

@@ -126,20 +126,20 @@ def default_budget(c: Contraction) -> Optional[float]:
 
 def sums_type(c: Contraction, plan: Optional[Plan], options: LcmaOptions) -> Optional[str]:
     """The type the combined operands of ``plan`` on ``c`` are formed in, for a
-    bf16/f16 result in the per-product form: ``options.sums`` (``f32`` or
+    bf16/f16 result (per-product or grouped form): ``options.sums`` (``f32`` or
     ``input``), or with ``auto`` the input type where its
     rounding keeps the plan within the budget (``max-error``, else
     :func:`default_budget`), else ``"f32"``
     (:func:`falcon_mlir.decision.numerics.narrow_sums_type`).  ``None`` where
     the plan is not emitted with an f32 accumulator (no plan, the kernel
-    form, a result that is not narrow).  The grouped form always forms them
-    in f32."""
+    form, a result that is not narrow).  A contraction whose inputs are not
+    both of one bf16/f16 type forms them in f32."""
     from falcon_mlir.decision import numerics
 
     if plan is None or plan.form == "kernel" or not c.is_float \
             or not numerics.is_narrow_result(str(c.acc_type)) or c.K < 1:
         return None
-    if plan.form == "grouped" or str(c.lhs_type) != str(c.rhs_type) \
+    if str(c.lhs_type) != str(c.rhs_type) \
             or not numerics.is_narrow_result(str(c.lhs_type)) or options.sums == "f32":
         return "f32"
     if options.sums == "input":

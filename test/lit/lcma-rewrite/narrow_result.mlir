@@ -2,6 +2,7 @@
 // RUN: falcon-opt %s --split-input-file --lcma-rewrite="scheme=strassen sums=input" | FileCheck %s --check-prefix=INPUT
 // RUN: falcon-opt %s --split-input-file --lcma-rewrite="scheme=strassen form=grouped" | FileCheck %s --check-prefix=GROUPED
 // RUN: falcon-opt %s --split-input-file --lcma-rewrite="scheme=strassen sums=input max-error=5e-3" 2>&1 | FileCheck %s --check-prefix=BUDGET
+// RUN: falcon-opt %s --split-input-file --lcma-rewrite="scheme=strassen form=grouped sums=input" | FileCheck %s --check-prefix=GROUPEDIN
 
 // A bf16 or f16 result (bf16 x bf16 -> bf16, as JAX exports a bf16 model's
 // projections) is not accumulated in its own type: every product
@@ -54,6 +55,15 @@ func.func @bf16_odd_k(%a: tensor<8x9xbf16>, %b: tensor<9x8xbf16>, %c: tensor<8x8
 // GROUPED: arith.truncf %{{.+}} : f32 to f16
 // GROUPED-NOT: arith.truncf
 // GROUPED: return
+// GROUPEDIN-LABEL: func.func @f16_grouped
+// GROUPEDIN: arith.truncf %{{.+}} : f32 to f16
+// GROUPEDIN-NEXT: linalg.yield
+// GROUPEDIN: linalg.batch_matmul ins(%{{.+}}, %{{.+}} : tensor<7x4x4xf16>, tensor<7x4x4xf16>) outs(%{{.+}} : tensor<7x4x4xf32>)
+// GROUPEDIN-NOT: arith.truncf
+// GROUPEDIN: ^bb0(%{{.+}}: f32, %{{.+}}: f16):
+// GROUPEDIN: arith.truncf %{{.+}} : f32 to f16
+// GROUPEDIN-NOT: arith.truncf
+// GROUPEDIN: return
 func.func @f16_grouped(%a: tensor<8x8xf16>, %b: tensor<8x8xf16>, %c: tensor<8x8xf16>) -> tensor<8x8xf16> {
   %0 = linalg.matmul ins(%a, %b : tensor<8x8xf16>, tensor<8x8xf16>) outs(%c : tensor<8x8xf16>) -> tensor<8x8xf16>
   return %0 : tensor<8x8xf16>

@@ -348,7 +348,9 @@ def narrow_main(args, argv_list: list) -> int:
             tasks.append((out, sh, "classical", "default", seeds))
             for p in ["classical"] + [p for p in plans if p != "classical"]:
                 tasks.append((out, sh, p, "data-tiling", seeds))
-    auto = [("bf16", (1024, k, n), 1) for k, n in WORKLOAD_KN] if args.workloads else []
+    kn = WORKLOAD_KN if args.workloads in (None, "all") else \
+        [tuple(int(x) for x in w.split("x")) for w in _csv(args.workloads)]
+    auto = [("bf16", (1024, k, n), 1) for k, n in kn] if args.workloads else []
     t0 = time.perf_counter()
     results = []
     if args.from_json:
@@ -581,8 +583,9 @@ def _parser() -> ArgumentParser:
                     help="the bf16/f16-result sweep (bf16 x bf16 -> bf16, f16 -> f16): rewrites "
                          "only that section of --md (--dtypes bf16,f16; --shapes MxKxN,...)")
     ap.add_argument("--shapes", type=_csv, default=None, help="--narrow: MxKxN,...")
-    ap.add_argument("--workloads", action="store_true",
-                    help="--narrow: also auto on the workloads.md shapes at M = 1024 (bf16)")
+    ap.add_argument("--workloads", nargs="?", const="all", default=None, metavar="KxN,...",
+                    help="--narrow: also auto on the workloads.md shapes at M = 1024 (bf16); "
+                         "all of them, or the (K, N) listed")
     ap.add_argument("--from-json", default=None,
                     help="re-render the report from a --json file of an earlier run (no compiling)")
     return ap

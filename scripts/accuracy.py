@@ -179,8 +179,9 @@ def narrow_predicted(out: str, shape, plan: str) -> float:
     from falcon_mlir.decision import numerics
 
     name, _, sums = plan.partition("/")
-    return numerics.rounded_plan_error(plan_schemes(name), shape[1], out,
-                                       sums=out if sums else "f32")
+    schemes = plan_schemes(name)  # per-product form: one rounding of the sums per level
+    return numerics.rounded_plan_error(schemes, shape[1], out, sums=out if sums else "f32",
+                                       sum_roundings=len(schemes))
 
 
 def _narrow_star(args):

@@ -23,7 +23,7 @@ from .options import LcmaOptions
 
 __all__ = ["plan_for", "decision_for", "problem_of", "schemes_fit", "numerics_check",
            "predicted_time", "predicted_errors", "grouped_terms", "default_budget", "sums_type",
-           "plan_error", "rounding_entry"]
+           "plan_error", "rounding_entry", "sum_roundings"]
 
 
 def schemes_fit(c: Contraction, schemes: tuple, form: str = "per-product") -> Optional[str]:
@@ -146,7 +146,13 @@ def sums_type(c: Contraction, plan: Optional[Plan], options: LcmaOptions) -> Opt
         return str(c.lhs_type)
     budget = options.max_error if options.max_error is not None else default_budget(c)
     return numerics.narrow_sums_type(list(plan.schemes), c.K, str(c.lhs_type),
-                                     str(c.acc_type), budget)
+                                     str(c.acc_type), budget, sum_roundings(plan.schemes, plan.form))
+
+
+def sum_roundings(schemes, form: str) -> int:
+    """Roundings of a combined operand in the sums type on its way to a product:
+    one per level in the per-product form, one in the grouped (composed) form."""
+    return len(schemes) if form == "per-product" else 1
 
 
 def rounding_entry(c: Contraction, sums: str) -> dict:
@@ -262,5 +268,6 @@ def plan_error(c: Contraction, schemes, form: str = "per-product",
     if form == "kernel":
         return numerics.kernel_plan_error(list(schemes), c.K, str(c.lhs_type), acc)
     if numerics.is_narrow_result(acc):
-        return numerics.rounded_plan_error(list(schemes), c.K, acc, sums=sums or "f32")
+        return numerics.rounded_plan_error(list(schemes), c.K, acc, sums=sums or "f32",
+                                           sum_roundings=sum_roundings(schemes, form))
     return numerics.predicted_error(list(schemes), c.K, acc)

@@ -44,6 +44,11 @@ def test_rounded_plan_error_names_each_rounding():
         numerics.predicted_error(["strassen"], K, "f32")
     assert numerics.kernel_plan_error(["strassen"], K, "bf16", "bf16", "f32") == \
         numerics.rounded_plan_error(["strassen"], K, "bf16", sums="bf16")
+    # per-product levels round the sums once each: Strassen^2 with bf16 sums
+    G2 = numerics.growth_factor(["strassen"] * 2)
+    assert numerics.rounded_plan_error(["strassen"] * 2, K, "bf16", sums="bf16", sum_roundings=2) \
+        == pytest.approx(numerics.predicted_error(["strassen"] * 2, K, "f32") + U["bf16"]
+                         + 2 * 0.4 * G2 * U["bf16"])
 
 
 @pytest.mark.parametrize("out", ["bf16", "f16"])
@@ -133,6 +138,7 @@ CASES = [
     ("bf16", 64, 130, 96, ["strassen"], "input"),
     ("bf16", 96, 192, 64, ["strassen", "strassen"], "f32"),
     ("bf16", 81, 243, 54, ["3x3x3:23"], "input"),
+    ("bf16", 64, 256, 64, ["strassen", "strassen"], "input"),  # two roundings of the sums
     ("f16", 64, 128, 64, ["strassen"], "input"),
     ("f16", 96, 150, 64, ["winograd"], "f32"),
     ("bf16-generic", 40, 58, 24, ["strassen"], "f32"),  # a linalg.generic contraction
@@ -145,7 +151,8 @@ def test_measured_within_prediction_and_near_classical(out, M, K, N, schemes, su
     text, shapes = contraction_mlir(M, N, K, lhs=out, acc=out, form=form or "matmul")
     new, report = rewrite(text, f"scheme={','.join(schemes)} levels={len(schemes)} sums={sums}")
     assert report[0]["plan"]["schemes"] == schemes
-    pred = numerics.rounded_plan_error(schemes, K, out, sums=out if sums == "input" else "f32")
+    pred = numerics.rounded_plan_error(schemes, K, out, sums=out if sums == "input" else "f32",
+                                       sum_roundings=len(schemes))
     assert report[0]["predicted_error"]["plan"] == pytest.approx(pred)
     errs, once = [], []
     for seed in range(2):

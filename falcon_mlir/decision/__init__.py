@@ -16,7 +16,9 @@ predicted plan that meets the error budget, or classical:
    composed; only where the composed combines read at most
    ``MAX_GROUPED_TERMS`` blocks);
 4. the predicted error (:func:`falcon_mlir.decision.numerics.predicted_error`, the
-   scheme's stability factor and levels) must be within the budget;
+   scheme's stability factor and levels; for a bf16/f16 result
+   :func:`~falcon_mlir.decision.numerics.rounded_plan_error`, f32 accumulation
+   and one rounding) must be within the budget;
 5. plans whose blocks are not exact multiples of the profile's ``align`` (or,
    where the profile says so, not powers of two, ``pow2_blocks``, or with K
    blocks under ``min_block_k``) at
@@ -116,6 +118,8 @@ def _error(schemes: Sequence[str], pb: Problem, form: str = "per-product") -> Op
     try:
         if form == "kernel":
             return numerics.kernel_plan_error(list(schemes), pb.K, pb.lhs, pb.acc)
+        if numerics.is_narrow_result(pb.acc):  # f32 sums, products, combine C; one rounding
+            return numerics.rounded_plan_error(list(schemes), pb.K, pb.acc)
         return numerics.predicted_error(list(schemes), pb.K, pb.acc)
     except ValueError:
         return None

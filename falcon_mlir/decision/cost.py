@@ -297,6 +297,8 @@ class CostModel:
             falcon_mlir.catalog.UnknownSchemeError: unknown scheme name.
         """
         schemes = tuple(schemes)
+        if form != "kernel" and str(pb.acc) in ("bf16", "f16"):
+            return self._narrow_plan(pb, schemes, edge, form)
         est = Estimate(schemes, edge, form)
         if form == "kernel":
             self._kernel_plan(pb, scheme_stats("*".join(schemes)), est)
@@ -306,6 +308,22 @@ class CostModel:
                         self._grouped_level(M, N, K, pb, st, est), pb.lhs, pb.rhs)
         else:
             self._level(pb.M, pb.N, pb.K, pb, schemes, edge, est, pb.lhs, pb.rhs)
+        return est
+
+    def _narrow_plan(self, pb: Problem, schemes: tuple, edge: str, form: str) -> Estimate:
+        """A plan on a bf16/f16 result: emitted with an f32 accumulator (sums,
+        products and combine C in f32, the rewrite's narrow-result emission),
+        so costed as the f32-accumulator problem, plus one elementwise pass
+        that reads the f32 result and C0 and writes C rounded (``combine_c``).
+        Sums rounded to the input type (where the error budget allows) would
+        be cheaper; the estimate keeps the f32 sums' bytes (an upper bound)."""
+        import dataclasses
+
+        est = self.plan(dataclasses.replace(pb, acc="f32"), schemes, edge, form)
+        bc = _eb(pb.acc)
+        self.stream(pb.batch * pb.M * pb.N * (4 + 2 * bc), est, "combine_c",
+                    self.p.form_efficiency("per-product"), flops=pb.batch * pb.M * pb.N,
+                    acc="f32")
         return est
 
     def _edges(self, M, N, K, pb, st: SchemeStats, edge, est, core, ein, erhs) -> None:

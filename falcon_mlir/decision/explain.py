@@ -91,6 +91,10 @@ def explain_entry(e: dict) -> str:
         if "plan" in pe:
             line += f", this plan {pe['plan']:.1e}"
         lines.append(line)
+    rd = e.get("rounding")
+    if rd and isinstance(plan, dict):
+        lines.append(f"  rounding: sums in {rd['sums']}, products and combine C in "
+                     f"{rd['products']}, result rounded to {rd['result']}")
     return "\n".join(lines)
 
 

@@ -45,7 +45,7 @@ from .dispatch import DYNAMIC_CHUNK_CANDIDATES, DYNAMIC_CHUNK_M, dynamic_choice,
 from .emit import Emitter
 from .fold import Folded
 from .options import MAX_LEVELS, LcmaOptions, OptionError
-from .planning import plan_for, predicted_errors, predicted_time
+from .planning import plan_for, predicted_errors, predicted_time, rounding_entry, sums_type
 
 __all__ = ["run_lcma_rewrite", "LcmaOptions", "plan_for", "OptionError", "RewriteError",
            "DYNAMIC_CHUNK_M", "DYNAMIC_CHUNK_CANDIDATES", "MAX_LEVELS"]
@@ -120,9 +120,12 @@ def _entry(c, plan, reason: str, options: LcmaOptions) -> dict:
                           "acc": str(c.acc_type)},
         "plan": plan.to_json() if plan else "classical",
         "reason": reason,
-        "predicted_error": predicted_errors(c, plan),
+        "predicted_error": predicted_errors(c, plan, sums_type(c, plan, options)),
         "predicted_time": predicted_time(c, options, plan),
     }
+    sums = sums_type(c, plan, options)
+    if sums is not None:  # a bf16/f16 result: where the plan rounds
+        entry["rounding"] = rounding_entry(c, sums)
     if c.group_sizes:  # several loop dims in one role: the sizes each is made of
         marker = ir.ShapedType.get_dynamic_size()
         entry["dims"] = {r: [None if x == marker else x for x in xs]
@@ -208,7 +211,8 @@ def run_lcma_rewrite(module_op, options: LcmaOptions) -> list:
         if plan is not None and plan.form == "kernel":
             _hand_off(c, plan, entry)
         elif disp is not None or plan is not None:
-            em = Emitter(c, barriers=bool(options.barriers), fuse_c=fuse_c)
+            em = Emitter(c, barriers=bool(options.barriers), fuse_c=fuse_c,
+                         sums=sums_type(c, disp.plan if disp is not None else plan, options))
             with c.op.location, ir.InsertionPoint(c.op):
                 if disp is not None:
                     emit_dispatch(c, disp, em)

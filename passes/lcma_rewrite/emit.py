@@ -12,6 +12,13 @@ For a plan of scheme <m,k,n;R> the op is replaced by:
   block of C, reading the live accumulator C0), inserted into C; on GPU
   profiles one op over all blocks (:mod:`.grouped`).
 
+A bf16 or f16 result (``bf16 x bf16 -> bf16``) is not accumulated in its own
+type: the plan runs with an f32 accumulator (products accumulate in f32,
+combine C in f32, from a zero f32 C) and one final op adds C0 and rounds
+once (``arith.truncf``) to the result type; the combined operands are formed
+in f32 and kept in f32 or rounded once to the input type, as the planning
+says (:func:`.planning.sums_type`).
+
 Sizes not divisible by (m, k, n) are peeled (the divisible core through the
 scheme, the strips classical) or padded (zero-padded operands, result sliced
 back), as the plan says. The grouped form and the coefficient-table ops live
@@ -48,18 +55,26 @@ class Emitter(GroupedForm):
         barriers: put bare block operands and products behind
             ``util.optimization_barrier`` (see ``LcmaOptions.barriers``).
         fuse_c: combine C as one op over all output blocks (GPU profiles).
+        sums: for a bf16/f16 result, the element type name of the combined
+            operands (``"f32"`` or the input type; ``None``: f32), in both forms.
 
     Attributes:
         products: contractions emitted so far (the report's ``products``).
         combines: combine ops emitted so far (the report's ``combines``).
     """
 
-    def __init__(self, c: Contraction, barriers: bool = False, fuse_c: bool = False):
+    def __init__(self, c: Contraction, barriers: bool = False, fuse_c: bool = False,
+                 sums: Optional[str] = None):
         self.c = c
         self.barriers = barriers
         self.fuse_c = fuse_c
         self.kind = c.kind
         self.acc = c.acc_type
+        #: the narrow result type (bf16/f16) that plans round to once at the end, else None
+        self.out = None
+        if is_float(c.acc_type) and str(c.acc_type) in ("bf16", "f16"):
+            self.out, self.acc = c.acc_type, ir.F32Type.get()
+        self.sums = ir.Type.parse(sums) if sums and self.out is not None else self.acc
         self.n_loops = 3 + len(c.batch_dims)
         self.maps = [ir.AffineMap.get(self.n_loops, 0, [ir.AffineDimExpr.get(d) for d in dims])
                      for dims in (c.lhs_dims, c.rhs_dims, c.out_dims)]
@@ -84,7 +99,9 @@ class Emitter(GroupedForm):
         return self.generic_contraction(a, b, init, self.maps, batch_prefix=0)
 
     def generic_contraction(self, a, b, init, maps, batch_prefix: int) -> ir.Value:
-        """``init + a * b`` as a ``linalg.generic`` contraction, computed in the accumulator type.
+        """``init + a * b`` as a ``linalg.generic`` contraction, computed in ``init``'s
+        element type (the accumulator type; the original result type for a
+        classical op on a bf16/f16 result).
 
         ``maps`` index ``batch_prefix`` extra leading parallel loops followed by
         the original op's loops (its K loop is the reduction).
@@ -99,7 +116,7 @@ class Emitter(GroupedForm):
         block = op.regions[0].blocks.append(tensor_type(a).element_type,
                                             tensor_type(b).element_type,
                                             tensor_type(init).element_type)
-        acc = self.acc
+        acc = tensor_type(init).element_type
         with ir.InsertionPoint(block):
             x, y, o = block.arguments
             fl = is_float(acc)
@@ -119,6 +136,8 @@ class Emitter(GroupedForm):
             res = self.classical(a, b, init)
             res.owner.attributes[PLAN_ATTR] = plan.to_attribute()
             return res
+        if self.out is not None and tensor_type(init).element_type == self.out:
+            return self._rounded(a, b, init, plan)
         from falcon_mlir.catalog import get_scheme
 
         c = self.c
@@ -143,6 +162,17 @@ class Emitter(GroupedForm):
             res = level(ap, bp, cp, s, inner)
             return slice_along(res, c.out_dims, {md: (0, M), nd: (0, N)})
         return self._peeled(a, b, init, s, level, inner, (M, K, N))
+
+    def _rounded(self, a: ir.Value, b: ir.Value, init: ir.Value, plan: Plan) -> ir.Value:
+        """A plan on a bf16/f16 result: ``plan`` from a zero f32 accumulator (every
+        product, combine C and the peeled strips in f32), then one op
+        ``C = truncf(extf(C0) + P)``: the only rounding to the result type."""
+        shape = list(tensor_type(init).shape)
+        wide = self.emit(a, b, zeros(shape, self.acc), plan)
+        acc, out = self.acc, self.out
+        self.combines += 1
+        return mark_combine(parallel_generic(
+            [wide], init, lambda args: cast(arith.addf(cast(args[1], acc), args[0]), out)))
 
     def _peeled(self, a, b, init, s, level, inner, sizes) -> ir.Value:
         """Peeling: the divisible core through ``level``, the K, row and column strips classical."""
@@ -195,7 +225,9 @@ class Emitter(GroupedForm):
         return optimization_barrier(p) if self.barriers else p
 
     def _combine(self, terms: list) -> ir.Value:
-        """``sum c * X`` over ``terms = [(c, block)]`` as a tensor in the accumulator type.
+        """``sum c * X`` over ``terms = [(c, block)]``, summed in the accumulator type,
+        as a tensor of the sums type (the accumulator type, or for a bf16/f16
+        result the type :func:`.planning.sums_type` chose: one rounding).
 
         A single block with coefficient 1 is used as it is; with the
         ``barriers`` option it is put behind ``util.optimization_barrier``:
@@ -208,11 +240,12 @@ class Emitter(GroupedForm):
             return self._fence(terms[0][1])
         self.combines += 1
         first = terms[0][1]
-        init = tensor.empty(list(tensor_type(first).shape), self.acc)
-        acc = self.acc
+        init = tensor.empty(list(tensor_type(first).shape), self.sums)
+        acc, sums = self.acc, self.sums
         return mark_combine(parallel_generic(
             [x for _, x in terms], init,
-            lambda args: weighted_sum([(coef, x) for (coef, _), x in zip(terms, args[:-1])], acc)))
+            lambda args: cast(weighted_sum([(coef, x) for (coef, _), x in zip(terms, args[:-1])],
+                                           acc), sums)))
 
     def level(self, a, b, init, s, inner: Optional[Plan]) -> ir.Value:
         """One per-product level of scheme ``s`` on divisible operands (``inner``:

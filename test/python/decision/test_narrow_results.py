@@ -34,7 +34,7 @@ def test_rounded_plan_error_names_each_rounding():
     base = numerics.predicted_error(["strassen"], K, "f32") + U["bf16"]
     assert numerics.rounded_plan_error(["strassen"], K, "bf16") == pytest.approx(base)
     assert numerics.rounded_plan_error(["strassen"], K, "bf16", sums="bf16") == \
-        pytest.approx(base + 0.4 * G * U["bf16"])
+        pytest.approx(base + numerics.ROUND_SUMS * G * U["bf16"])
     assert numerics.rounded_plan_error(["strassen"], K, "bf16", sums="bf16", products="bf16") == \
         pytest.approx(base + 0.7 * G * U["bf16"])
     assert numerics.rounded_plan_error(["strassen"], K, "f16") == \

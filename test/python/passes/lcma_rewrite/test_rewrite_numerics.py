@@ -73,6 +73,22 @@ def test_two_levels_mixed_schemes():
           expect_products=1)
 
 
+# Stacked levels (one batched product for all levels): batch dims, transposed
+# operands, generic contractions, three levels, and a level whose combine B
+# reads more blocks (2x5x6: 30) than one op may (24, so two ops).
+@pytest.mark.parametrize("M, N, K, options, schemes, kw", [
+    (48, 48, 56, "scheme=strassen,2x2x3:11 levels=2", ["strassen", "2x2x3:11"],
+     dict(batch=3, transpose_a=True)),
+    (64, 72, 80, "scheme=winograd levels=2", ["winograd", "winograd"],
+     dict(form="generic", transpose_b=True)),
+    (64, 64, 64, "scheme=strassen levels=3", ["strassen"] * 3, {}),
+    (60, 96, 70, "scheme=strassen,2x5x6:47 levels=2", ["strassen", "2x5x6:47"], {}),
+    (41, 77, 50, "scheme=3x3x3:23 levels=2 edge=pad", ["3x3x3:23", "3x3x3:23"], {}),
+])
+def test_stacked_levels(M, N, K, options, schemes, kw):
+    check(M, N, K, options, schemes=schemes, expect_products=1, **kw)
+
+
 def test_transposed_b_winograd():
     check(65, 47, 81, "scheme=winograd levels=1", schemes=["winograd"], transpose_b=True)
 

@@ -6,8 +6,9 @@ estimate counts them per form as :mod:`falcon_mlir.passes.lcma_rewrite`
 emits them (one-level per-product: R contractions, one combine per
 combined operand, one combine-C op per output block; several per-product
 levels: stacked, one batched contraction and per level one combine per
-operand and one combine-C op per output block; grouped: the composed
-scheme's combines and one batched contraction; kernel: four dispatches) and
+operand and one combine-C op; grouped: the composed scheme's combines and
+one batched contraction; kernel: four dispatches; counted as on CPU, where
+one-level plans combine C per output block) and
 weighs them with seconds per op measured on the 2-core x86 development
 machine (llvm-cpu, IREE 3.13; docs/compile-time.md). It is an order of
 magnitude, meant to warn before a forced plan compiles for minutes and to
@@ -70,7 +71,7 @@ def emitted_ops(schemes: Sequence[str], form: str = "per-product",
     for name in schemes:  # stacked: per level one combine per operand (chunked), C per block
         st = scheme_stats(name)
         combines += _chunks(st.used_a, MAX_GROUPED_TERMS) + _chunks(st.used_b, MAX_GROUPED_TERMS)
-        combines += len(st.comb_c)
+        combines += 1  # combine C: one op over all output blocks
     return EmittedOps(1 + strips, combines)
 
 

@@ -346,7 +346,8 @@ class CostModel:
         """Several per-product levels, stacked (:mod:`falcon_mlir.passes.lcma_rewrite.stacked`):
         per level one combine op per operand over all stacked operands (the
         grouped form's table ops), one batched product of all R_1 * ... * R_L,
-        then combine C level by level from the inside out."""
+        then combine C level by level from the inside out, one op over all
+        output blocks per level."""
         B, eacc = pb.batch, pb.acc
         bc = _eb(eacc)
         eff = self.p.form_efficiency("grouped")
@@ -370,9 +371,9 @@ class CostModel:
             M, N, K, ea, eb = Mb, Nb, Kb, eacc, eacc
         self.gemm(M, N, K, B * S, eacc, eacc, est, "products",
                   scale=self.p.product_factor("grouped"))
-        for st, above, Mb, Nb in reversed(levels):
+        for st, above, Mb, Nb in reversed(levels):  # one op over all blocks, every target
             self._combine_c(B * above, Mb, Nb, bc, st, est,
-                            self.p.form_efficiency("per-product"), eacc)
+                            self.p.form_efficiency("per-product"), eacc, fused=True)
         est.temp_bytes = max(est.temp_bytes, B * S * (M * K + K * N + M * N) * bc)
 
     def _edges(self, M, N, K, pb, st: SchemeStats, edge, est, core, ein, erhs) -> None:
@@ -443,11 +444,13 @@ class CostModel:
                      + (0 if pb.const_rhs else len(st.comb_b)) * Kb * Nb * bc)
         est.temp_bytes = max(est.temp_bytes, temps + sub.temp_bytes)
 
-    def _combine_c(self, B, Mb, Nb, bc, st: SchemeStats, est, eff, eacc) -> None:
+    def _combine_c(self, B, Mb, Nb, bc, st: SchemeStats, est, eff, eacc,
+                   fused: bool = False) -> None:
         """Combine C: one dispatch per output block, reading its products and C0;
-        on profiles with :attr:`Profile.fused_combine_c` (GPU) one dispatch over
-        all blocks that reads each product once (and forms every block's terms)."""
-        if self.p.fused_combine_c:
+        on profiles with :attr:`Profile.fused_combine_c` (GPU), or with ``fused``
+        (stacked levels), one dispatch over all blocks that reads each product
+        once (and forms every block's terms)."""
+        if self.p.fused_combine_c or fused:
             blocks = st.m * st.n
             self.stream(B * Mb * Nb * (st.R + 2 * blocks) * bc, est, "combine_c", eff,
                         flops=2.0 * B * st.R * blocks * Mb * Nb, acc=eacc, dispatches=1)

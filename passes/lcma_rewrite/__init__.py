@@ -156,6 +156,26 @@ def _warn_long_compile(plan, entry: dict, options: LcmaOptions) -> None:
     print(entry["warning"], file=sys.stderr, flush=True)
 
 
+def _warn_long_module(forced: list) -> None:
+    """One more warning line when the forced plans of the whole module
+    (``forced``: their report entries) are predicted to add over
+    ``LONG_MODULE_SECONDS`` of compile time although no single one was warned
+    about (many contractions, each moderately long)."""
+    import sys
+
+    from falcon_mlir.decision.compile_cost import LONG_MODULE_SECONDS
+
+    if not forced or any(e.get("warning") for e in forced):
+        return
+    total = sum((e.get("predicted_time") or {}).get("compile_seconds") or 0 for e in forced)
+    if total > LONG_MODULE_SECONDS:
+        line = (f"{forced[0]['location']}: warning: lcma-rewrite: the {len(forced)} forced plans "
+                f"of this module are predicted to add about {total:.0f} s of IREE compile time "
+                f"(over {LONG_MODULE_SECONDS:.0f} s)")
+        forced[0]["warning"] = line
+        print(line, file=sys.stderr, flush=True)
+
+
 def _hand_off(c, plan, entry: dict) -> None:
     """A ``kernel``-form plan is run by falcon's generated CUDA kernels: the op
     keeps its plan (``falcon.plan``) for the ``falcon-kernels`` pass, which
@@ -202,7 +222,7 @@ def run_lcma_rewrite(module_op, options: LcmaOptions) -> list:
             :meth:`LcmaOptions.parse` for text options).
     """
     root = module_op.operation if hasattr(module_op, "operation") else module_op
-    report = []
+    report, forced = [], []
     contractions = find_contractions(root)
     _strip_stray_plans(root, report, options)
     try:  # GPU targets: one combine-C dispatch (Profile.fused_combine_c)
@@ -229,6 +249,7 @@ def run_lcma_rewrite(module_op, options: LcmaOptions) -> list:
         if plan is not None and (options.forced_schemes() is not None
                                  or PLAN_ATTR in c.op.attributes):
             _warn_long_compile(plan, entry, options)
+            forced.append(entry)
         if PLAN_ATTR in c.op.attributes:
             del c.op.attributes[PLAN_ATTR]
         if plan is not None and plan.form == "kernel":
@@ -252,6 +273,7 @@ def run_lcma_rewrite(module_op, options: LcmaOptions) -> list:
             else:
                 folded.discard()
         report.append(entry)
+    _warn_long_module(forced)
     if not contractions:
         none = _none_found(root, options)
         if none is not None:

@@ -11,8 +11,8 @@ import pytest
 from cases import FLAT_PROFILE, contraction_mlir, rewrite
 from falcon_mlir.decision import Problem, decide, load_profile
 from falcon_mlir.decision.compile_cost import (LONG_COMPILE_SECONDS, SECONDS_PER_COMBINE,
-                                               SECONDS_PER_CONTRACTION, compile_seconds,
-                                               emitted_ops)
+                                               SECONDS_PER_CONTRACTION, SECONDS_PER_TABLE_COMBINE,
+                                               compile_seconds, emitted_ops)
 
 
 @pytest.mark.parametrize("options, schemes, form", [
@@ -31,7 +31,9 @@ def test_emitted_ops_count_what_the_rewrite_emits(options, schemes, form):
     ops = emitted_ops(schemes, form)
     assert (report[0]["products"], report[0]["combines"]) == (ops.contractions, ops.combines)
     assert report[0]["predicted_time"]["compile_seconds"] == pytest.approx(
-        ops.contractions * SECONDS_PER_CONTRACTION + ops.combines * SECONDS_PER_COMBINE, abs=0.06)
+        ops.contractions * SECONDS_PER_CONTRACTION + (ops.combines - ops.tables) * SECONDS_PER_COMBINE
+        + ops.tables * SECONDS_PER_TABLE_COMBINE, abs=0.06)
+    assert ops.tables == (0 if len(schemes) == 1 else 2 if form == "grouped" else ops.combines)
 
 
 def test_stacked_levels_cost_grows_with_levels_not_products():

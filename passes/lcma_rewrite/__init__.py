@@ -138,6 +138,47 @@ def _entry(c, plan, reason: str, options: LcmaOptions) -> dict:
     return entry
 
 
+def _warn_long_compile(plan, entry: dict, options: LcmaOptions) -> None:
+    """Warn up front (stderr, one line, before IREE compiles anything) when a
+    plan the user forced (option or attached ``falcon.plan``; ``auto`` never
+    picks one) is predicted to compile for long
+    (:mod:`falcon_mlir.decision.compile_cost`); the line is also the entry's
+    ``warning``."""
+    import sys
+
+    from falcon_mlir.decision.compile_cost import LONG_COMPILE_SECONDS, emitted_ops
+
+    secs = (entry.get("predicted_time") or {}).get("compile_seconds")
+    if secs is None or secs <= LONG_COMPILE_SECONDS:
+        return
+    ops = emitted_ops(plan.schemes, plan.form)
+    entry["warning"] = (f"{entry['location']}: warning: lcma-rewrite: plan "
+                        f"{'+'.join(plan.schemes)} ({plan.form}) emits {ops.contractions} "
+                        f"contractions and {ops.combines} combine ops; IREE is predicted to compile "
+                        f"them for about {secs:.0f} s (over {LONG_COMPILE_SECONDS:.0f} s)")
+    print(entry["warning"], file=sys.stderr, flush=True)
+
+
+def _warn_long_module(forced: list) -> None:
+    """One more warning line when the forced plans of the whole module
+    (``forced``: their report entries) are predicted to add over
+    ``LONG_MODULE_SECONDS`` of compile time although no single one was warned
+    about (many contractions, each moderately long)."""
+    import sys
+
+    from falcon_mlir.decision.compile_cost import LONG_MODULE_SECONDS
+
+    if not forced or any(e.get("warning") for e in forced):
+        return
+    total = sum((e.get("predicted_time") or {}).get("compile_seconds") or 0 for e in forced)
+    if total > LONG_MODULE_SECONDS:
+        line = (f"{forced[0]['location']}: warning: lcma-rewrite: the {len(forced)} forced plans "
+                f"of this module are predicted to add about {total:.0f} s of IREE compile time "
+                f"(over {LONG_MODULE_SECONDS:.0f} s)")
+        forced[0]["warning"] = line
+        print(line, file=sys.stderr, flush=True)
+
+
 def _hand_off(c, plan, entry: dict) -> None:
     """A ``kernel``-form plan is run by falcon's generated CUDA kernels: the op
     keeps its plan (``falcon.plan``) for the ``falcon-kernels`` pass, which
@@ -168,7 +209,9 @@ def run_lcma_rewrite(module_op, options: LcmaOptions) -> list:
         float contractions, see :mod:`falcon_mlir.decision.numerics`), ``predicted_time``
         (seconds from the cost model, :mod:`falcon_mlir.decision`:
         ``{"profile", "classical", "plan", "alternatives": [{"plan", "seconds"}],
-        "dispatches", "temp_bytes", "parts"}``; ``None`` where unsupported), ``remark``
+        "dispatches", "temp_bytes", "parts", "compile_seconds"}``; ``None`` where unsupported),
+        ``warning`` (a forced plan predicted to compile for long: the line
+        printed on stderr before IREE compiles, :func:`_warn_long_compile`), ``remark``
         (whether the user should be told), and for rewritten ones
         ``products`` and ``combines`` (the number of contractions and combine
         ops emitted). Dynamic sizes are ``None``; a contraction with a
@@ -182,7 +225,7 @@ def run_lcma_rewrite(module_op, options: LcmaOptions) -> list:
             :meth:`LcmaOptions.parse` for text options).
     """
     root = module_op.operation if hasattr(module_op, "operation") else module_op
-    report = []
+    report, forced = [], []
     contractions = find_contractions(root)
     _strip_stray_plans(root, report, options)
     try:  # GPU targets: one combine-C dispatch (Profile.fused_combine_c)
@@ -206,6 +249,10 @@ def run_lcma_rewrite(module_op, options: LcmaOptions) -> list:
             folded.describe(entry)
         if c.dynamic:
             dynamic_entry(entry, c, disp, options)
+        if plan is not None and (options.forced_schemes() is not None
+                                 or PLAN_ATTR in c.op.attributes):
+            _warn_long_compile(plan, entry, options)
+            forced.append(entry)
         if PLAN_ATTR in c.op.attributes:
             del c.op.attributes[PLAN_ATTR]
         if plan is not None and plan.form == "kernel":
@@ -230,6 +277,7 @@ def run_lcma_rewrite(module_op, options: LcmaOptions) -> list:
             else:
                 folded.discard()
         report.append(entry)
+    _warn_long_module(forced)
     if not contractions:
         none = _none_found(root, options)
         if none is not None:

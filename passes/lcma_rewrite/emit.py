@@ -6,8 +6,10 @@ For a plan of scheme <m,k,n;R> the op is replaced by:
   A (one ``linalg.generic`` per combined operand, in the accumulator type),
 * combine B likewise with V,
 * products: ``P_r = A_r B_r``, a contraction of the same kind as the original
-  (same indexing maps, batch dimensions kept), itself rewritten again for the
-  next level if the plan has one,
+  (same indexing maps, batch dimensions kept); a plan of several levels is
+  emitted stacked (:mod:`.stacked`: one combine op per operand and level,
+  one batched contraction for all R_1 * ... * R_L products), or by recursion
+  where the composed blocks do not fit the sizes,
 * combine C: ``C_il = C0_il + sum_r W[r,i,l] P_r`` (one ``linalg.generic`` per
   block of C, reading the live accumulator C0), inserted into C; on GPU
   profiles one op over all blocks (:mod:`.grouped`).
@@ -43,11 +45,12 @@ from falcon_mlir.ir.builders import (cast, defining_op_name, insert_along, is_fl
 from falcon_mlir.ir.contraction import Contraction
 
 from .grouped import GroupedForm
+from .stacked import StackedForm, composed_blocks
 
 __all__ = ["Emitter"]
 
 
-class Emitter(GroupedForm):
+class Emitter(GroupedForm, StackedForm):
     """Emits one contraction's plan in front of the original op.
 
     Args:
@@ -145,6 +148,11 @@ class Emitter(GroupedForm):
             # All levels at once: the Kronecker product of the levels' schemes.
             s = get_scheme("*".join(plan.schemes))
             level, inner = self.level_grouped, None
+        elif len(plan.schemes) > 1 and self._stack_fits(a, b, plan.schemes):
+            # Several per-product levels: stacked (.stacked), one contraction in all.
+            s = composed_blocks(plan.schemes)
+            level, inner = (lambda a, b, init, s, inner, schemes=plan.schemes:
+                            self.level_stacked(a, b, init, schemes)), None
         else:
             s = get_scheme(plan.schemes[0])
             level, inner = self.level, plan.inner()
@@ -173,6 +181,16 @@ class Emitter(GroupedForm):
         self.combines += 1
         return mark_combine(parallel_generic(
             [wide], init, lambda args: cast(arith.addf(cast(args[1], acc), args[0]), out)))
+
+    def _stack_fits(self, a: ir.Value, b: ir.Value, schemes) -> bool:
+        """Whether the composed blocks of ``schemes`` fit in ``a``, ``b`` (else the
+        levels are emitted by recursion, each level peeling its own edges)."""
+        c = self.c
+        s = composed_blocks(schemes)
+        M = tensor_type(a).shape[c.lhs_dims.index(c.m_dim)]
+        K = tensor_type(a).shape[c.lhs_dims.index(c.k_dim)]
+        N = tensor_type(b).shape[c.rhs_dims.index(c.n_dim)]
+        return M >= s.m and K >= s.k and N >= s.n
 
     def _peeled(self, a, b, init, s, level, inner, sizes) -> ir.Value:
         """Peeling: the divisible core through ``level``, the K, row and column strips classical."""

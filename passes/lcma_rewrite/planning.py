@@ -232,6 +232,7 @@ def predicted_time(c: Contraction, options: LcmaOptions, plan: Optional[Plan]) -
         out["dispatches"] = d.choice.dispatches
         out["temp_bytes"] = int(d.choice.temp_bytes)
         out["parts"] = {k: v for k, v in d.choice.parts.items() if v}
+        out["compile_seconds"] = round(d.choice.compile_seconds, 1)
     return out
 
 

@@ -242,6 +242,24 @@ class Emitter(GroupedForm, StackedForm):
         """A product's result behind ``util.optimization_barrier`` when barriers are on."""
         return optimization_barrier(p) if self.barriers else p
 
+    def fence_unit_lhs(self, x: ir.Value, Mb: int, Kb: int) -> ir.Value:
+        """A combined A operand behind ``util.optimization_barrier`` when its block is
+        1 x 1 (``Mb == Kb == 1``) and barriers are on.
+
+        IREE 3.13's data tiling fails on a matmul whose LHS is 1 x 1, N > 1,
+        and made by an elementwise op: the producer fused into
+        the LHS packing gives "tiling factors must be less than or equal to
+        the input rank for pack" (test_data_tiling.py keeps a plain module
+        that shows it).
+        Such blocks come only from forced schemes on tiny operands (2 x 2 A
+        under Strassen); the fence costs one 1-element dispatch. The grouped
+        form's batched product (R x 1 x 1 combined A) compiles without it.
+        """
+        fenced = defining_op_name(x) == "util.optimization_barrier"
+        if self.barriers and Mb == 1 and Kb == 1 and not fenced:
+            return optimization_barrier(x)
+        return x
+
     def _combine(self, terms: list) -> ir.Value:
         """``sum c * X`` over ``terms = [(c, block)]``, summed in the accumulator type,
         as a tensor of the sums type (the accumulator type, or for a bf16/f16
@@ -295,7 +313,7 @@ class Emitter(GroupedForm, StackedForm):
                   if s.U[r][i][j] != 0]
             tb = [(Fraction(s.V[r][j][l]), B(j, l)) for j in range(s.k) for l in range(s.n)
                   if s.V[r][j][l] != 0]
-            ar, br = self._combine(ta), self._combine(tb)
+            ar, br = self.fence_unit_lhs(self._combine(ta), Mb, Kb), self._combine(tb)
             p = self.emit(ar, br, zeros(blk_shape, self.acc), inner)
             products.append(self.fence_product(p))
         return self.combine_c(products.__getitem__, s, init, Mb, Nb)

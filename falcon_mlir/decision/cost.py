@@ -1,5 +1,8 @@
 """Analytical cost model: predicted seconds of classical GEMM and of LCMA plans.
 
+(About 520 lines: one class, one method per emitted form - per-product,
+stacked levels, grouped, kernel - so a form's cost sits next to the others'.)
+
 Source: the decision module of the FalconGEMM paper (arXiv 2605.06057): a
 contraction whose arithmetic intensity ``2MNK / (MK + KN + MN)`` (FLOP per
 element moved) is at most the machine balance ``FLOP/s / (bytes/s / element

@@ -1,5 +1,10 @@
 """Numerical error model of LCMA plans: predicted errors, budgets, integer overflow.
 
+(One file over 500 lines by choice: it is one model, where each rounding of a
+plan happens and how it grows through the levels, and a fifth of it is the
+derivation below; the narrow-result and kernel-form terms share its
+constants. Split candidates: the integer-overflow bounds at the end.)
+
 What is modelled
 ----------------
 ``C = A @ B`` with ``A`` M x K and ``B`` K x N is computed by an L-level plan

@@ -29,6 +29,8 @@ from typing import List, Optional
 from iree.compiler import ir
 from iree.compiler.dialects import tensor
 
+from falcon_mlir.ir.builders import reassociation_attr
+
 __all__ = ["Transposed", "find_transposed", "materialize"]
 
 
@@ -152,6 +154,4 @@ def materialize(tr: Transposed) -> ir.Value:
         return tr.source
     st = ir.RankedTensorType(tr.source.type)
     rt = ir.RankedTensorType.get(list(tr.shape), st.element_type)
-    i64 = ir.IntegerType.get_signless(64)
-    reassoc = ir.ArrayAttr.get([ir.ArrayAttr.get([ir.IntegerAttr.get(i64, p) for p in g]) for g in tr.groups])
-    return tensor.CollapseShapeOp(rt, tr.source, reassoc).result
+    return tensor.CollapseShapeOp(rt, tr.source, reassociation_attr(tr.groups)).result

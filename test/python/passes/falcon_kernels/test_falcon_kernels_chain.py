@@ -88,6 +88,15 @@ class ReferenceSplicer(Splicer):
         return self._reference(GemmSpec(s.M, s.N, s.K, s.dtype, s.dtype, s.out_dtype), types)
 
 
+def _run_pass(text: str, options: str = "min-flops=0 min-intensity=0") -> tuple:
+    """(output text, report) of run_falcon_kernels on ``text``, the result verified."""
+    with ir.Context():
+        m = ir.Module.parse(text)
+        rep = run_falcon_kernels(m.operation, KernelsOptions.parse(options))
+        m.operation.verify()
+        return str(m), rep
+
+
 @pytest.fixture
 def reference_kernels(monkeypatch):
     """run_falcon_kernels with made-up kernels and the reference splicer (no Triton, no IREE probe)."""
@@ -99,13 +108,7 @@ def reference_kernels(monkeypatch):
     monkeypatch.setattr(splice, "Splicer", ReferenceSplicer)
     monkeypatch.setattr(embed, "cuda_target_attribute", lambda flags=(): "#fake")
 
-    def run(text: str, options: str = "min-flops=0 min-intensity=0"):
-        with ir.Context():
-            m = ir.Module.parse(text)
-            rep = run_falcon_kernels(m.operation, KernelsOptions.parse(options))
-            m.operation.verify()
-            return str(m), rep
-    return run
+    return _run_pass
 
 
 def _inputs(text: str, seed: int = 0) -> list:
@@ -394,13 +397,7 @@ def fake_kernels(monkeypatch):
     monkeypatch.setattr(fk, "_compile", _fake_compile)
     monkeypatch.setattr(embed, "cuda_target_attribute", lambda flags=(): '#hal.executable.target<"cuda", "cuda-nvptx-fb">')
 
-    def run(text: str, options: str = "min-flops=0 min-intensity=0"):
-        with ir.Context():
-            m = ir.Module.parse(text)
-            rep = run_falcon_kernels(m.operation, KernelsOptions.parse(options))
-            m.operation.verify()
-            return str(m), rep
-    return run
+    return _run_pass
 
 
 MM = """func.func @{f}(%a: tensor<32x48xf32>, %b: tensor<48x32xf32>, %c: tensor<32x32xf32>) -> tensor<32x32xf32> {{

@@ -144,6 +144,19 @@ NARROW_PLANS = ("classical", "strassen", "strassen/input", "winograd", "winograd
 NARROW_TYPES = ("bf16", "f16")
 
 
+def _narrow_errors(module, M: int, K: int, N: int, out: str, seeds: int) -> list:
+    """Max-norm relative error of ``module``'s ``@f(A, B, 0)`` against float64, one per seed
+    (random normal A (M x K), B (K x N) in the result type ``out``)."""
+    errs = []
+    for seed in range(seeds):
+        rng = np.random.default_rng([seed, M, K, N])
+        a = rng.standard_normal((M, K)).astype(np_type(out))
+        b = rng.standard_normal((K, N)).astype(np_type(out))
+        c = np.zeros((M, N), dtype=np_type(out))
+        errs.append(rel_err(module("f", a, b, c), a.astype(np.float64) @ b.astype(np.float64)))
+    return errs
+
+
 def measure_narrow(out: str, shape: tuple, plan: str, flags: str, seeds: int) -> dict:
     """One cell of the narrow-result sweep: ``out x out -> out`` (bf16 or f16) of
     ``shape = (M, K, N)`` through ``plan`` (``NAME[^L][/input]``: ``/input`` forms
@@ -162,14 +175,7 @@ def measure_narrow(out: str, shape: tuple, plan: str, flags: str, seeds: int) ->
         # barriers: data tiling needs them (falcon-compile's default inside IREE)
         text = rewrite(text, schemes, f"sums={'input' if sums else 'f32'} barriers=true")
     module = Module(compile_mlir(text, CPU_FLAGS + NARROW_FLAGS[flags]))
-    errs = []
-    for seed in range(seeds):
-        rng = np.random.default_rng([seed, M, K, N])
-        a = rng.standard_normal((M, K)).astype(np_type(out))
-        b = rng.standard_normal((K, N)).astype(np_type(out))
-        c = np.zeros((M, N), dtype=np_type(out))
-        got = module("f", a, b, c)
-        errs.append(rel_err(got, a.astype(np.float64) @ b.astype(np.float64)))
+    errs = _narrow_errors(module, M, K, N, out, seeds)
     return {"out": out, "shape": list(shape), "plan": plan, "flags": flags, "errors": errs,
             "seconds": time.perf_counter() - t0}
 
@@ -308,13 +314,7 @@ def measure_auto(out: str, shape: tuple, seeds: int) -> dict:
                 pred = rep["predicted_error"].get("plan", rep["predicted_error"]["classical"])
                 sums = (rep.get("rounding") or {}).get("sums")
     module = Module(compile_mlir(texts[out], CPU_FLAGS + NARROW_FLAGS["data-tiling"]))
-    errs = []
-    for seed in range(seeds):
-        rng = np.random.default_rng([seed, M, K, N])
-        a = rng.standard_normal((M, K)).astype(np_type(out))
-        b = rng.standard_normal((K, N)).astype(np_type(out))
-        c = np.zeros((M, N), dtype=np_type(out))
-        errs.append(rel_err(module("f", a, b, c), a.astype(np.float64) @ b.astype(np.float64)))
+    errs = _narrow_errors(module, M, K, N, out, seeds)
     return {"out": out, "shape": list(shape), "plan": "auto", "flags": "data-tiling",
             "errors": errs, "auto_plan": names[out], "f32_plan": names["f32"], "sums": sums,
             "predicted": pred, "seconds": time.perf_counter() - t0}

@@ -60,9 +60,7 @@ def _log(msg: str) -> None:
 
 def export(block) -> str:
     """StableHLO text of the block lowered for CUDA, ``algorithm`` attributes dropped."""
-    import jax
-
-    lowered = jax.jit(block._fn()).trace(*block._arg_specs()).lower(lowering_platforms=("cuda",))
+    lowered = block.jit().trace(*block.arg_specs()).lower(lowering_platforms=("cuda",))
     return re.sub(r", algorithm = <[^>]*>", "", lowered.as_text())
 
 

@@ -1,21 +1,26 @@
-"""Run a real transformer block through plain IREE and through falcon's rewrite.
+"""Run a real transformer block through plain IREE, through falcon's rewrite
+and, as the peer, under ``jax.jit``.
 
-    python tools/run_model.py [--tokens 1024] [--lcma auto] [--repeat 3] [--dtype bfloat16]
+    python tools/run_model.py [--tokens 1024] [--lcma auto] [--repeat 3] [--dtype bfloat16] [--no-jax]
 
 Exports keras-hub's Llama decoder block at Llama-3-8B sizes (hidden 4096, MLP
 14336, 32 heads, 8 kv heads, head dim 128; random weights made here) to
 StableHLO (:mod:`falcon_mlir.models.llama_block`), compiles it once with plain
 IREE (classical) and once with falcon (``falcon_mlir.api.compile_str`` with
 ``lcma``), runs both on the same random inputs on the CPU (llvm-cpu,
-``local-task``), and prints one row per contraction (shape and plan from
-falcon's report), the relative errors and both modules' times, then a
-one-line summary.
+``local-task``), runs the same keras-hub block with the same weights and
+input under ``jax.jit`` on JAX's CPU device (XLA's CPU backend: what a JAX
+user gets without IREE; ``--no-jax`` leaves it out), and prints one row per
+contraction (shape and plan from falcon's report), the relative errors, the
+three runs' times side by side with falcon's speed-up over plain IREE and
+over JAX/XLA, then a one-line summary.
 
 Relative error is max-norm relative: ``max|y - y_ref| / max|y_ref|``, against
 the classical module's output and (unless ``--no-reference``) against a
-float64 numpy evaluation of the same block.  Times are medians of
-``--repeat`` calls after one warm-up call each, inputs already on the device,
-the two modules' calls interleaved.
+float64 numpy evaluation of the same block, and between the IREE outputs and
+JAX's; a non-finite output is an error, the errors are printed (no
+threshold).  Times are medians of ``--repeat`` calls after one warm-up call
+each, inputs already on the device, the three runs' calls interleaved.
 
 Needs the ``models`` extra (jax, keras, keras-hub).  Exits 1 with one line on
 failure (``--traceback`` shows the whole error), 2 for a bad command line.
@@ -62,6 +67,8 @@ def parse_args(argv=None):
                    help="extra iree-compile flag for both builds (repeatable)")
     p.add_argument("--no-reference", action="store_true",
                    help="skip the float64 numpy reference (about 15 s at full size)")
+    p.add_argument("--no-jax", dest="jax", action="store_false",
+                   help="leave out the JAX/XLA peer (the block under jax.jit on the CPU)")
     p.add_argument("--save-dir", default=None,
                    help="write block.mlir, classical.vmfb, falcon.vmfb, report.json there")
     p.add_argument("--json", default=None, help="write the results as JSON to this file")
@@ -78,7 +85,7 @@ def run(args) -> dict:
     job = run_main_job(tokens=args.tokens, lcma=args.lcma, repeat=args.repeat, seed=args.seed,
                        small=args.small, data_tiling=args.data_tiling, iree_flags=args.iree_flag,
                        reference=not args.no_reference, save_dir=args.save_dir, log=_log,
-                       dtype=args.dtype)
+                       dtype=args.dtype, jax=args.jax)
     res = job.data
     print_contractions(res["report"], job.layers)
     print("\n".join(result_lines(res)))

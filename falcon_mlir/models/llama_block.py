@@ -209,6 +209,7 @@ class LlamaBlock:
             name="llama_decoder",
         )
         self.layer.build((c.batch, c.tokens, c.hidden))
+        self._jitted = None  # jit(): made on first use
         if self.layer.non_trainable_variables:
             raise RuntimeError("unexpected non-trainable variables in the keras layer")
 
@@ -253,7 +254,20 @@ class LlamaBlock:
 
         return block
 
-    def _arg_specs(self) -> list:
+    def jit(self):
+        """The block as one ``jax.jit`` function ``f(x, *weights) -> y`` (the
+        keras layer on JAX; arguments and result as in the module doc, in the
+        layer's dtype). Made once per block and reused: the export traces it,
+        :meth:`forward` and the main job's JAX/XLA peer call it (XLA compiles
+        it for the arguments' device on the first call)."""
+        if self._jitted is None:
+            import jax
+
+            self._jitted = jax.jit(self._fn())
+        return self._jitted
+
+    def arg_specs(self) -> list:
+        """``jax.ShapeDtypeStruct`` of ``x`` and of each weight, in argument order."""
         import jax
         import jax.numpy as jnp
 
@@ -272,9 +286,7 @@ class LlamaBlock:
         result type, so IREE still accumulates them in f32."""
         import re
 
-        import jax
-
-        text = jax.jit(self._fn()).lower(*self._arg_specs()).as_text()
+        text = self.jit().lower(*self.arg_specs()).as_text()
         return re.sub(r", algorithm = <[^>]*>", "", text)
 
     def export_serialized(self, platforms=("cuda",)) -> bytes:
@@ -283,14 +295,13 @@ class LlamaBlock:
         the peer of falcon's module on the same device."""
         import jax
 
-        exp = jax.export.export(jax.jit(self._fn()), platforms=list(platforms))(*self._arg_specs())
+        exp = jax.export.export(self.jit(), platforms=list(platforms))(*self.arg_specs())
         return bytes(exp.serialize())
 
     def forward(self, x: np.ndarray, weights: Sequence[np.ndarray]) -> np.ndarray:
-        """The library's own forward pass (keras layer on JAX, jit on the CPU)."""
-        import jax
-
-        return np.asarray(jax.jit(self._fn())(x, *weights))
+        """The library's own forward pass (keras layer on JAX, :meth:`jit`, on
+        JAX's default device: the CPU here); a numpy array ``(batch, tokens, hidden)``."""
+        return np.asarray(self.jit()(x, *weights))
 
     def reference_f64(self, x: np.ndarray, weights: Sequence[np.ndarray]) -> np.ndarray:
         """The same block in float64 numpy, written from keras-hub's code

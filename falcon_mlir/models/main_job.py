@@ -1,15 +1,24 @@
 """The main job: a real transformer block compiled by plain IREE and by
-falcon, run on the same inputs on the CPU, compared (the library behind
-``python3 tools/run_model.py``).
+falcon, run on the same inputs on the CPU, compared with each other and with
+the same block under ``jax.jit`` (the library behind ``python3
+tools/run_model.py``).
 
 keras-hub's Llama decoder block (:mod:`falcon_mlir.models.llama_block`) is
 exported to StableHLO, compiled once with plain IREE (classical) and once
 with falcon (``falcon_mlir.api.compile_str`` with ``lcma``); both run on
-``local-task`` with the inputs already on the device, one warm-up call each,
-then ``repeat`` calls interleaved (drift of the machine hits both alike).
-Errors are max-norm relative errors (:func:`falcon_mlir.compare.rel_err`)
-against the classical module's output and, optionally, a float64 numpy
-evaluation of the block. Needs the ``models`` extra (jax, keras, keras-hub).
+``local-task`` with the inputs already on the device. The peer is what a JAX
+user gets without IREE: the same keras-hub block, same weights and input,
+run by :meth:`LlamaBlock.jit <falcon_mlir.models.llama_block.LlamaBlock.jit>`
+on JAX's CPU device (XLA's CPU backend; arguments placed with
+``jax.device_put`` once, each call waits for the result). IREE's
+``local-task`` and XLA's CPU client both use every core. Each runs one
+warm-up call (XLA compiles there), then ``repeat`` calls interleaved
+(classical, falcon, JAX: drift of the machine hits all alike); times are
+medians. Errors are max-norm relative errors
+(:func:`falcon_mlir.compare.rel_err`) between the outputs and, optionally,
+against a float64 numpy evaluation of the block; there is no pass/fail
+threshold: a non-finite value in any output raises, the errors are printed.
+Needs the ``models`` extra (jax, keras, keras-hub).
 """
 
 from __future__ import annotations
@@ -30,7 +39,7 @@ from falcon_mlir.files import write_files_atomic
 
 __all__ = ["BASE_FLAGS", "DATA_TILING_FLAGS", "MainJob", "run_main_job", "compile_classical",
            "compile_falcon", "analyze_only", "plan_text", "what_is", "print_contractions", "result_lines",
-           "error_text", "fmt_s"]
+           "error_text", "fmt_s", "RUN_LABELS"]
 
 #: Host CPU code for both builds.
 BASE_FLAGS = ("--iree-hal-target-device=local",
@@ -197,8 +206,9 @@ def _term_width() -> int:
 @dataclass
 class MainJob:
     """What :func:`run_main_job` measured: ``data`` (JSON-ready: model,
-    config, lcma, flags, compile_s, time_s and times_s in seconds,
-    rel_err_vs_classical, rel_err_vs_f64, report, summary) and ``layers``
+    config, lcma, flags, compile_s, time_s and times_s in seconds keyed by
+    run (``classical``, ``falcon``, ``jax``), rel_err_vs_classical,
+    rel_err_vs_jax, rel_err_vs_f64, report, summary) and ``layers``
     (one layer name per report entry, for :func:`print_contractions`)."""
 
     data: dict
@@ -230,32 +240,60 @@ def _export(small: bool, tokens: int, seed: int, log: Callable, dtype: str = "fl
     return cfg, block, text, x, weights
 
 
-def _time_both(vm_classical: bytes, vm_falcon: bytes, inputs: list, repeat: int) -> tuple:
-    """Outputs of the warm-up calls and the interleaved call times (seconds)."""
+def _iree_call(vmfb: bytes, inputs: list) -> Callable[[], np.ndarray]:
+    """A zero-argument call of the module's ``main`` on ``inputs`` (placed on
+    ``local-task`` once), returning the output on the host."""
     from falcon_mlir.runner import Module
 
-    mods = [Module(vm) for vm in (vm_classical, vm_falcon)]
-    args = [m.on_device(*inputs) for m in mods]
+    mod = Module(vmfb)
+    args = mod.on_device(*inputs)
 
-    def call(i):
-        out = mods[i]("main", *args[i])
+    def call():
+        out = mod("main", *args)
         return out[0] if isinstance(out, tuple) else out
 
-    outs = [call(0), call(1)]  # warm-up calls
-    times: list = [[], []]
+    return call
+
+
+def _time_all(calls: Sequence[Callable[[], np.ndarray]], repeat: int) -> tuple:
+    """Outputs of one warm-up call each and ``repeat`` interleaved call times
+    per call (seconds)."""
+    outs = [call() for call in calls]  # warm-up calls
+    times: list = [[] for _ in calls]
     for _ in range(repeat):
-        for i in (0, 1):
+        for i, call in enumerate(calls):
             t0 = time.perf_counter()
-            call(i)
+            call()
             times[i].append(time.perf_counter() - t0)
     return outs, times
+
+
+#: Row labels of the three runs in the printed table and summary.
+RUN_LABELS = {"classical": "plain IREE", "falcon": "falcon", "jax": "JAX/XLA (jax.jit)"}
+
+
+def _jax_compiled(block, inputs: list, log: Callable) -> Tuple[Callable[[], np.ndarray], float]:
+    """The block compiled by XLA for JAX's default device (the CPU) and a
+    zero-argument call of it on ``inputs`` (placed once with
+    ``jax.device_put``; ``np.asarray`` waits for the result and maps it to
+    the host); ``(call, compile seconds)``."""
+    import jax
+
+    args = [jax.device_put(a) for a in inputs]
+    t0 = time.perf_counter()
+    compiled = block.jit().lower(*args).compile()
+    t_c = time.perf_counter() - t0
+    log(f"JAX/XLA compile {t_c:.1f} s on {args[0].devices()}")
+    return (lambda: np.asarray(compiled(*args))), t_c
 
 
 def run_main_job(*, tokens: int = 1024, lcma: Optional[str] = "auto", repeat: int = 3, seed: int = 0,
                  small: bool = False, data_tiling: bool = True, iree_flags: Sequence[str] = (),
                  reference: bool = True, save_dir: Optional[str] = None,
-                 log: Optional[Callable[[str], None]] = None, dtype: str = "float32") -> MainJob:
-    """Export, compile both ways, run, time and compare the block.
+                 log: Optional[Callable[[str], None]] = None, dtype: str = "float32",
+                 jax: bool = True) -> MainJob:
+    """Export, compile both ways, run, time and compare the block (and,
+    with ``jax``, the same block under ``jax.jit`` on the CPU, the peer).
 
     ``tokens``: sequence length M; ``lcma``: falcon's option string, None or
     ``"none"``/``"off"`` (no rewrite), or ``"analyze"``; ``small``: the small
@@ -264,7 +302,11 @@ def run_main_job(*, tokens: int = 1024, lcma: Optional[str] = "auto", repeat: in
     dtype, ``"float32"``, ``"bfloat16"`` or ``"float16"`` (weights,
     activations and the arguments; JAX exports the projections as
     ``dot_general`` with a result in that dtype; the float64 reference uses
-    the same rounded inputs).
+    the same rounded inputs); ``jax``: also time and compare the block under
+    ``jax.jit`` (XLA's CPU backend, same inputs, interleaved with the IREE
+    calls); adds ``"jax"`` to ``time_s``, ``times_s``, ``compile_s`` and
+    ``rel_err_vs_f64``, and ``rel_err_vs_jax`` (classical's and falcon's
+    output against JAX's).
 
     Raises:
         ValueError: an unknown ``dtype``.
@@ -291,45 +333,74 @@ def run_main_job(*, tokens: int = 1024, lcma: Optional[str] = "auto", repeat: in
             ("block.mlir", text.encode()), ("classical.vmfb", vm_classical), ("falcon.vmfb", vm_falcon),
             ("report.json", json.dumps(report, indent=1).encode()))])
 
-    (y_c, y_f), (times_c, times_f) = _time_both(vm_classical, vm_falcon, [x, *weights], repeat)
-    log("classical: " + ", ".join(fmt_s(t) for t in times_c))
-    log("falcon:    " + ", ".join(fmt_s(t) for t in times_f))
-    if not (np.all(np.isfinite(y_c)) and np.all(np.isfinite(y_f))):
-        raise RuntimeError("non-finite values in the output")
+    inputs = [x, *weights]
+    calls = [_iree_call(vm_classical, inputs), _iree_call(vm_falcon, inputs)]
+    compile_s = {"classical": t_cc, "falcon": t_cf}
+    if jax:
+        call, compile_s["jax"] = _jax_compiled(block, inputs, log)
+        calls.append(call)
+    runs = list(RUN_LABELS)[:len(calls)]
+    outs, times = _time_all(calls, repeat)
+    del calls
+    y = dict(zip(runs, outs))
+    for name, ts in zip(runs, times):
+        log(f"{name + ':':10} " + ", ".join(fmt_s(t) for t in ts))
+    bad = [RUN_LABELS[n] for n in runs if not np.all(np.isfinite(y[n]))]
+    if bad:
+        raise RuntimeError("non-finite values in the output of " + ", ".join(bad))
     res = {
         "model": cfg.name, "config": {k: getattr(cfg, k) for k in (
             "hidden", "intermediate", "heads", "kv_heads", "head_dim", "tokens", "batch", "dtype")},
         "lcma": lcma, "flags": flags,
-        "compile_s": {"classical": t_cc, "falcon": t_cf},
-        "time_s": {"classical": statistics.median(times_c), "falcon": statistics.median(times_f)},
-        "times_s": {"classical": times_c, "falcon": times_f},
-        "rel_err_vs_classical": rel_err(y_f, y_c),
+        "compile_s": compile_s,
+        "time_s": {n: statistics.median(ts) for n, ts in zip(runs, times)},
+        "times_s": dict(zip(runs, times)),
+        "rel_err_vs_classical": rel_err(y["falcon"], y["classical"]),
         "report": report,
     }
+    if jax:
+        res["rel_err_vs_jax"] = {n: rel_err(y[n], y["jax"]) for n in ("classical", "falcon")}
     if reference:
         t0 = time.perf_counter()
         y64 = block.reference_f64(x, weights)
-        res["rel_err_vs_f64"] = {"classical": rel_err(y_c, y64), "falcon": rel_err(y_f, y64)}
+        res["rel_err_vs_f64"] = {n: rel_err(y[n], y64) for n in runs}
         log(f"float64 reference in {time.perf_counter() - t0:.1f} s")
     tc, tf = res["time_s"]["classical"], res["time_s"]["falcon"]
     rewritten = sum(1 for r in report if r.get("plan") not in (None, "classical"))
+    vs_jax = ""
+    if jax:
+        tj = res["time_s"]["jax"]
+        vs_jax = f", JAX/XLA {fmt_s(tj)} ({tj / tf:.2f}x)"
     res["summary"] = (f"{cfg.name} block{'' if cfg.dtype == 'float32' else f' ({cfg.dtype})'}, "
                       f"{cfg.tokens} tokens: falcon {fmt_s(tf)} vs classical {fmt_s(tc)} "
-                      f"({tc / tf:.2f}x), rel. error {res['rel_err_vs_classical']:.1e}, "
+                      f"({tc / tf:.2f}x){vs_jax}, rel. error {res['rel_err_vs_classical']:.1e}, "
                       f"{rewritten} of {len(report)} contractions rewritten")
     names = [n for n, _ in block.weight_specs()]
     return MainJob(res, [what_is(str(r.get("location", "")), text, names) for r in report])
 
 
 def result_lines(res: dict) -> List[str]:
-    """The lines printed after the table: errors, times and speed-up, compile times."""
-    tc, tf = res["time_s"]["classical"], res["time_s"]["falcon"]
+    """The lines printed after the table: errors between the outputs and
+    against float64, then one row per run (plain IREE, falcon, JAX/XLA when
+    measured): median, the timed calls, compile seconds and falcon's
+    speed-up over it (its median / falcon's median; > 1: falcon faster)."""
     lines = [f"relative error (max-norm) falcon vs classical: {res['rel_err_vs_classical']:.2e}"]
+    if "rel_err_vs_jax" in res:
+        e = res["rel_err_vs_jax"]
+        lines.append(f"relative error (max-norm) vs JAX/XLA: classical {e['classical']:.2e}, "
+                     f"falcon {e['falcon']:.2e}")
     if "rel_err_vs_f64" in res:
         e = res["rel_err_vs_f64"]
-        lines.append(f"relative error vs float64 numpy: classical {e['classical']:.2e}, "
-                     f"falcon {e['falcon']:.2e}")
-    lines.append(f"time (median of {len(res['times_s']['classical'])}): classical {fmt_s(tc)}, "
-                 f"falcon {fmt_s(tf)}, speed-up classical/falcon {tc / tf:.2f}x; compile classical "
-                 f"{res['compile_s']['classical']:.1f} s, falcon {res['compile_s']['falcon']:.1f} s")
+        lines.append("relative error vs float64 numpy: "
+                     + ", ".join(f"{n if n != 'jax' else 'JAX/XLA'} {v:.2e}" for n, v in e.items()))
+    runs = list(res["time_s"])
+    tf = res["time_s"]["falcon"]
+    rows = [["run", f"median of {len(res['times_s']['classical'])}", "calls", "compile",
+             "falcon speed-up (its median / falcon's)"]]
+    for n in runs:
+        t = res["time_s"][n]
+        rows.append([RUN_LABELS.get(n, n), fmt_s(t), ", ".join(fmt_s(v) for v in res["times_s"][n]),
+                     f"{res['compile_s'][n]:.1f} s", "-" if n == "falcon" else f"{t / tf:.2f}x"])
+    widths = [max(len(r[j]) for r in rows) for j in range(len(rows[0]))]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
     return lines

@@ -92,9 +92,12 @@ def test_iree_classical_matches_library(block, data):
     assert np.max(np.abs(y - ref)) / np.max(np.abs(ref)) < 1e-5
 
 
-def test_run_model_plain_iree(capsys):
-    """tools/run_model.py end to end at small sizes with the rewrite off."""
+def test_run_model_plain_iree(capsys, tmp_path):
+    """tools/run_model.py end to end at small sizes with the rewrite off: plain
+    IREE, falcon and the JAX/XLA peer side by side, JAX's output agreeing
+    with both IREE outputs and with float64 to f32 rounding."""
     import importlib.util
+    import json
 
     from repo_paths import ROOT
 
@@ -102,11 +105,26 @@ def test_run_model_plain_iree(capsys):
     spec = importlib.util.spec_from_file_location("run_model", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    rc = mod.main(["--small", "--tokens", "32", "--lcma", "none", "--repeat", "1"])
+    out_json = tmp_path / "res.json"
+    rc = mod.main(["--small", "--tokens", "32", "--lcma", "none", "--repeat", "2", "--json", str(out_json)])
     out = capsys.readouterr().out
     assert rc == 0, out
     assert "llama-small block, 32 tokens" in out
     assert "0 of " in out
+    assert "JAX/XLA" in out.splitlines()[-1]
+    rows = {ln.split("  ")[0]: ln for ln in out.splitlines()
+            if ln.startswith(("plain IREE ", "falcon ", "JAX/XLA (jax.jit) "))}
+    assert set(rows) == {"plain IREE", "falcon", "JAX/XLA (jax.jit)"}, out
+    res = json.loads(out_json.read_text())
+    assert set(res["time_s"]) == {"classical", "falcon", "jax"}
+    for name, ts in res["times_s"].items():
+        assert len(ts) == 2 and all(t > 0 for t in ts), name
+        assert res["compile_s"][name] > 0
+    tf = res["time_s"]["falcon"]
+    assert f"{res['time_s']['jax'] / tf:.2f}x" in rows["JAX/XLA (jax.jit)"]
+    assert f"{res['time_s']['classical'] / tf:.2f}x" in rows["plain IREE"]
+    assert res["rel_err_vs_jax"]["classical"] < 1e-5 and res["rel_err_vs_jax"]["falcon"] < 1e-5
+    assert res["rel_err_vs_f64"]["jax"] < 1e-5
 
 
 def test_main_job_bf16_projections_rewritten_with_error_stated():
@@ -138,3 +156,28 @@ def test_main_job_bf16_projections_rewritten_with_error_stated():
     table = io.StringIO()
     print_contractions(res["report"], job.layers, file=table)
     assert "bf16->bf16" in table.getvalue() and "sums f32" in table.getvalue()
+
+
+def test_result_lines_side_by_side():
+    """The printed rows: one per run measured, falcon's speed-up over each
+    other run as its median / falcon's median; without the JAX peer
+    (``--no-jax``) no JAX row or error line."""
+    from falcon_mlir.models.main_job import result_lines
+
+    res = {"rel_err_vs_classical": 1e-6, "compile_s": {"classical": 2.0, "falcon": 7.0, "jax": 3.0},
+           "time_s": {"classical": 2.4, "falcon": 1.6, "jax": 1.2},
+           "times_s": {"classical": [2.4, 2.5, 2.3], "falcon": [1.6, 1.7, 1.5], "jax": [1.2, 1.2, 1.3]},
+           "rel_err_vs_jax": {"classical": 2e-6, "falcon": 3e-6},
+           "rel_err_vs_f64": {"classical": 5e-6, "falcon": 6e-6, "jax": 4e-6}}
+    lines = result_lines(res)
+    rows = {ln.split("  ")[0]: ln.split() for ln in lines[-3:]}
+    assert lines[-4].split()[:4] == ["run", "median", "of", "3"]
+    assert rows["plain IREE"][-1] == "1.50x" and rows["JAX/XLA (jax.jit)"][-1] == "0.75x"
+    assert rows["falcon"][-1] == "-"
+    assert "vs JAX/XLA: classical 2.00e-06, falcon 3.00e-06" in lines[1]
+    assert lines[2].endswith("JAX/XLA 4.00e-06")
+    for key in ("compile_s", "time_s", "times_s", "rel_err_vs_f64"):
+        del res[key]["jax"]
+    del res["rel_err_vs_jax"]
+    lines = result_lines(res)
+    assert not any("JAX" in ln for ln in lines) and len(lines) == 5

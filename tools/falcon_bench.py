@@ -4,7 +4,7 @@
                  [--dtype f32|f16|bf16] [--acc same|f32]
                  [--candidates "classical,auto,scheme=strassen levels=1,..."]
                  [--flags best|default] [--iree-flag FLAG ...] [--const-weights]
-                 [--repeat 5] [--warmup 1] [--numpy] [--seed 0]
+                 [--repeat 5] [--warmup 1] [--no-peers] [--numpy] [--torch] [--seed 0]
                  [--csv out.csv] [--md out.md] [--plot out.png] [--append]
                  [--title TEXT] [--device local-task]
 
@@ -16,8 +16,19 @@ For every shape (M, N, K) it builds ``C = A @ B`` (A: M x K, B: K x N, C: M x N,
   every ratio is taken against it;
 * ``auto``: falcon's decision rule (``lcma="auto"``);
 * ``scheme=S levels=L ...``: any ``lcma-rewrite`` option string, as is;
-* ``numpy``: ``numpy.matmul`` (OpenBLAS) on the host arrays, as a peer (also
-  ``--numpy``).  For f16/bf16 the numpy peer multiplies the float32 upcast.
+* ``numpy``: ``numpy.matmul`` (OpenBLAS) on the host arrays, as a peer.
+  For f16/bf16 the numpy peer multiplies the float32 upcast.
+* ``torch``: ``torch.matmul`` on CPU tensors sharing the host arrays
+  (oneDNN/MKL), as a peer, in the inputs' own type (bf16, f16 with
+  ``--acc same``; with ``--acc f32`` the float32 upcast: torch has no f32
+  result for them on the CPU).
+
+On a CPU device (``local-task``, ``local-sync``) both peers are added by
+default (torch where it is installed; ``--no-peers`` leaves them out,
+``--numpy``/``--torch`` or the names in ``--candidates`` add one back). They
+run with their libraries' own thread counts (every core here), which the
+environment paragraph states with the OpenBLAS/OpenMP/MKL variables set or
+unset.
 * ``top``: per shape, the cost model's best plans (``--top N``, default 2,
   the choice's runners-up on the host profile, or the best ones when the
   choice is classical) as forced option strings, so falcon's choice is
@@ -25,9 +36,10 @@ For every shape (M, N, K) it builds ``C = A @ B`` (A: M x K, B: K x N, C: M x N,
 
 ``--quality`` adds the decision-quality table: per shape, the best measured
 candidate (IREE candidates only), falcon's choice (``auto``) against it and
-against classical, whether it is within 3% of the best; and the summary: the
-share of shapes within 3%, the worst slowdown of ``auto`` against classical
-and the geometric mean of classical / auto.
+against classical, whether it is within 3% of the best, and each peer's
+median / auto's; and the summary: the share of shapes within 3%, the worst
+slowdown of ``auto`` against classical and the geometric means of classical
+/ auto and of each peer / auto.
 
 Candidates are separated by commas (option strings hold spaces, not commas).
 
@@ -46,19 +58,23 @@ candidate's result is checked against a float64 numpy reference and against
 the classical result: relative error = max|C - R| / max|R| (max norm,
 dimensionless).  Timing: ``--warmup`` calls per candidate, then ``--repeat``
 rounds in which every IREE candidate is called once (round-robin, so drift of
-the shared machine spreads over all; the numpy peer is timed after them, as
-OpenBLAS's spinning threads would slow the next call); inputs are already on the device; each call
+the shared machine spreads over all; each peer is timed after them in a block
+of its own, as OpenBLAS's and OpenMP's spinning threads would slow the next
+call); inputs are already on the device; each call
 waits for the result and maps it to the host (``runner.Module`` semantics).
 
 Output, one row per (shape, candidate): median and min seconds, effective
 GFLOP/s = 2*M*N*K / median / 1e9 (counts classical flops, so a scheme that
 multiplies less can exceed the machine's peak), speedup vs classical =
-classical median / candidate median (> 1: faster), relative errors, compile
+classical median / candidate median (> 1: faster), auto speed-up = candidate
+median / auto's median (falcon auto against this row, the peers included;
+> 1: auto faster; ``-`` without an ``auto`` candidate), relative errors, compile
 seconds, the plan from falcon's report.  Written as CSV (``--csv``), markdown
 (``--md``, the exact command line at the top), and a PNG plot (``--plot``,
 matplotlib): effective GFLOP/s vs M per weight shape (K x N), one line per
 candidate.  ``--append`` adds to existing CSV/markdown files (the plot is
-redrawn from the whole CSV).  The markdown table is printed at the end.
+redrawn from the whole CSV; a CSV with other columns, written by an older
+falcon-bench, is refused).  The markdown table is printed at the end.
 
 Exit status: 0 all ran (individual compile/run failures are rows with a
 status); 2 bad arguments or an output that cannot be written (one line
@@ -69,13 +85,15 @@ The work is done by :mod:`falcon_mlir.bench`; this file is the command line.
 
 For a fair numpy peer, unset OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE in the
 benchmark's own command (``env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE
-falcon-bench ...``); the OpenBLAS core in use is printed and recorded.
+falcon-bench ...``); the OpenBLAS core and thread count in use are printed
+and recorded.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import importlib.util
 import os
 import sys
 import time
@@ -83,13 +101,15 @@ from typing import Optional, Sequence
 
 from falcon_mlir.bench import (BenchConfig, Shape, bench_shape, parse_candidates, parse_int_list,
                                parse_shapes, parse_workloads)
-from falcon_mlir.bench.measure import FLAG_SETS, openblas_core
-from falcon_mlir.bench.report import (command_line, decision_quality, environment_text, markdown_table,
-                                      plot, read_csv, rows_of, write_csv, write_md)
+from falcon_mlir.bench.measure import FLAG_SETS, PEERS, openblas_core
+from falcon_mlir.bench.report import (command_line, csv_mismatch, decision_quality, environment_text,
+                                      markdown_table, plot, read_csv, rows_of, write_csv, write_md)
 from falcon_mlir.cli import ArgumentParser, ToolError, run_tool
 from falcon_mlir.files import unwritable_reason
 
 PROG = "falcon-bench"
+#: IREE HAL drivers on the CPU: the peers are on by default there.
+CPU_DEVICES = ("local-task", "local-sync")
 
 
 def _log(msg: str) -> None:
@@ -112,13 +132,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", choices=["f32", "f16", "bf16"], default="f32", help="element type of A and B")
     p.add_argument("--acc", choices=["same", "f32"], default="same", help="element type of C (default: as A, B)")
     p.add_argument("--candidates", default="classical,auto,scheme=strassen levels=1",
-                   help="comma-separated: classical, auto, numpy, or lcma option strings")
+                   help="comma-separated: classical, auto, numpy, torch, top, or lcma option strings")
     p.add_argument("--flags", choices=sorted(FLAG_SETS), default="best", help="IREE CPU flag set")
     p.add_argument("--iree-flag", action="append", metavar="FLAG", help="extra iree-compile flag (repeatable)")
     p.add_argument("--const-weights", action="store_true", help="B as a module constant (dense_resource)")
     p.add_argument("--repeat", type=int, default=5, help="timed calls per candidate (median reported)")
     p.add_argument("--warmup", type=int, default=1, help="untimed calls per candidate first (>= 1)")
+    p.add_argument("--no-peers", dest="peers", action="store_false",
+                   help="leave out the CPU peers numpy and torch (on by default on a CPU device)")
     p.add_argument("--numpy", action="store_true", help="add numpy.matmul (OpenBLAS) as a peer")
+    p.add_argument("--torch", action="store_true", help="add torch.matmul (oneDNN/MKL, CPU) as a peer")
     p.add_argument("--top", type=int, default=2, help="with candidate 'top': how many model plans")
     p.add_argument("--quality", action="store_true",
                    help="add the decision-quality table (auto vs the best measured candidate)")
@@ -151,7 +174,14 @@ def _parse(argv) -> tuple:
         ms = _option("--m", parse_int_list, args.m)
         shapes = [Shape(M, N, K, label) for label, K, N in
                   _option("--workloads", parse_workloads, args.workloads, args.model) for M in ms]
-    cands = _option("--candidates", parse_candidates, args.candidates, args.numpy)
+    cpu = args.device in CPU_DEVICES
+    torch_peer = args.torch or (args.peers and cpu and importlib.util.find_spec("torch") is not None)
+    cands = _option("--candidates", parse_candidates, args.candidates, args.numpy or (args.peers and cpu),
+                    torch_peer)
+    if args.csv and args.append:
+        why = csv_mismatch(args.csv)
+        if why:
+            raise _usage(f"--csv {args.csv}: {why}")
     if args.plot and args.append and not args.csv:
         raise _usage("--plot with --append needs --csv (the plot is drawn from it)")
     for opt in ("csv", "md", "plot"):
@@ -177,6 +207,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 def _main(argv: list) -> int:
     args, shapes, cands = _parse(argv)
+    if args.peers and args.device in CPU_DEVICES and not any(c.kind == "torch" for c in cands):
+        _log("note: torch is not installed: no torch peer")
     if any(c.kind == "numpy" for c in cands) and os.environ.get("OPENBLAS_CORETYPE"):
         _log(f"note: OPENBLAS_CORETYPE={os.environ['OPENBLAS_CORETYPE']} is set; numpy may run a slower "
              "kernel (run with env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE)")
@@ -186,7 +218,7 @@ def _main(argv: list) -> int:
     cmd = command_line(PROG, argv)
     print(cmd, flush=True)
     t_start = time.perf_counter()
-    env_text = environment_text(config)
+    env_text = environment_text(config, [c.kind for c in cands if c.kind in PEERS])
     results = []
     try:
         for i, shape in enumerate(shapes):
@@ -207,7 +239,8 @@ def _main(argv: list) -> int:
             title = args.title or f"{args.dtype}, flags {args.flags}" + (", const weights" if args.const_weights else "")
             section = (f"## {title}\n\n```sh\n{cmd}\n```\n\n{env_text} Wall time of the run: {elapsed:.0f} s.\n\n"
                        "Times in seconds (median and min of the timed calls); effective GFLOP/s = 2MNK / median; "
-                       "vs classical = classical median / this median (> 1: faster); rel err = max-norm relative "
+                       "vs classical = classical median / this median (> 1: faster); auto speed-up = this "
+                       "median / auto's median (> 1: falcon auto faster); rel err = max-norm relative "
                        "error vs a float64 numpy product and vs IREE classical.\n\n" + table + "\n")
             write_md(args.md, section, args.append)
         if args.plot:

@@ -1,6 +1,6 @@
 """What falcon-bench compares: candidates (classical IREE, falcon's ``auto``,
-forced ``lcma-rewrite`` option strings, numpy, the cost model's ``top``
-plans) and the one-line plan text of falcon's report."""
+forced ``lcma-rewrite`` option strings, the CPU peers numpy and torch, the
+cost model's ``top`` plans) and the one-line plan text of falcon's report."""
 
 from __future__ import annotations
 
@@ -16,19 +16,23 @@ __all__ = ["Candidate", "parse_candidates", "expand_top", "plan_text"]
 class Candidate:
     """A way to compute the product: ``kind`` is ``iree`` (with ``lcma``, the
     option string handed to :func:`falcon_mlir.compile_str`; None: classical),
-    ``numpy`` or ``top`` (expanded per shape by :func:`expand_top`)."""
+    ``numpy`` or ``torch`` (the CPU peers: ``numpy.matmul`` on OpenBLAS,
+    ``torch.matmul`` on oneDNN/MKL) or ``top`` (expanded per shape by
+    :func:`expand_top`)."""
 
     name: str
     kind: str
     lcma: Optional[str] = None
 
 
-def parse_candidates(text: str, numpy_peer: bool = False) -> List[Candidate]:
+def parse_candidates(text: str, numpy_peer: bool = False, torch_peer: bool = False) -> List[Candidate]:
     """Comma-separated candidates -> list, ``classical`` first (added when
-    absent), ``numpy`` last with ``numpy_peer``; duplicates dropped.
+    absent), then ``numpy`` with ``numpy_peer`` and ``torch`` with
+    ``torch_peer`` last; duplicates dropped.
 
     Raises:
-        ValueError: an empty list, or an lcma option string falcon rejects.
+        ValueError: an empty list, an lcma option string falcon rejects, or
+            ``torch`` where torch is not installed.
     """
     from falcon_mlir.api import make_lcma_rewrite
 
@@ -37,7 +41,8 @@ def parse_candidates(text: str, numpy_peer: bool = False) -> List[Candidate]:
         raise ValueError("empty list")
     cands: List[Candidate] = []
     seen = set()
-    for name in ["classical"] + names + (["numpy"] if numpy_peer else []):
+    peers = (["numpy"] if numpy_peer else []) + (["torch"] if torch_peer else [])
+    for name in ["classical"] + names + peers:
         if name in seen:
             continue
         seen.add(name)
@@ -47,6 +52,12 @@ def parse_candidates(text: str, numpy_peer: bool = False) -> List[Candidate]:
             cands.append(Candidate("classical", "iree", None))
         elif name == "numpy":
             cands.append(Candidate("numpy", "numpy"))
+        elif name == "torch":
+            import importlib.util
+
+            if importlib.util.find_spec("torch") is None:
+                raise ValueError("torch is not installed (the torch peer needs it)")
+            cands.append(Candidate("torch", "torch"))
         elif name == "top":
             cands.append(Candidate("top", "top"))
         else:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import io
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
@@ -25,7 +25,8 @@ from falcon_mlir.dtypes import np_type
 from falcon_mlir.ir.matmul_text import matmul_mlir
 from falcon_mlir.runner import BEST_CPU_FLAGS
 
-__all__ = ["FLAG_SETS", "BenchConfig", "Result", "bench_shape", "attach_weight", "openblas_core"]
+__all__ = ["FLAG_SETS", "PEERS", "BenchConfig", "Result", "bench_shape", "attach_weight", "openblas_core",
+           "openblas_threads", "torch_info"]
 
 #: iree-compile flags per ``--flags`` choice (the target backend comes from
 #: ``compile_str(target_backends=["llvm-cpu"])``).
@@ -33,6 +34,9 @@ FLAG_SETS = {
     "default": ["--iree-llvmcpu-target-cpu=host"],
     "best": list(BEST_CPU_FLAGS),
 }
+#: The CPU libraries timed beside IREE (candidate kinds that are not IREE
+#: modules): numpy (OpenBLAS) and torch (oneDNN/MKL), in this order.
+PEERS = ("numpy", "torch")
 #: Name of the ``dense_resource`` blob that holds B with ``const_weights``.
 WEIGHT_BLOB = "falcon_bench_B"
 
@@ -47,6 +51,9 @@ class BenchConfig:
     timed rounds after ``warmup`` calls (the first call checks the result);
     ``seed`` of the inputs; ``device``: IREE HAL driver; ``top``: plans for
     the ``top`` candidate; ``blas_core``: the OpenBLAS kernel (for labels).
+    Peers (``numpy``, ``torch``) run with their libraries' own thread
+    counts (:func:`openblas_threads`, :func:`torch_info`; on this machine
+    every core, as IREE's ``local-task``).
     """
 
     dtype: str = "f32"
@@ -127,36 +134,105 @@ def attach_weight(text: str, b: np.ndarray, dtype: str) -> bytes:
         return buf.getvalue()
 
 
-def openblas_core() -> str:
-    """Name of the OpenBLAS kernel numpy runs (e.g. ``SkylakeX``), or ``?``."""
+def _openblas_libs() -> list:
+    """ctypes handles of the OpenBLAS libraries loaded in this process (numpy's)."""
     import ctypes
 
     np.ones(2) @ np.ones(2)
     try:
-        libs = sorted({ln.split()[-1] for ln in open("/proc/self/maps") if "openblas" in ln.lower()})
+        paths = sorted({ln.split()[-1] for ln in open("/proc/self/maps") if "openblas" in ln.lower()})
     except OSError:
-        return "?"
-    for path in libs:
+        return []
+    libs = []
+    for path in paths:
         try:
-            lib = ctypes.CDLL(path)
+            libs.append(ctypes.CDLL(path))
         except OSError:
             continue
-        for sym in ("scipy_openblas_get_corename64_", "openblas_get_corename64_",
-                    "scipy_openblas_get_corename", "openblas_get_corename"):
+    return libs
+
+
+def _openblas_call(names: Sequence[str], restype):
+    """The first of the OpenBLAS functions ``names`` found, called with no
+    arguments; None when none is found."""
+    for lib in _openblas_libs():
+        for sym in names:
             f = getattr(lib, sym, None)
             if f is not None:
-                f.restype = ctypes.c_char_p
-                return f().decode()
-    return "?"
+                f.restype = restype
+                return f()
+    return None
+
+
+def openblas_core() -> str:
+    """Name of the OpenBLAS kernel numpy runs (e.g. ``SkylakeX``), or ``?``."""
+    import ctypes
+
+    core = _openblas_call(("scipy_openblas_get_corename64_", "openblas_get_corename64_",
+                           "scipy_openblas_get_corename", "openblas_get_corename"), ctypes.c_char_p)
+    return core.decode() if core else "?"
+
+
+def openblas_threads() -> int:
+    """Threads numpy's OpenBLAS runs a GEMM on (0 when unknown)."""
+    import ctypes
+
+    n = _openblas_call(("scipy_openblas_get_num_threads64_", "openblas_get_num_threads64_",
+                        "scipy_openblas_get_num_threads", "openblas_get_num_threads"), ctypes.c_int)
+    return int(n or 0)
+
+
+def torch_info() -> Optional[dict]:
+    """``{"version", "threads", "mkldnn", "mkl"}`` of the installed torch (its
+    CPU GEMM: oneDNN, called mkldnn in torch, and MKL), or None when torch
+    is not installed. Imports torch."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        return None
+    import torch
+
+    return {"version": torch.__version__, "threads": torch.get_num_threads(),
+            "mkldnn": bool(torch.backends.mkldnn.is_available()), "mkl": bool(torch.backends.mkl.is_available())}
 
 
 def _numpy_runner(a, b, config: BenchConfig, r: Result) -> Callable:
-    r.plan = f"numpy.matmul (OpenBLAS {config.blas_core}" + (", f32 upcast)" if config.dtype != "f32" else ")")
+    r.plan = (f"numpy.matmul (OpenBLAS {config.blas_core}, {openblas_threads() or '?'} threads"
+              + (", f32 upcast)" if config.dtype != "f32" else ")"))
     r.compile_s = 0.0
     if config.dtype == "f32":
         return lambda: a @ b
     a32, b32 = a.astype(np.float32), b.astype(np.float32)
     return lambda: a32 @ b32
+
+
+def _torch_runner(a, b, config: BenchConfig, r: Result) -> Callable:
+    """``torch.matmul`` on CPU tensors sharing ``a``'s and ``b``'s memory, in
+    the inputs' own type when C has it (bf16 and f16 products with a bf16/f16
+    result, as IREE's); with ``acc=f32`` on bf16/f16 inputs torch has no f32
+    result (``out_dtype`` is CUDA only), so it multiplies the f32 upcast, as
+    the numpy peer does. Returns a call giving a numpy array (bf16 via
+    ml_dtypes). Raises ImportError without torch."""
+    import torch
+
+    info = torch_info()
+    lib = "oneDNN" if info["mkldnn"] else "ATen"
+    lib += "/MKL" if info["mkl"] else ""
+    r.compile_s = 0.0
+    native = config.dtype == "f32" or config.acc == "same"
+    r.plan = (f"torch.matmul ({lib}, torch {info['version']}, {info['threads']} threads"
+              + (")" if config.dtype == "f32" else f", {config.dtype})" if native else ", f32 upcast)"))
+    if not native:
+        a, b = a.astype(np.float32), b.astype(np.float32)
+    if a.dtype == np_type("bf16"):
+        ta = torch.from_numpy(np.ascontiguousarray(a).view(np.uint16)).view(torch.bfloat16)
+        tb = torch.from_numpy(np.ascontiguousarray(b).view(np.uint16)).view(torch.bfloat16)
+        return lambda: torch.matmul(ta, tb).view(torch.int16).numpy().view(a.dtype)
+    ta, tb = torch.from_numpy(np.ascontiguousarray(a)), torch.from_numpy(np.ascontiguousarray(b))
+    return lambda: torch.matmul(ta, tb).numpy()
+
+
+_PEER_RUNNERS = {"numpy": _numpy_runner, "torch": _torch_runner}
 
 
 def _iree_runner(source, a, b, c: Candidate, config: BenchConfig, r: Result,
@@ -212,10 +288,10 @@ def bench_shape(shape: Shape, cands: List[Candidate], config: BenchConfig,
 
     Inputs are random normal (seeded by ``config.seed`` and the shape). IREE
     candidates are timed round-robin (drift of a shared machine spreads over
-    all); the numpy peer after them in a block of its own, since OpenBLAS
-    threads keep spinning for a while after a call and would slow whichever
-    IREE call came next. A candidate that fails to compile, load or run is a
-    result with that ``status`` and no times.
+    all); each peer (numpy, torch) after them in a block of its own, since
+    OpenBLAS's and OpenMP's threads keep spinning for a while after a call
+    and would slow whichever call came next. A candidate that fails to
+    compile, load or run is a result with that ``status`` and no times.
     """
     log = log or (lambda msg: None)
     rng = np.random.default_rng([config.seed, shape.M, shape.N, shape.K])
@@ -232,15 +308,18 @@ def bench_shape(shape: Shape, cands: List[Candidate], config: BenchConfig,
     results = [Result(shape, c) for c in cands]
     runners: Dict[int, Callable] = {}  # index -> zero-arg callable returning a host array
     for i, (c, r) in enumerate(zip(cands, results)):
-        run = _numpy_runner(a, b, config, r) if c.kind == "numpy" else _iree_runner(source, a, b, c, config, r, log)
+        if c.kind in _PEER_RUNNERS:
+            run = _PEER_RUNNERS[c.kind](a, b, config, r)
+        else:
+            run = _iree_runner(source, a, b, c, config, r, log)
         if run is not None:
             runners[i] = run
     _check(runners, results, ref)
     del ref
 
-    iree = {i: run for i, run in runners.items() if cands[i].kind == "iree"}
-    peers = {i: run for i, run in runners.items() if cands[i].kind != "iree"}
-    for block in (iree, peers):
+    blocks = [{i: run for i, run in runners.items() if cands[i].kind == "iree"}]
+    blocks += [{i: run} for i, run in runners.items() if cands[i].kind != "iree"]
+    for block in blocks:
         for _ in range(max(config.warmup - 1, 0)):
             for run in block.values():
                 run()

@@ -1,6 +1,7 @@
 """falcon-bench's outputs: result rows, the markdown table, CSV and markdown
 files (written atomically), the environment paragraph, the decision-quality
-table and the throughput plot."""
+table and the throughput plot. Every table carries the CPU peers (numpy,
+torch) that were measured, with falcon ``auto``'s speed-up over each."""
 
 from __future__ import annotations
 
@@ -16,16 +17,16 @@ from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
 
-from falcon_mlir.bench.measure import BenchConfig, Result
+from falcon_mlir.bench.measure import PEERS, BenchConfig, Result, openblas_threads, torch_info
 from falcon_mlir.files import write_atomic
 
 __all__ = ["COLUMNS", "MD_COLUMNS", "rows_of", "markdown_table", "command_line", "environment_text",
-           "write_csv", "read_csv", "write_md", "decision_quality", "plot"]
+           "csv_mismatch", "write_csv", "read_csv", "write_md", "decision_quality", "plot"]
 
 #: Output columns (CSV header and markdown table), with units in the names.
 COLUMNS = [
     "label", "M", "N", "K", "dtype", "flags", "const_weights", "candidate", "plan",
-    "compile_s", "median_s", "min_s", "gflops", "speedup_vs_classical",
+    "compile_s", "median_s", "min_s", "gflops", "speedup_vs_classical", "auto_speedup",
     "rel_err_f64", "rel_err_vs_classical", "status",
 ]
 
@@ -33,7 +34,8 @@ COLUMNS = [
 MD_COLUMNS = [
     ("shape MxNxK", None), ("weights", "label"), ("candidate", "candidate"), ("plan", "plan"),
     ("median s", "median_s"), ("min s", "min_s"), ("eff. GFLOP/s", "gflops"),
-    ("vs classical", "speedup_vs_classical"), ("rel err (f64)", "rel_err_f64"),
+    ("vs classical", "speedup_vs_classical"), ("auto speed-up", "auto_speedup"),
+    ("rel err (f64)", "rel_err_f64"),
     ("rel err vs classical", "rel_err_vs_classical"), ("compile s", "compile_s"),
     ("status", "status"),
 ]
@@ -42,7 +44,10 @@ MD_COLUMNS = [
 def rows_of(results: List[Result], config: BenchConfig) -> List[dict]:
     """Rows (dicts keyed by :data:`COLUMNS`): median and min seconds,
     effective GFLOP/s = 2MNK / median / 1e9, speedup = classical median /
-    this median (NaN where nothing was timed)."""
+    this median, auto_speedup = this median / the ``auto`` candidate's
+    median (falcon auto's speed-up over this row, > 1: auto faster; the peers
+    numpy and torch are compared with auto this way) (NaN where nothing was
+    timed or auto was not run)."""
     rows = []
     by_shape: Dict[tuple, List[Result]] = {}
     for r in results:
@@ -50,6 +55,8 @@ def rows_of(results: List[Result], config: BenchConfig) -> List[dict]:
     for group in by_shape.values():
         cls = next((r for r in group if r.cand.name == "classical" and r.times), None)
         t_cls = statistics.median(cls.times) if cls else float("nan")
+        auto = next((r for r in group if r.cand.name == "auto" and r.times), None)
+        t_auto = statistics.median(auto.times) if auto else float("nan")
         for r in group:
             med = statistics.median(r.times) if r.times else float("nan")
             mn = min(r.times) if r.times else float("nan")
@@ -61,6 +68,7 @@ def rows_of(results: List[Result], config: BenchConfig) -> List[dict]:
                 "compile_s": r.compile_s, "median_s": med, "min_s": mn,
                 "gflops": r.shape.flops / med / 1e9 if r.times else float("nan"),
                 "speedup_vs_classical": t_cls / med if r.times else float("nan"),
+                "auto_speedup": med / t_auto if r.times else float("nan"),
                 "rel_err_f64": r.rel_err_f64, "rel_err_vs_classical": r.rel_err_cls,
                 "status": r.status,
             })
@@ -77,7 +85,7 @@ def _fmt(key: str, v) -> str:
             return f"{v:.4f}" if v < 1 else f"{v:.3f}"
         if key == "gflops":
             return f"{v:.1f}"
-        if key == "speedup_vs_classical":
+        if key in ("speedup_vs_classical", "auto_speedup"):
             return f"{v:.3f}x"
         if key == "compile_s":
             return f"{v:.1f}"
@@ -108,8 +116,24 @@ def command_line(prog: str, argv: Sequence[str]) -> str:
     return prefix + " ".join(shlex.quote(a) for a in [prog, *argv])
 
 
-def environment_text(config: BenchConfig) -> str:
-    """One paragraph on the machine and software the numbers come from."""
+#: Environment variables that change OpenBLAS's kernel or thread count (or
+#: torch's OpenMP/MKL threads); the environment paragraph says which were set.
+THREAD_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
+               "MKL_NUM_THREADS")
+
+
+def _env_vars_text() -> str:
+    set_ = [f"{v}={os.environ[v]}" for v in THREAD_VARS if v in os.environ]
+    unset = [v for v in THREAD_VARS if v not in os.environ]
+    parts = ([", ".join(unset) + " unset"] if unset else []) + ([", ".join(set_) + " set"] if set_ else [])
+    return "; ".join(parts)
+
+
+def environment_text(config: BenchConfig, peers: Sequence[str] = ()) -> str:
+    """One paragraph on the machine and software the numbers come from: CPU,
+    cores, load average, versions, IREE flags, and for each CPU peer in
+    ``peers`` (``numpy``, ``torch``) its library and thread count, with the
+    OpenBLAS/OpenMP/MKL variables that were set or unset."""
     try:
         from importlib.metadata import version
 
@@ -129,11 +153,36 @@ def environment_text(config: BenchConfig) -> str:
         load = ", load average at start " + " ".join(f"{x:.2f}" for x in os.getloadavg())
     except OSError:
         pass
+    peer_text = ""
+    if "numpy" in peers:
+        peer_text += f"; numpy peer: OpenBLAS {openblas_threads() or '?'} threads"
+    if "torch" in peers:
+        info = torch_info()
+        if info:
+            peer_text += (f"; torch peer: torch {info['version']} (oneDNN {'yes' if info['mkldnn'] else 'no'}, "
+                          f"MKL {'yes' if info['mkl'] else 'no'}), {info['threads']} threads")
+    if peers:
+        peer_text += f" ({_env_vars_text()})"
     return (f"{cpu}, {os.cpu_count()} cores{load}; Python {platform.python_version()}, "
-            f"iree-base-compiler {iree_v}, numpy {np.__version__} (OpenBLAS core {config.blas_core}); "
+            f"iree-base-compiler {iree_v}, numpy {np.__version__} (OpenBLAS core {config.blas_core}){peer_text}; "
             f"IREE flags ({config.flags}): `{' '.join(config.compile_flags())}`; "
             f"device {config.device}; B {'a module constant (dense_resource)' if config.const_weights else 'a function argument'}; "
             f"repeat {config.repeat}, warmup {config.warmup}, seed {config.seed}.")
+
+
+def csv_mismatch(path: str) -> str:
+    """Why rows cannot be appended to the CSV at ``path`` (its header is not
+    :data:`COLUMNS`: written by an older falcon-bench), or ``""`` (it matches,
+    or the file is missing or empty)."""
+    if not os.path.exists(path) or os.path.getsize(path) == 0:
+        return ""
+    with open(path, newline="", encoding="utf-8") as f:
+        header = next(csv.reader(f), [])
+    if header == COLUMNS:
+        return ""
+    missing = [c for c in COLUMNS if c not in header]
+    return ("its columns differ from this falcon-bench's (written by an older one"
+            + (f"; missing {', '.join(missing)}" if missing else "") + "): write a new file")
 
 
 def _existing(path: str, append: bool) -> bytes:
@@ -215,7 +264,7 @@ def _quality_row(group: List[dict], M: int, N: int, K: int):
     or None when auto or classical was not timed. The same plan under another
     name (a forced candidate equal to auto's choice, or its "pad" twin on a
     shape that needs no padding) is the same code: its best time counts for auto."""
-    timed = [r for r in group if r["candidate"] != "numpy"
+    timed = [r for r in group if r["candidate"] not in PEERS
              and isinstance(r["median_s"], float) and r["median_s"] == r["median_s"]]
     auto = next((r for r in timed if r["candidate"] == "auto"), None)
     cls = next((r for r in timed if r["candidate"] == "classical"), None)
@@ -231,24 +280,40 @@ def _quality_row(group: List[dict], M: int, N: int, K: int):
     return auto, min(timed, key=lambda r: r["median_s"]), cls
 
 
+def _peer_medians(group: List[dict]) -> Dict[str, float]:
+    """Peer name -> its median (seconds) in one shape's rows, timed peers only."""
+    out = {}
+    for r in group:
+        if r["candidate"] in PEERS and r["median_s"] == r["median_s"]:
+            out[r["candidate"]] = r["median_s"]
+    return out
+
+
 def decision_quality(rows: List[dict], tolerance: float = 0.03) -> Tuple[str, dict]:
     """Decision quality from measured rows: a markdown table and a summary dict.
 
     Per shape: the best measured IREE candidate (lowest median), ``auto``'s
-    median, ``best / auto`` and ``classical / auto``. Summary: ``shapes``,
-    ``within`` (share of shapes where auto is within ``tolerance`` of the best,
-    i.e. best/auto >= 1 - tolerance; when auto keeps a shape classical its
-    module is classical's, so its time is classical's), ``worst_vs_classical``
-    (lowest classical/auto), ``geomean_vs_classical``.
+    median, ``best / auto`` and ``classical / auto``, and for each CPU peer
+    measured (numpy, torch) ``peer / auto`` (its median / auto's: auto's
+    speed-up over it, > 1: auto faster). Summary: ``shapes``, ``within``
+    (share of shapes where auto is within ``tolerance`` of the best, i.e.
+    best/auto >= 1 - tolerance; when auto keeps a shape classical its module
+    is classical's, so its time is classical's), ``worst_vs_classical``
+    (lowest classical/auto), ``geomean_vs_classical``, and per peer
+    ``geomean_vs_<peer>`` (geometric mean of peer/auto over the shapes it was
+    timed on).
     """
     by_shape: Dict[tuple, List[dict]] = {}
     for r in rows:
         r = dict(r, median_s=_num(r["median_s"]))
         by_shape.setdefault((r["label"], int(r["M"]), int(r["N"]), int(r["K"])), []).append(r)
+    peers = [p for p in PEERS if any(r["candidate"] == p for r in rows)]
     lines = ["| shape MxNxK | weights | auto's plan | best measured | best / auto | "
-             "classical / auto | within 3% |", "|---|---|---|---|---|---|---|"]
+             "classical / auto | within 3% |" + "".join(f" {p} / auto |" for p in peers),
+             "|---|---|---|---|---|---|---|" + "---|" * len(peers)]
     ok = total = 0
     worst, logs = float("inf"), []
+    peer_logs: Dict[str, list] = {p: [] for p in peers}
     for (label, M, N, K), group in by_shape.items():
         found = _quality_row(group, M, N, K)
         if found is None:
@@ -262,18 +327,30 @@ def decision_quality(rows: List[dict], tolerance: float = 0.03) -> Tuple[str, di
         worst = min(worst, vs)
         logs.append(math.log(vs))
         best_name = best["candidate"] if best["candidate"] in ("classical", "auto") else best["plan"]
+        cells = []
+        pm = _peer_medians(group)
+        for p in peers:
+            if p in pm:
+                peer_logs[p].append(math.log(pm[p] / auto["median_s"]))
+                cells.append(f" {pm[p] / auto['median_s']:.3f} |")
+            else:
+                cells.append(" - |")
         lines.append(f"| {M}x{N}x{K} | {label} | {auto['plan']} | {best_name} | {q:.3f} | "
-                     f"{vs:.3f} | {'yes' if good else 'NO'} |")
+                     f"{vs:.3f} | {'yes' if good else 'NO'} |" + "".join(cells))
     summary = {"shapes": total, "within": ok / total if total else float("nan"),
                "worst_vs_classical": worst if total else float("nan"),
                "geomean_vs_classical": math.exp(sum(logs) / len(logs)) if logs else float("nan")}
+    for p, pl in peer_logs.items():
+        summary[f"geomean_vs_{p}"] = math.exp(sum(pl) / len(pl)) if pl else float("nan")
     if total:
         lines.append("")
+        peer_text = "".join(f"; geometric mean {p}/auto {summary[f'geomean_vs_{p}']:.3f}"
+                            for p in peers if peer_logs[p])
         lines.append(f"Decision quality: auto within {tolerance:.0%} of the best measured candidate "
                      f"on {ok} of {total} shapes ({summary['within']:.0%}); worst classical/auto "
                      f"{summary['worst_vs_classical']:.3f} (a slowdown of "
                      f"{max(0.0, 1 - summary['worst_vs_classical']):.1%}); geometric mean "
-                     f"classical/auto {summary['geomean_vs_classical']:.3f}.")
+                     f"classical/auto {summary['geomean_vs_classical']:.3f}{peer_text}.")
     return "\n".join(lines), summary
 
 

@@ -1,9 +1,11 @@
-"""falcon-bench on tiny shapes: columns, errors, ratios vs classical, bad arguments,
-and the workloads file behind --workloads (falcon_mlir.bench.shapes)."""
+"""falcon-bench on tiny shapes: columns, errors, ratios vs classical and vs
+auto, the CPU peers (numpy, torch), bad arguments, and the workloads file
+behind --workloads (falcon_mlir.bench.shapes)."""
 
 from __future__ import annotations
 
 import csv
+import importlib.util
 import math
 
 import pytest
@@ -22,10 +24,14 @@ def _run(tmp_path, *extra):
     return argv, rows, out_md.read_text()
 
 
+HAVE_TORCH = importlib.util.find_spec("torch") is not None
+PEERS = ["numpy"] + (["torch"] if HAVE_TORCH else [])
+
+
 def test_bench_tiny(tmp_path, capsys):
     argv, rows, md = _run(tmp_path, "--numpy")
     assert list(rows[0].keys()) == report.COLUMNS
-    assert [r["candidate"] for r in rows] == ["classical", "scheme=strassen levels=1", "numpy"]
+    assert [r["candidate"] for r in rows] == ["classical", "scheme=strassen levels=1", *PEERS]
     for r in rows:
         assert r["status"] == "ok"
         assert (r["M"], r["N"], r["K"]) == ("64", "48", "80")
@@ -45,13 +51,84 @@ def test_bench_tiny(tmp_path, capsys):
     assert "falcon-bench --shapes 64x48x80" in md.split("```")[1]
     header = "| " + " | ".join(h for h, _ in report.MD_COLUMNS) + " |"
     assert header in md
-    assert md.count("| 64x48x80 |") == 3
+    assert md.count("| 64x48x80 |") == 2 + len(PEERS)
     printed = capsys.readouterr().out
     assert header in printed
+    # no auto candidate: no auto speed-up
+    assert all(r["auto_speedup"] == "nan" for r in rows)
+    # the environment paragraph names the peers' threads and the OpenBLAS variables
+    assert "numpy peer: OpenBLAS" in md and "OPENBLAS_NUM_THREADS" in md
+    if HAVE_TORCH:
+        assert "torch peer: torch" in md and rows[-1]["plan"].startswith("torch.matmul (")
+
+
+def test_bench_peers_vs_auto(tmp_path):
+    """The default peers on the CPU (numpy, and torch where installed) as rows
+    with positive times and errors at f32's scale, and every row's auto
+    speed-up (its median / auto's) in the CSV and in the quality table."""
+    argv, rows, md = _run(tmp_path, "--candidates", "classical,auto", "--quality")
+    assert [r["candidate"] for r in rows] == ["classical", "auto", *PEERS]
+    auto = float(rows[1]["median_s"])
+    for r in rows:
+        assert r["status"] == "ok", r
+        med = float(r["median_s"])
+        assert med > 0 and float(r["gflops"]) > 0
+        assert float(r["rel_err_f64"]) < 1e-5
+        assert math.isclose(float(r["auto_speedup"]), med / auto, rel_tol=1e-4)
+    assert float(rows[1]["auto_speedup"]) == 1.0
+    quality = md.split("| shape MxNxK | weights | auto's plan |")[1]
+    assert all(f" {p} / auto |" in quality.splitlines()[0] for p in PEERS)
+    assert all(f"geometric mean {p}/auto " in md for p in PEERS)
+
+
+def test_bench_no_peers(tmp_path):
+    _, rows, md = _run(tmp_path, "--no-peers")
+    assert [r["candidate"] for r in rows] == ["classical", "scheme=strassen levels=1"]
+    assert "numpy peer" not in md
+
+
+@pytest.mark.skipif(not HAVE_TORCH, reason="torch is not installed")
+def test_bench_torch_bf16(tmp_path):
+    """bf16 inputs and result: torch multiplies in bf16 (oneDNN), numpy the
+    f32 upcast; both at bf16's error scale against float64."""
+    _, rows, _ = _run(tmp_path, "--dtype", "bf16", "--candidates", "classical")
+    by = {r["candidate"]: r for r in rows}
+    assert set(by) == {"classical", "numpy", "torch"}
+    assert by["torch"]["plan"].endswith(", bf16)") and "f32 upcast" in by["numpy"]["plan"]
+    for r in rows:
+        assert r["status"] == "ok" and float(r["median_s"]) > 0
+        assert float(r["rel_err_f64"]) < 1e-2
+    assert float(by["torch"]["rel_err_f64"]) > 1e-4  # rounded to bf16, as IREE's result
+
+
+def test_bench_append_refuses_other_columns(tmp_path, capsys):
+    old = tmp_path / "old.csv"
+    old.write_text(",".join(c for c in report.COLUMNS if c != "auto_speedup") + "\n")
+    argv = ["--shapes", "64x48x80", "--csv", str(old), "--append"]
+    assert falcon_bench.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "auto_speedup" in err, err
+
+
+def test_quality_peer_columns():
+    """decision_quality: peers are not candidates for "best measured"; their
+    median / auto's per shape and geometric mean."""
+    def row(M, cand, med, plan="classical"):
+        return {"label": "w", "M": M, "N": 8, "K": 8, "candidate": cand, "plan": plan, "median_s": med}
+
+    rows = [row(4, "classical", 2.0), row(4, "auto", 1.0, "strassen x1"), row(4, "numpy", 0.5),
+            row(4, "torch", 4.0), row(8, "classical", 2.0), row(8, "auto", 1.0, "strassen x1"),
+            row(8, "numpy", 2.0)]
+    table, summary = report.decision_quality(rows)
+    head, _, r4, r8 = table.splitlines()[:4]
+    assert head.endswith("| numpy / auto | torch / auto |")
+    assert r4.endswith("| yes | 0.500 | 4.000 |") and r8.endswith("| yes | 2.000 | - |")
+    assert summary["geomean_vs_numpy"] == pytest.approx(1.0)
+    assert summary["geomean_vs_torch"] == pytest.approx(4.0)
 
 
 def test_bench_const_weights(tmp_path):
-    _, rows, _ = _run(tmp_path, "--const-weights", "--flags", "default")
+    _, rows, _ = _run(tmp_path, "--const-weights", "--flags", "default", "--no-peers")
     assert [r["const_weights"] for r in rows] == ["1", "1"]
     for r in rows:
         assert r["status"] == "ok"

@@ -215,7 +215,8 @@ class MainJob:
     layers: List[str] = field(default_factory=list)
 
 
-def _export(small: bool, tokens: int, seed: int, log: Callable, dtype: str = "float32"):
+def _export(small: bool, tokens: int, log: Callable, dtype: str = "float32"):
+    """``(config, block, StableHLO text)`` of the block at these sizes."""
     import dataclasses
 
     from falcon_mlir.models.llama_block import LLAMA3_8B, SMALL, LlamaBlock, library_versions
@@ -228,6 +229,12 @@ def _export(small: bool, tokens: int, seed: int, log: Callable, dtype: str = "fl
     log(f"exported {cfg.name} block ({len(text.splitlines())} lines of StableHLO, "
         f"{sum(int(np.prod(s)) for _, s in block.weight_specs()) / 1e6:.0f} M weights as arguments) "
         f"in {time.perf_counter() - t0:.1f} s; {library_versions()}")
+    return cfg, block, text
+
+
+def _random_data(block, seed: int, dtype: str, log: Callable) -> tuple:
+    """``(x, weights)``: the block's random input (``seed``) and weights
+    (``seed + 1``) in ``dtype``; the same arrays on every call."""
     t0 = time.perf_counter()
     x = block.random_inputs(seed)
     weights = block.random_weights(seed + 1)
@@ -237,7 +244,7 @@ def _export(small: bool, tokens: int, seed: int, log: Callable, dtype: str = "fl
         t = np_type({"bfloat16": "bf16", "float16": "f16"}[dtype])
         x, weights = x.astype(t), [w.astype(t) for w in weights]
     log(f"random inputs and weights ({dtype}) in {time.perf_counter() - t0:.1f} s")
-    return cfg, block, text, x, weights
+    return x, weights
 
 
 def _iree_call(vmfb: bytes, inputs: list) -> Callable[[], np.ndarray]:
@@ -317,7 +324,7 @@ def run_main_job(*, tokens: int = 1024, lcma: Optional[str] = "auto", repeat: in
     spec = (lcma or "").strip()
     spec = None if spec.lower() in ("none", "off", "") else spec
     flags = list(BASE_FLAGS) + (list(DATA_TILING_FLAGS) if data_tiling else []) + list(iree_flags)
-    cfg, block, text, x, weights = _export(small, tokens, seed, log, dtype)
+    cfg, block, text = _export(small, tokens, log, dtype)
 
     t0 = time.perf_counter()
     vm_classical = compile_classical(text, flags)
@@ -333,13 +340,18 @@ def run_main_job(*, tokens: int = 1024, lcma: Optional[str] = "auto", repeat: in
             ("block.mlir", text.encode()), ("classical.vmfb", vm_classical), ("falcon.vmfb", vm_falcon),
             ("report.json", json.dumps(report, indent=1).encode()))])
 
+    x, weights = _random_data(block, seed, dtype, log)
     inputs = [x, *weights]
+    del x, weights
     calls = [_iree_call(vm_classical, inputs), _iree_call(vm_falcon, inputs)]
     compile_s = {"classical": t_cc, "falcon": t_cf}
     if jax:
         jax_call, compile_s["jax"] = _jax_compiled(block, inputs, log)
         calls.append(jax_call)
         del jax_call
+    # Each runtime holds its own copy now (IREE's and JAX's placement copy);
+    # the host arrays (0.87 GB at full size) go, the reference makes them again.
+    del inputs
     runs = list(RUN_LABELS)[:len(calls)]
     outs, times = _time_all(calls, repeat)
     del calls  # the modules and JAX's copy of the arguments, before the float64 reference
@@ -363,7 +375,9 @@ def run_main_job(*, tokens: int = 1024, lcma: Optional[str] = "auto", repeat: in
         res["rel_err_vs_jax"] = {n: rel_err(y[n], y["jax"]) for n in ("classical", "falcon")}
     if reference:
         t0 = time.perf_counter()
+        x, weights = _random_data(block, seed, dtype, log)
         y64 = block.reference_f64(x, weights)
+        del x, weights
         res["rel_err_vs_f64"] = {n: rel_err(y[n], y64) for n in runs}
         log(f"float64 reference in {time.perf_counter() - t0:.1f} s")
     tc, tf = res["time_s"]["classical"], res["time_s"]["falcon"]

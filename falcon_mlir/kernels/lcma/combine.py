@@ -17,6 +17,7 @@ from typing import Sequence
 import numpy as np
 
 from ..spec import DTYPE_BYTES, DictFields
+from .scale import operand_shifts
 from .spec import PlanSpec, _cdiv, plan_geometry, resolve_scheme
 
 #: f32 values per thread the live input tiles (or accumulators) of one output group may hold.
@@ -80,6 +81,12 @@ class CombineSpec:
     ``direction = "merge"`` (combine C): the inputs are the planes, the
     outputs the blocks (``t`` = block ``(t // grid_c, t % grid_c)``), stored
     only inside the matrix.
+
+    ``scale`` (a scaled plan, :mod:`.scale`): for a split, ``(s,)``: the kernel
+    also reads the input's absmax partials and stores every output times
+    ``2^-(e + s)``; for a merge, ``(s_A, s_B)``: it reads A's and B's partials
+    and stores every output times ``2^(e_A + s_A) 2^(e_B + s_B)``. Empty: no
+    scaling.
     """
 
     role: str
@@ -93,6 +100,7 @@ class CombineSpec:
     block_c: int
     in_dtype: str
     out_dtype: str
+    scale: tuple = ()
 
     @property
     def planes(self) -> int:
@@ -218,12 +226,14 @@ def combine_specs(spec: PlanSpec, scheme=None) -> dict:
     """The three :class:`CombineSpec` of a plan, by role ``"a"``, ``"b"``, ``"c"``."""
     s = scheme if scheme is not None else resolve_scheme(spec.scheme)
     g = plan_geometry(spec, s)
+    sa, sb = operand_shifts(s, g.bk) if spec.scaled else (None, None)
+    ops = spec.operand_dtype
     return {
         "a": CombineSpec("a", "split", split_coeffs(s.U), spec.M, spec.K, g.m, g.k, g.bm, g.bk, spec.dtype,
-                         spec.dtype),
+                         ops, (sa,) if spec.scaled else ()),
         "b": CombineSpec("b", "split", split_coeffs(s.V), spec.K, spec.N, g.k, g.n, g.bk, g.bn, spec.dtype,
-                         spec.dtype),
+                         ops, (sb,) if spec.scaled else ()),
         "c": CombineSpec("c", "merge", merge_coeffs(s.W), spec.M, spec.N, g.m, g.n, g.bm, g.bn,
-                         spec.product_dtype, spec.out_dtype),
+                         spec.product_dtype, spec.out_dtype, (sa, sb) if spec.scaled else ()),
     }
 

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Dict, Optional, Sequence, Tuple
 
+from .numerics import KERNEL_OPERAND_TYPES
 from .profile import ELEMENT_BYTES, Profile
 
 #: Most products (R_1 * ... * R_L) one contraction may be rewritten into:
@@ -484,13 +485,18 @@ class CostModel:
         """Kernel form (:mod:`falcon_mlir.kernels.lcma`): four dispatches on blocks
         rounded up to the scheme's format (the kernels pad inside): combine A reads
         A once and writes the R combined operands, likewise B; the R products as
-        one batched GEMM in the input type; combine C reads each product once and
-        writes C. The combines stream at the profile's bandwidth times its
-        ``kernel_combine`` factor; B is combined at run time even when constant."""
+        one batched GEMM in the operand type (the input type; f16 for bf16 inputs,
+        :data:`~falcon_mlir.decision.numerics.KERNEL_OPERAND_TYPES`, 2 bytes either
+        way); combine C reads each product once and writes C. The combines stream
+        at the profile's bandwidth times its ``kernel_combine`` factor; B is
+        combined at run time even when constant. Scaled operands (bf16) add two
+        absmax dispatches that read A and B once more."""
         B, R = pb.batch, st.R
         Mb, Nb, Kb = -(-pb.M // st.m), -(-pb.N // st.n), -(-pb.K // st.k)
         ba, bb, bc = _eb(pb.lhs), _eb(pb.rhs), _eb(pb.acc)
         eff = self.p.form_efficiency("kernel")
+        if pb.lhs in KERNEL_OPERAND_TYPES:
+            self.stream(B * (pb.M * pb.K * ba + pb.K * pb.N * bb), est, "absmax", eff, dispatches=2)
         self.stream(B * (pb.M * pb.K * ba + R * Mb * Kb * ba), est, "combine_a", eff)
         self.stream(B * (pb.K * pb.N * bb + R * Kb * Nb * bb), est, "combine_b", eff)
         self.gemm(Mb, Nb, Kb, B * R, pb.lhs, pb.lhs, est, "products",

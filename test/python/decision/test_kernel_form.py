@@ -9,7 +9,8 @@ from falcon_mlir import decision
 from falcon_mlir.decision import numerics
 
 #: Measured on the H200 (docs/kernels.md; max-norm relative error vs float64,
-#: random normal inputs): (schemes, K, in, out, products, measured error).
+#: random normal inputs): (schemes, K, in, out, products, measured error), the
+#: 16-bit plans with combined operands in the input type (before scaled f16).
 MEASURED = [
     ([], 16384, "bf16", "bf16", "bf16", 3.0e-3),
     (["strassen"], 16384, "bf16", "bf16", "bf16", 8.9e-3),
@@ -29,16 +30,26 @@ MEASURED = [
 
 @pytest.mark.parametrize("schemes, K, lhs, out, products, measured", MEASURED)
 def test_kernel_error_model_bounds_the_measurements(schemes, K, lhs, out, products, measured):
-    pred = numerics.kernel_plan_error(schemes, K, lhs, out, products)
+    pred = numerics.kernel_plan_error(schemes, K, lhs, out, products, operands=lhs)
     assert measured <= pred <= 3 * measured
 
 
-def test_narrow_budget_admits_one_strassen_level_not_two():
+def test_narrow_budget_admits_two_scaled_strassen_levels_not_two_bf16_ones():
     b = numerics.kernel_max_error("bf16")
     assert b == pytest.approx(4 * 2.0 ** -8)
-    assert numerics.kernel_plan_error(["strassen"], 16384, "bf16", "bf16") < b
-    assert numerics.kernel_plan_error(["strassen", "strassen"], 16384, "bf16", "bf16") > b
+    assert numerics.kernel_plan_error(["strassen"], 16384, "bf16", "bf16", operands="bf16") < b
+    assert numerics.kernel_plan_error(["strassen", "strassen"], 16384, "bf16", "bf16", operands="bf16") > b
+    # The default for bf16: scaled f16 operands and products, within 1.6x of classical's prediction.
+    scaled = numerics.kernel_plan_error(["strassen", "strassen"], 16384, "bf16", "bf16")
+    assert scaled == numerics.kernel_plan_error(["strassen", "strassen"], 16384, "bf16", "bf16", "f16", "f16")
+    assert scaled < 1.6 * numerics.kernel_plan_error([], 16384, "bf16", "bf16") < b
     assert numerics.kernel_max_error("f32") == numerics.default_max_error("f32")
+
+
+def test_kernel_operand_table_is_the_kernels():
+    """The decision's table of scaled operand types is the kernels' own (the decision cannot import it)."""
+    from falcon_mlir.kernels.lcma import SCALED_OPERANDS
+    assert numerics.KERNEL_OPERAND_TYPES == SCALED_OPERANDS
 
 
 def _decide(M, N, K, t):

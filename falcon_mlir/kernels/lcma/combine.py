@@ -16,6 +16,8 @@ from typing import Sequence
 
 import numpy as np
 
+from falcon_mlir.catalog.groups import greedy_groups, group_loads
+
 from ..spec import DTYPE_BYTES, DictFields
 from .scale import operand_shifts
 from .spec import PlanSpec, _cdiv, plan_geometry, resolve_scheme
@@ -126,10 +128,10 @@ class CombineSpec:
         if self.direction == "split":
             read = self.rows * self.cols * ib
             # Re-reads of A/B across groups: inputs loaded by more than one group.
-            loads = sum(len(frozenset().union(*(needs[t] for t in g))) for g in groups)
+            loads = group_loads(needs, groups)
             reread = (loads - self.grid_r * self.grid_c) * plane * ib
             return {"read": read + max(0, reread), "written": self.planes * plane * ob}
-        loads = sum(len(frozenset().union(*(needs[t] for t in g))) for g in groups)
+        loads = group_loads(needs, groups)
         return {"read": loads * plane * ib, "written": self.rows * self.cols * ob}
 
 
@@ -146,33 +148,9 @@ def merge_coeffs(W: np.ndarray) -> tuple:
 
 
 def output_groups(cs: CombineSpec, max_live: int) -> list:
-    """Outputs split into groups: split kernels keep each group's input union within ``max_live``
-    tiles, merge kernels at most ``max_live`` accumulators per group; greedily, the next output the
-    one adding the fewest new inputs (ties: the lower index). One group when everything fits."""
-    needs = cs.needs()
-    remaining = list(range(len(needs)))
-    groups = []
-    while remaining:
-        g = [remaining.pop(0)]
-        union = set(needs[g[0]])
-        while remaining:
-            if cs.direction == "merge" and len(g) >= max_live:
-                break
-            best = None
-            for t in remaining:
-                grown = len(union | needs[t])
-                if cs.direction == "split" and grown > max_live:
-                    continue
-                key = (grown - len(union), t)
-                if best is None or key < best:
-                    best = key
-            if best is None:
-                break
-            g.append(best[1])
-            remaining.remove(best[1])
-            union |= needs[best[1]]
-        groups.append(g)
-    return groups
+    """Outputs split into groups (:func:`falcon_mlir.catalog.groups.greedy_groups`): split kernels keep each
+    group's input union within ``max_live`` tiles, merge kernels at most ``max_live`` accumulators per group."""
+    return greedy_groups(cs.needs(), max_live, merge=cs.direction == "merge")
 
 
 def _live(cs: CombineSpec, groups) -> int:

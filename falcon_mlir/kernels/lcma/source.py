@@ -16,7 +16,7 @@ from .combine import CombineSpec
 from .scale import NP, SCALE_HELPERS
 
 #: Bump when the combine kernels' generated source or cache entries change shape.
-GENERATOR_VERSION = 2
+GENERATOR_VERSION = 1
 #: The generated kernels' entry symbols per role.
 COMBINE_FN = {"a": "falcon_combine_a", "b": "falcon_combine_b", "c": "falcon_combine_c"}
 

@@ -99,12 +99,14 @@ TUNE_F32 = ["128x128x32,s3,w8,g8", "128x128x16,s4,w8,g8", "128x128x64,s2,w8,g8",
             "128x256x16,s3,w8,g8", "128x128x32,s3,w8,g16"]
 #: 3xTF32 candidates (information only: not IEEE FMA).
 TUNE_TF32X3 = ["128x128x32,s3,w8,g8", "128x128x32,s2,w8,g8", "128x64x32,s4,w4,g8"]
-#: The default LCMA plans (``--plans default``): SCHEME@MxNxK/DTYPE[/PRODUCT_DTYPE], in the order run does them
-#: (grouped by shape and dtype). bf16: the grouped Strassen measured in torch (16384^3 1.053x, 32768^3 1.103x of
-#: cuBLAS), with f32 products for accuracy, and two levels; f32 (IEEE FMA products): one to three levels.
+#: The default LCMA plans (``--plans default``): SCHEME@MxNxK/DTYPE[/PRODUCT_DTYPE[/OPERAND_DTYPE]], in the order
+#: run does them (grouped by shape and dtype). bf16: one to three levels with scaled f16 operands (the default),
+#: one and two with bf16 operands and products beside them; f32 (IEEE FMA products): one to three levels.
 PLAN_DEFAULTS = (
-    "strassen@16384x16384x16384/bf16", "strassen@16384x16384x16384/bf16/f32", "strassen^2@16384x16384x16384/bf16",
-    "strassen@8192x8192x8192/bf16", "strassen@32768x32768x32768/bf16", "strassen^2@32768x32768x32768/bf16",
+    "strassen@16384x16384x16384/bf16", "strassen@16384x16384x16384/bf16/bf16/bf16",
+    "strassen^2@16384x16384x16384/bf16", "strassen^2@16384x16384x16384/bf16/bf16/bf16",
+    "strassen^3@16384x16384x16384/bf16", "strassen@8192x8192x8192/bf16", "strassen@32768x32768x32768/bf16",
+    "strassen^2@32768x32768x32768/bf16", "strassen^3@32768x32768x32768/bf16",
     "strassen@8192x8192x8192/f32", "strassen^2@16384x16384x16384/f32", "strassen^3@32768x32768x32768/f32",
 )
 #: Plans with more products than this get no combine tile candidates (their kernels take long to JIT-compile).
@@ -259,7 +261,7 @@ def prepare(args) -> int:
 
 
 def parse_plan_items(items, shapes, dtypes) -> list:
-    """``--plans`` items -> PlanSpecs. An item is ``SCHEME[@MxNxK][/DTYPE[/PRODUCT_DTYPE]]`` or ``default``
+    """``--plans`` items -> PlanSpecs. An item is ``SCHEME[@MxNxK][/DTYPE[/PRODUCT_DTYPE[/OPERAND_DTYPE]]]`` or ``default``
     (``PLAN_DEFAULTS``); commas separate items. Without ``@`` an item is built for every ``--shapes``
     shape, without ``:DTYPE`` for every ``--dtypes`` dtype.
 
@@ -275,17 +277,21 @@ def parse_plan_items(items, shapes, dtypes) -> list:
             head, _, types = item.partition("/")
             scheme, _, shape = head.partition("@")
             parts = types.split("/") if types else []
-            if len(parts) > 2 or any(p not in DTYPES for p in parts):
-                raise ValueError(f"plan {item!r}: expected SCHEME[@MxNxK][/DTYPE[/PRODUCT_DTYPE]], dtypes "
-                                 f"{', '.join(DTYPES)}")
+            if len(parts) > 3 or any(p not in DTYPES for p in parts):
+                raise ValueError(f"plan {item!r}: expected SCHEME[@MxNxK][/DTYPE[/PRODUCT_DTYPE[/OPERAND_DTYPE]]], "
+                                 f"dtypes {', '.join(DTYPES)}")
             try:
                 resolve_scheme(scheme)
             except UnknownSchemeError as e:
                 raise ValueError(f"plan {item!r}: {e}") from None
             for mnk in ([parse_shape(shape)] if shape else list(shapes)):
                 for dt in ([parts[0]] if parts else list(dtypes)):
-                    specs.append(PlanSpec(*mnk, scheme=scheme, dtype=dt,
-                                          product_dtype=parts[1] if len(parts) > 1 else None))
+                    try:
+                        specs.append(PlanSpec(*mnk, scheme=scheme, dtype=dt,
+                                              product_dtype=parts[1] if len(parts) > 1 else None,
+                                              operand_dtype=parts[2] if len(parts) > 2 else None))
+                    except ValueError as e:
+                        raise ValueError(f"plan {item!r}: {e}") from None
     return specs
 
 
@@ -337,7 +343,8 @@ def _plan_entry(out: Path, args, spec, plan) -> dict:
     jit = _combine_launches(out, spec, plan)
     md, products = (plan.metadata(), plan.products.config) if plan is not None else _dry_plan_metadata(spec, jit)
     jit["p"] = {"config": products.to_dict(), "label": products.label}
-    label = f"{spec.dtype} {spec.M}x{spec.N}x{spec.K} products {spec.product_dtype} out {spec.out_dtype}"
+    label = f"{spec.dtype} {spec.M}x{spec.N}x{spec.K} products {spec.product_dtype} out {spec.out_dtype}" + \
+        (f" operands {spec.operand_dtype} (scaled)" if spec.scaled else "")
     entry = {"name": spec.name, "label": label, "file": f"plans/{spec.name}.vmfb",
              "spec": spec.to_dict(), "scheme_name": md["scheme"], "geometry": md["geometry"],
              "kernels": md["kernels"], "traffic": md["traffic"], "jit": jit, "vmfb_bytes": len(vmfb)}
@@ -355,6 +362,8 @@ def _combine_launches(out: Path, spec, plan) -> dict:
 
     css = combine_specs(spec)
     jit = {}
+    if spec.scaled:  # the JIT runner has no absmax partials to pass: scaled plans run from their modules only
+        return jit
     for role in ("a", "b", "c"):
         default = getattr(plan, f"combine_{role}").config if plan else default_combine_config(css[role])
         cands = combine_candidates(default) if css[role].planes <= CANDIDATE_MAX_R else [default]
@@ -373,15 +382,17 @@ def _dry_plan_metadata(spec, jit: dict) -> tuple:
     from dataclasses import asdict
 
     from falcon_mlir.kernels.configs import choose_config
-    from falcon_mlir.kernels.lcma import plan_geometry, products_spec, resolve_scheme
+    from falcon_mlir.kernels.lcma import (combine_specs, default_combine_config, plan_geometry, products_spec,
+                                          resolve_scheme)
 
     geo = plan_geometry(spec)
     products = choose_config(products_spec(spec, geo))
+    css = combine_specs(spec)
     md = {"scheme": resolve_scheme(spec.scheme).name, "geometry": asdict(geo), "traffic": None,
-          "kernels": {"combine_a": {"config": jit["a"][0]["config"]},
-                      "combine_b": {"config": jit["b"][0]["config"]},
+          "kernels": {"combine_a": {"config": default_combine_config(css["a"]).label},
+                      "combine_b": {"config": default_combine_config(css["b"]).label},
                       "products": {"config": products.label},
-                      "combine_c": {"config": jit["c"][0]["config"]}}}
+                      "combine_c": {"config": default_combine_config(css["c"]).label}}}
     return md, products
 
 

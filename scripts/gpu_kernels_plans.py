@@ -158,15 +158,17 @@ def plan_table(rows) -> str:
     plans = [r for r in rows if r.get("kind") == "plan" and r["name"] != "torch.matmul"]
     if not plans:
         return ""
-    lines = ["", "LCMA plans inside IREE (four dispatches): effective TFLOP/s = 2MNK / IREE wall per call; speed = "
-             "cuBLAS time / plan time.", "",
-             "| dtype | shape | plan | products | out | IREE ms (wall) | eff. TFLOP/s | cuBLAS ms (wall) "
+    lines = ["", "LCMA plans inside IREE (four dispatches, six with scaled operands): effective TFLOP/s = 2MNK / "
+             "IREE wall per call; speed = cuBLAS time / plan time.", "",
+             "| dtype | shape | plan | operands | products | out | IREE ms (wall) | eff. TFLOP/s | cuBLAS ms (wall) "
              "| cuBLAS ms (events) | speed wall/wall | speed vs events | rel err f64 | cuBLAS rel err f64 | ok |",
-             "|" + "---|" * 14]
+             "|" + "---|" * 15]
     for r in plans:
         s = r["spec"]
         p = r.get("plan", {})
-        head = (f"| {s['a_dtype']} | {s['M']}x{s['N']}x{s['K']} | {r.get('scheme', '')} | "
+        ops = p.get("operand_dtype", p.get("dtype", ""))
+        ops += " (scaled)" if ops and ops != p.get("dtype") else ""
+        head = (f"| {s['a_dtype']} | {s['M']}x{s['N']}x{s['K']} | {r.get('scheme', '')} | {ops} | "
                 f"{p.get('product_dtype', '')} | {p.get('out_dtype', '')} | ")
         if "error" in r:
             lines.append(head + f"FAILED: {r['error'][:60]} | | | | | | | | NO |")

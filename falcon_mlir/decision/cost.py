@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Dict, Optional, Sequence, Tuple
 
+from .numerics import KERNEL_OPERAND_TYPES
 from .profile import ELEMENT_BYTES, Profile
 
 #: Most products (R_1 * ... * R_L) one contraction may be rewritten into:
@@ -171,6 +172,31 @@ class SchemeStats:
     used_b: int
     max_terms: int
     integral: bool
+
+
+#: Live input tiles (or accumulators) per pass the decision assumes of the generated combine kernels:
+#: they choose 16, 32 or 64 (``falcon_mlir.kernels.lcma.default_combine_config``); 16 re-reads most.
+KERNEL_COMBINE_LIVE = 16
+
+
+@lru_cache(maxsize=256)
+def kernel_combine_loads(name: str) -> Tuple[int, int, int]:
+    """Block loads of the kernel form's combine A, B and C of scheme ``name`` (a composition is one scheme):
+    per pass, the blocks each output group reads (:func:`falcon_mlir.catalog.groups.greedy_groups` with
+    :data:`KERNEL_COMBINE_LIVE`), summed over the groups; one group reads each block it needs once.
+
+    Raises:
+        falcon_mlir.catalog.UnknownSchemeError: unknown name.
+    """
+    from falcon_mlir.catalog import get_scheme
+    from falcon_mlir.catalog.groups import combine_needs, greedy_groups, group_loads
+
+    s = get_scheme(name)
+    out = []
+    for role in ("a", "b", "c"):
+        needs = combine_needs(s, role)
+        out.append(group_loads(needs, greedy_groups(needs, KERNEL_COMBINE_LIVE, merge=role == "c")))
+    return tuple(out)
 
 
 @lru_cache(maxsize=4096)
@@ -484,18 +510,28 @@ class CostModel:
         """Kernel form (:mod:`falcon_mlir.kernels.lcma`): four dispatches on blocks
         rounded up to the scheme's format (the kernels pad inside): combine A reads
         A once and writes the R combined operands, likewise B; the R products as
-        one batched GEMM in the input type; combine C reads each product once and
-        writes C. The combines stream at the profile's bandwidth times its
-        ``kernel_combine`` factor; B is combined at run time even when constant."""
+        one batched GEMM in the operand type (the input type; f16 for bf16 inputs,
+        :data:`~falcon_mlir.decision.numerics.KERNEL_OPERAND_TYPES`, 2 bytes either
+        way); combine C reads each product once and writes C. The combines stream
+        at the profile's bandwidth times its ``kernel_combine`` factor; B is
+        combined at run time even when constant. Scaled operands (bf16) add two
+        absmax dispatches that read A and B once more. Where a combine's outputs
+        do not fit one pass, its input blocks are read once per group
+        (:func:`kernel_combine_loads`; Strassen^3's 343 operands: A read about
+        9 times, measured on the H200 2026-12-01 in bf16: 2.5 ms per combine at
+        16384^3 where reading A once would take 0.9)."""
         B, R = pb.batch, st.R
         Mb, Nb, Kb = -(-pb.M // st.m), -(-pb.N // st.n), -(-pb.K // st.k)
         ba, bb, bc = _eb(pb.lhs), _eb(pb.rhs), _eb(pb.acc)
         eff = self.p.form_efficiency("kernel")
-        self.stream(B * (pb.M * pb.K * ba + R * Mb * Kb * ba), est, "combine_a", eff)
-        self.stream(B * (pb.K * pb.N * bb + R * Kb * Nb * bb), est, "combine_b", eff)
+        la, lb, lc = kernel_combine_loads(st.name)
+        if pb.lhs in KERNEL_OPERAND_TYPES:
+            self.stream(B * (pb.M * pb.K * ba + pb.K * pb.N * bb), est, "absmax", eff, dispatches=2)
+        self.stream(B * (la * Mb * Kb * ba + R * Mb * Kb * ba), est, "combine_a", eff)
+        self.stream(B * (lb * Kb * Nb * bb + R * Kb * Nb * bb), est, "combine_b", eff)
         self.gemm(Mb, Nb, Kb, B * R, pb.lhs, pb.lhs, est, "products",
                   scale=self.p.product_factor("kernel"), batch_rate=True)
-        self.stream(B * (R * Mb * Nb * ba + pb.M * pb.N * bc), est, "combine_c", eff)
+        self.stream(B * (lc * Mb * Nb * ba + pb.M * pb.N * bc), est, "combine_c", eff)
         est.temp_bytes = max(est.temp_bytes, B * R * (Mb * Kb + Kb * Nb + Mb * Nb) * ba)
 
     def _grouped_level(self, M, N, K, pb, st: SchemeStats, est) -> None:

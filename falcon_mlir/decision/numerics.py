@@ -128,7 +128,7 @@ __all__ = [
     "growth_factor", "predicted_error", "classical_error", "worst_case_bound",
     "default_max_error", "integer_worst_case", "integer_bound_ok", "rounded_plan_error",
     "kernel_plan_error", "kernel_max_error", "is_narrow_result", "narrow_sums_type",
-    "narrow_max_error", "NARROW_RESULTS", "NARROW_BUDGET_FACTOR",
+    "narrow_max_error", "NARROW_RESULTS", "NARROW_BUDGET_FACTOR", "KERNEL_OPERAND_TYPES",
 ]
 
 #: Unit roundoff u = 2^-p (p = significand bits, implicit bit included) of
@@ -317,6 +317,11 @@ ROUND_SUMS = 0.45
 ROUND_PRODUCTS = 0.3
 #: The same constants under the names the kernel form used first.
 KERNEL_ROUND_OUT, KERNEL_ROUND_SUMS, KERNEL_ROUND_PRODUCTS = ROUND_OUT, ROUND_SUMS, ROUND_PRODUCTS
+#: The combined operands' type of kernel-form plans per input type where it is not the input type:
+#: bf16 plans form them in f16, scaled by powers of two into its range (falcon_mlir.kernels.lcma.scale;
+#: the same table as ``falcon_mlir.kernels.lcma.SCALED_OPERANDS``, which a test holds equal: the
+#: decision does not import the kernels).
+KERNEL_OPERAND_TYPES = {"bf16": "f16"}
 #: Default budget of a narrow (bf16/f16) result under the kernel form, in u(out).
 KERNEL_NARROW_BUDGET = 4.0
 #: Result types whose plans accumulate in f32 and round once (:func:`is_narrow_result`).
@@ -375,18 +380,24 @@ def rounded_plan_error(schemes: Sequence, K: int, out: str, sums: str = "f32",
 
 
 def kernel_plan_error(schemes: Sequence, K: int, lhs: str, out: str,
-                      products: Optional[str] = None) -> float:
+                      products: Optional[str] = None, operands: Optional[str] = None) -> float:
     """Predicted max-norm relative error of a GEMM run by falcon's CUDA kernels
     (:mod:`falcon_mlir.kernels`): classical (``schemes == []``) or a grouped plan
     in the kernel form, where every sum and product accumulates in f32, the
-    combined operands are rounded once to the input type ``lhs``, the stored
-    products to ``products`` (default the input type) and C to ``out``:
-    :func:`rounded_plan_error` with ``sums = lhs``.
+    combined operands are rounded once to the operand type (``operands``;
+    default the input type ``lhs``, or :data:`KERNEL_OPERAND_TYPES`: f16 for
+    bf16 inputs, scaled by powers of two into f16's range), the stored
+    products to ``products``
+    (default the operand type) and C to ``out``: :func:`rounded_plan_error`
+    with ``sums`` the operand type.  The scaling itself is exact; values far
+    below max|A| that fall into f16's subnormals err by at most 2^-25 of the
+    scaled maximum, below this model's resolution.
 
     Raises:
         ValueError: K < 1 or a type without a unit roundoff.
     """
-    return rounded_plan_error(schemes, K, out, sums=lhs, products=products or lhs)
+    ops = operands or KERNEL_OPERAND_TYPES.get(_dtype(lhs), lhs)
+    return rounded_plan_error(schemes, K, out, sums=ops, products=products or ops)
 
 
 def kernel_max_error(out: str) -> Optional[float]:

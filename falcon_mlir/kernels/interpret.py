@@ -127,8 +127,9 @@ def run_plans_interpreted(jobs: Sequence[tuple], num_sms: int = INTERPRET_SMS, t
             s = launch["spec"]
             _save(d / f"a{i}.npy", a, s["dtype"])
             _save(d / f"b{i}.npy", b, s["dtype"])
-            for role in ("a", "b", "c"):
-                (d / f"src{i}{role}.py").write_text(launch[role]["source"])
+            for role in ("a", "b", "c", "ma", "mb"):
+                if role in launch:
+                    (d / f"src{i}{role}.py").write_text(launch[role]["source"])
             manifest.append(launch)
         (d / "plans.json").write_text(json.dumps({"num_sms": num_sms, "plans": manifest}))
         errors = _run_child(d, timeout)
@@ -138,7 +139,8 @@ def run_plans_interpreted(jobs: Sequence[tuple], num_sms: int = INTERPRET_SMS, t
                 out.append(errors[str(i)])
                 continue
             s = launch["spec"]
-            dt = {"a_ops": s["dtype"], "b_ops": s["dtype"], "products": s["product_dtype"], "c": s["out_dtype"]}
+            dt = {"a_ops": s["operand_dtype"], "b_ops": s["operand_dtype"], "products": s["product_dtype"],
+                  "c": s["out_dtype"]}
             out.append({k: _load(d / f"{k}{i}.npy", v) for k, v in dt.items()})
         return out
 
@@ -181,20 +183,29 @@ def _child_plans(d: Path) -> int:
         s, g = launch["spec"], launch["geometry"]
         a = _to_torch(np.load(d / f"a{i}.npy"), s["dtype"])
         b = _to_torch(np.load(d / f"b{i}.npy"), s["dtype"])
-        a_ops = torch.empty((g["R"], g["bm"], g["bk"]), dtype=tdt[s["dtype"]])
-        b_ops = torch.empty((g["R"], g["bk"], g["bn"]), dtype=tdt[s["dtype"]])
+        a_ops = torch.empty((g["R"], g["bm"], g["bk"]), dtype=tdt[s["operand_dtype"]])
+        b_ops = torch.empty((g["R"], g["bk"], g["bn"]), dtype=tdt[s["operand_dtype"]])
         prods = torch.empty((g["R"], g["bm"], g["bn"]), dtype=tdt[s["product_dtype"]])
         c = torch.empty((s["M"], s["N"]), dtype=tdt[s["out_dtype"]])
-        for role, x, y in (("a", a, a_ops), ("b", b, b_ops)):
+        partials = {}  # a scaled plan: the absmax partials of A and B, read after each combine's input
+        for role, x in (("ma", a), ("mb", b)):
+            if role in launch:
+                L = launch[role]
+                partials[role] = torch.empty((L["programs"],), dtype=torch.float32)
+                triton_gemm.patch_interpreter()
+                _load_generated(d / f"src{i}{role}.py", L["fn"])[(L["programs"],)](x, partials[role],
+                                                                                   **L["constexprs"])
+        sa, sb = [partials[r] for r in ("ma",) if r in partials], [partials[r] for r in ("mb",) if r in partials]
+        for role, x, y, extra in (("a", a, a_ops, sa), ("b", b, b_ops, sb)):
             L = launch[role]
-            _load_generated(d / f"src{i}{role}.py", L["fn"])[(L["programs"],)](x, y, **L["constexprs"])
+            _load_generated(d / f"src{i}{role}.py", L["fn"])[(L["programs"],)](x, *extra, y, **L["constexprs"])
         cfg = KernelConfig.from_dict(launch["p"]["config"])
         ps = GemmSpec.from_dict(launch["p"]["spec"])
         triton_gemm.launch(a_ops, b_ops, prods, f32_mode=ps.f32_mode, num_sms=job_file["num_sms"],
                            interpret=True, **cfg.to_dict())
         L = launch["c"]
-        _load_generated(d / f"src{i}c.py", L["fn"])[(L["programs"],)](prods, c, **L["constexprs"])
-        for name, t, dt in (("a_ops", a_ops, s["dtype"]), ("b_ops", b_ops, s["dtype"]),
+        _load_generated(d / f"src{i}c.py", L["fn"])[(L["programs"],)](prods, *sa, *sb, c, **L["constexprs"])
+        for name, t, dt in (("a_ops", a_ops, s["operand_dtype"]), ("b_ops", b_ops, s["operand_dtype"]),
                             ("products", prods, s["product_dtype"]), ("c", c, s["out_dtype"])):
             np.save(d / f"{name}{i}.npy", _to_numpy(t, dt))
     return _each_job(d, job_file["plans"], run_one, frames=5)  # 4 before, +1: the job body is a frame now

@@ -222,6 +222,7 @@ def _splice(root, chosen: list, compiled: list, options: KernelsOptions, arch: s
         if entry["kernel"] == "plan":
             fn = sp.plan_function(k, types)
             entry["plan"] = {"scheme": k.scheme_name, "R": k.geometry.R,
+                             "operands": k.spec.operand_dtype + (" (scaled)" if k.spec.scaled else ""),
                              "products": k.spec.product_dtype,
                              "gemm_config": k.products.config.label}
         else:

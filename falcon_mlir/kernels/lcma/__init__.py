@@ -31,6 +31,11 @@ inside the combine kernels: masked loads read zeros past A's and B's edges,
 the combined operands are written whole (zeros included), and combine C's
 masked stores leave out what lies past C's edges.
 
+bf16 plans by default form their combined operands and products in f16,
+**scaled** by powers of two into f16's range (:mod:`.scale`: two absmax
+kernels run first, combine A/B scale down, combine C scales back): six
+dispatches, about classical's error at the 16-bit rate.
+
 Coefficients that are not integers are written as f32 literals (exact for
 dyadic fractions such as 1/2; others round).
 
@@ -40,6 +45,7 @@ four dispatches (see :mod:`falcon_mlir.kernels.embed` for the ABI).
 The package, by what each module holds (every public name is re-exported here):
 
 * :mod:`.spec`: :class:`PlanSpec`, its blocks (:func:`plan_geometry`) and the products' GEMM;
+* :mod:`.scale`: scaled f16 operands of bf16 plans: the absmax kernel, the shifts;
 * :mod:`.combine`: the combine kernels' spec, tiling, output groups and launch grid;
 * :mod:`.source`: their Triton source, generated from U, V and W;
 * :mod:`.compile`: compile requests, :class:`CombineKernel`, :class:`CompiledPlan`, :func:`compile_plans`;
@@ -50,16 +56,21 @@ The package, by what each module holds (every public name is re-exported here):
 
 from .combine import (LIVE_BUDGET, CombineConfig, CombineSpec, combine_launch, combine_specs, default_combine_config,
                       merge_coeffs, output_groups, split_coeffs)
-from .compile import (CombineKernel, CompiledPlan, combine_request, compile_plan, compile_plans, plan_requests,
-                      source_path)
+from .compile import (CombineKernel, CompiledPlan, absmax_request, combine_request, compile_plan, compile_plans,
+                      plan_requests, source_path)
 from .embed import plan_dispatches, plan_executables, plan_module
-from .launches import combine_launch_entry, plan_launches
+from .launches import absmax_launch_entry, combine_launch_entry, plan_launches
+from .scale import ABSMAX_FN, NP, AbsmaxConfig, AbsmaxSpec, max_exponent, operand_shifts
 from .reference import combine_c_reference, pad_blocks, reference_stages
 from .source import COMBINE_FN, GENERATOR_VERSION, combine_source, source_file_name
-from .spec import MAX_BLOCK_ELEMENTS, PlanGeometry, PlanSpec, plan_geometry, products_spec, resolve_scheme
+from .spec import (MAX_BLOCK_ELEMENTS, SCALED_OPERANDS, PlanGeometry, PlanSpec, default_operand_dtype, plan_geometry,
+                   products_spec, resolve_scheme)
 
 __all__ = [
     "PlanSpec", "PlanGeometry", "plan_geometry", "products_spec", "resolve_scheme", "MAX_BLOCK_ELEMENTS",
+    "SCALED_OPERANDS", "default_operand_dtype",
+    "NP", "ABSMAX_FN", "AbsmaxSpec", "AbsmaxConfig", "operand_shifts", "max_exponent",
+    "absmax_request", "absmax_launch_entry",
     "CombineConfig", "CombineSpec", "combine_specs", "split_coeffs", "merge_coeffs", "output_groups",
     "default_combine_config", "combine_launch", "LIVE_BUDGET",
     "COMBINE_FN", "GENERATOR_VERSION", "combine_source", "source_file_name",

@@ -16,7 +16,10 @@ from typing import Sequence
 
 import numpy as np
 
+from falcon_mlir.catalog.groups import greedy_groups, group_loads
+
 from ..spec import DTYPE_BYTES, DictFields
+from .scale import operand_shifts
 from .spec import PlanSpec, _cdiv, plan_geometry, resolve_scheme
 
 #: f32 values per thread the live input tiles (or accumulators) of one output group may hold.
@@ -80,6 +83,12 @@ class CombineSpec:
     ``direction = "merge"`` (combine C): the inputs are the planes, the
     outputs the blocks (``t`` = block ``(t // grid_c, t % grid_c)``), stored
     only inside the matrix.
+
+    ``scale`` (a scaled plan, :mod:`.scale`): for a split, ``(s,)``: the kernel
+    also reads the input's absmax partials and stores every output times
+    ``2^-(e + s)``; for a merge, ``(s_A, s_B)``: it reads A's and B's partials
+    and stores every output times ``2^(e_A + s_A) 2^(e_B + s_B)``. Empty: no
+    scaling.
     """
 
     role: str
@@ -93,6 +102,7 @@ class CombineSpec:
     block_c: int
     in_dtype: str
     out_dtype: str
+    scale: tuple = ()
 
     @property
     def planes(self) -> int:
@@ -118,10 +128,10 @@ class CombineSpec:
         if self.direction == "split":
             read = self.rows * self.cols * ib
             # Re-reads of A/B across groups: inputs loaded by more than one group.
-            loads = sum(len(frozenset().union(*(needs[t] for t in g))) for g in groups)
+            loads = group_loads(needs, groups)
             reread = (loads - self.grid_r * self.grid_c) * plane * ib
             return {"read": read + max(0, reread), "written": self.planes * plane * ob}
-        loads = sum(len(frozenset().union(*(needs[t] for t in g))) for g in groups)
+        loads = group_loads(needs, groups)
         return {"read": loads * plane * ib, "written": self.rows * self.cols * ob}
 
 
@@ -138,33 +148,9 @@ def merge_coeffs(W: np.ndarray) -> tuple:
 
 
 def output_groups(cs: CombineSpec, max_live: int) -> list:
-    """Outputs split into groups: split kernels keep each group's input union within ``max_live``
-    tiles, merge kernels at most ``max_live`` accumulators per group; greedily, the next output the
-    one adding the fewest new inputs (ties: the lower index). One group when everything fits."""
-    needs = cs.needs()
-    remaining = list(range(len(needs)))
-    groups = []
-    while remaining:
-        g = [remaining.pop(0)]
-        union = set(needs[g[0]])
-        while remaining:
-            if cs.direction == "merge" and len(g) >= max_live:
-                break
-            best = None
-            for t in remaining:
-                grown = len(union | needs[t])
-                if cs.direction == "split" and grown > max_live:
-                    continue
-                key = (grown - len(union), t)
-                if best is None or key < best:
-                    best = key
-            if best is None:
-                break
-            g.append(best[1])
-            remaining.remove(best[1])
-            union |= needs[best[1]]
-        groups.append(g)
-    return groups
+    """Outputs split into groups (:func:`falcon_mlir.catalog.groups.greedy_groups`): split kernels keep each
+    group's input union within ``max_live`` tiles, merge kernels at most ``max_live`` accumulators per group."""
+    return greedy_groups(cs.needs(), max_live, merge=cs.direction == "merge")
 
 
 def _live(cs: CombineSpec, groups) -> int:
@@ -218,12 +204,14 @@ def combine_specs(spec: PlanSpec, scheme=None) -> dict:
     """The three :class:`CombineSpec` of a plan, by role ``"a"``, ``"b"``, ``"c"``."""
     s = scheme if scheme is not None else resolve_scheme(spec.scheme)
     g = plan_geometry(spec, s)
+    sa, sb = operand_shifts(s, g.bk) if spec.scaled else (None, None)
+    ops = spec.operand_dtype
     return {
         "a": CombineSpec("a", "split", split_coeffs(s.U), spec.M, spec.K, g.m, g.k, g.bm, g.bk, spec.dtype,
-                         spec.dtype),
+                         ops, (sa,) if spec.scaled else ()),
         "b": CombineSpec("b", "split", split_coeffs(s.V), spec.K, spec.N, g.k, g.n, g.bk, g.bn, spec.dtype,
-                         spec.dtype),
+                         ops, (sb,) if spec.scaled else ()),
         "c": CombineSpec("c", "merge", merge_coeffs(s.W), spec.M, spec.N, g.m, g.n, g.bm, g.bn,
-                         spec.product_dtype, spec.out_dtype),
+                         spec.product_dtype, spec.out_dtype, (sa, sb) if spec.scaled else ()),
     }
 

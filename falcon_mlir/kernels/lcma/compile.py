@@ -19,14 +19,17 @@ from ..aot import (CompiledKernel, CompileRequest, H200_SMS, _check_arch, _write
 from ..configs import KernelConfig
 from ..launched import LaunchedKernel, launch_facts
 from .combine import CombineConfig, CombineSpec, combine_launch, combine_specs, default_combine_config, output_groups
-from .source import COMBINE_FN, GENERATOR_VERSION, combine_source, source_file_name
+from .scale import ABSMAX_FN, ABSMAX_SOURCE, NP, AbsmaxConfig, AbsmaxSpec
+from .source import COMBINE_FN, GENERATOR_VERSION, scale_pointers, combine_source, source_file_name
 from .spec import PlanGeometry, PlanSpec, plan_geometry, products_spec, resolve_scheme
 
 
 @dataclass(frozen=True)
 class CombineKernel(LaunchedKernel):
-    """A compiled combine kernel and its launch facts (the fields are :class:`LaunchedKernel`'s; the same ABI
-    as the GEMM: pointers ``x, y``, then Triton's global and profile scratch).
+    """A compiled combine kernel (or a scaled plan's absmax kernel, ``spec`` an
+    :class:`~.scale.AbsmaxSpec`) and its launch facts (the fields are :class:`LaunchedKernel`'s; the same ABI
+    as the GEMM: pointers ``x``, a scaled combine's absmax partials, ``y``, then Triton's global and profile
+    scratch).
 
     Attributes:
         spec, config: what it computes and its tiling.
@@ -119,9 +122,10 @@ def combine_request(cs: CombineSpec, config: Optional[CombineConfig] = None,
                                      "num_warps": config.num_warps, "in": cs.in_dtype, "out": cs.out_dtype,
                                      "triton": triton_version(), "arch": arch}, sort_keys=True).encode()).hexdigest()
     path = source_path(text)
-    job = {"kind": "source", "path": str(path), "fn": fn,
-           "signature": {"x_ptr": _PTR[cs.in_dtype], "y_ptr": _PTR[cs.out_dtype]}, "constexprs": cx, "pointers": 2,
-           "options": {"num_warps": config.num_warps, "num_stages": 1}, "capability": capability, "label": what}
+    signature = {"x_ptr": _PTR[cs.in_dtype], **{n: "*fp32" for n in scale_pointers(cs)}, "y_ptr": _PTR[cs.out_dtype]}
+    job = {"kind": "source", "path": str(path), "fn": fn, "signature": signature, "constexprs": cx,
+           "pointers": len(signature), "options": {"num_warps": config.num_warps, "num_stages": 1},
+           "capability": capability, "label": what}
 
     def build(result: dict) -> CombineKernel:
         return CombineKernel(spec=cs, config=config, source_sha256=sha, constexprs=cx, arch=arch,
@@ -137,11 +141,42 @@ def combine_request(cs: CombineSpec, config: Optional[CombineConfig] = None,
     return CompileRequest(key=key, job=job, build=build, load=load, dump=lambda k: k._to_json()), text, groups
 
 
+def absmax_request(spec: AbsmaxSpec, config: Optional[AbsmaxConfig] = None, arch: str = "sm_90a") -> tuple:
+    """(:class:`~falcon_mlir.kernels.aot.CompileRequest`, source text) of a scaled plan's absmax kernel."""
+    capability = _check_arch(arch)
+    config = config or AbsmaxConfig()
+    text = ABSMAX_SOURCE
+    sha = hashlib.sha256(text.encode()).hexdigest()
+    cx = spec.constexprs()
+    what = f"absmax of a {spec.rows}x{spec.cols} {spec.dtype} matrix with {config.label}"
+    key = hashlib.sha256(json.dumps({"format": GENERATOR_VERSION, "source": sha, "constexprs": cx,
+                                     "num_warps": config.num_warps, "in": spec.dtype, "triton": triton_version(),
+                                     "arch": arch}, sort_keys=True).encode()).hexdigest()
+    path = source_path(text)
+    job = {"kind": "source", "path": str(path), "fn": ABSMAX_FN,
+           "signature": {"x_ptr": _PTR[spec.dtype], "y_ptr": "*fp32"}, "constexprs": cx, "pointers": 2,
+           "options": {"num_warps": config.num_warps, "num_stages": 1}, "capability": capability, "label": what}
+
+    def build(result: dict) -> CombineKernel:
+        return CombineKernel(spec=spec, config=config, source_sha256=sha, constexprs=cx, arch=arch,
+                             num_programs=NP, key=key, **launch_facts(what, result))
+
+    def load(text_: str) -> CombineKernel:
+        d = read_entry(text_)
+        if d.pop("format") != GENERATOR_VERSION or d["key"] != key:
+            raise ValueError("stale cache entry")
+        d["cubin"] = decode_cubin(d)
+        return CombineKernel(spec=spec, config=config, from_cache=True, **d)
+
+    return CompileRequest(key=key, job=job, build=build, load=load, dump=lambda k: k._to_json()), text
+
+
 # --------------------------------------------------------------------------- plans
 
 @dataclass(frozen=True)
 class CompiledPlan:
-    """A plan's four compiled kernels (``combine_a``, ``combine_b``, ``products``, ``combine_c``)."""
+    """A plan's compiled kernels: ``combine_a``, ``combine_b``, ``products``, ``combine_c``, and for a scaled
+    plan (:mod:`.scale`) ``absmax_a``, ``absmax_b`` (``None`` otherwise)."""
 
     spec: PlanSpec
     scheme_name: str
@@ -152,10 +187,13 @@ class CompiledPlan:
     combine_c: CombineKernel
     sources: dict = field(repr=False, default_factory=dict)  # role -> generated source text
     groups: dict = field(repr=False, default_factory=dict)   # role -> output groups
+    absmax_a: Optional[CombineKernel] = None
+    absmax_b: Optional[CombineKernel] = None
 
     @property
     def kernels(self) -> tuple:
-        return (self.combine_a, self.combine_b, self.products, self.combine_c)
+        scaled = (self.absmax_a, self.absmax_b) if self.absmax_a is not None else ()
+        return scaled + (self.combine_a, self.combine_b, self.products, self.combine_c)
 
     def traffic(self) -> dict:
         """Bytes each combine kernel reads and writes (see ``CombineSpec.traffic_bytes``)."""
@@ -163,16 +201,20 @@ class CompiledPlan:
 
     def metadata(self) -> dict:
         g = self.geometry
+        kernels = {"combine_a": self.combine_a.metadata(), "combine_b": self.combine_b.metadata(),
+                   "products": self.products.metadata(), "combine_c": self.combine_c.metadata()}
+        if self.absmax_a is not None:
+            kernels.update(absmax_a=self.absmax_a.metadata(), absmax_b=self.absmax_b.metadata())
         return {"spec": self.spec.to_dict(), "scheme": self.scheme_name, "geometry": asdict(g),
                 "traffic": self.traffic(), "groups": {r: len(v) for r, v in self.groups.items()},
-                "kernels": {"combine_a": self.combine_a.metadata(), "combine_b": self.combine_b.metadata(),
-                            "products": self.products.metadata(), "combine_c": self.combine_c.metadata()}}
+                "kernels": kernels}
 
 
 def plan_requests(spec: PlanSpec, gemm_config: Optional[KernelConfig] = None,
                   combine_configs: Optional[dict] = None, scheme=None, arch: str = "sm_90a",
                   num_sms: int = H200_SMS) -> tuple:
-    """(requests in the order a, b, products, c; sources; groups) for :func:`compile_plans`."""
+    """(requests in the order a, b, products, c, then absmax A and B for a scaled plan; sources; groups) for
+    :func:`compile_plans`."""
     css = combine_specs(spec, scheme)
     geo = plan_geometry(spec, scheme)
     combine_configs = combine_configs or {}
@@ -180,7 +222,12 @@ def plan_requests(spec: PlanSpec, gemm_config: Optional[KernelConfig] = None,
     for role in ("a", "b", "c"):
         reqs[role], sources[role], groups[role] = combine_request(css[role], combine_configs.get(role), arch)
     reqs["p"] = gemm_request(products_spec(spec, geo), gemm_config, arch, num_sms)
-    return [reqs["a"], reqs["b"], reqs["p"], reqs["c"]], sources, groups
+    out = [reqs["a"], reqs["b"], reqs["p"], reqs["c"]]
+    if spec.scaled:
+        for rows, cols in ((spec.M, spec.K), (spec.K, spec.N)):
+            req, sources["absmax"] = absmax_request(AbsmaxSpec(rows, cols, spec.dtype), arch=arch)
+            out.append(req)
+    return out, sources, groups
 
 
 def compile_plans(items: Sequence, arch: str = "sm_90a", num_sms: int = H200_SMS, cache: bool = True,
@@ -222,7 +269,8 @@ def compile_plans(items: Sequence, arch: str = "sm_90a", num_sms: int = H200_SMS
             continue
         out.append(CompiledPlan(spec=spec, scheme_name=name, geometry=plan_geometry(spec, opts.get("scheme")),
                                 combine_a=ks[0], combine_b=ks[1], products=ks[2], combine_c=ks[3],
-                                sources=sources, groups=groups))
+                                sources=sources, groups=groups, absmax_a=ks[4] if spec.scaled else None,
+                                absmax_b=ks[5] if spec.scaled else None))
     return out
 
 

@@ -1,4 +1,5 @@
-"""MLIR text of a compiled plan: its four ``hal.executable.source`` ops and ``flow.dispatch`` lines, or a whole module.
+"""MLIR text of a compiled plan: its ``hal.executable.source`` ops and ``flow.dispatch`` lines (four, six for a
+scaled plan), or a whole module.
 
 The pieces are :mod:`falcon_mlir.kernels.embed`'s (the same ABI as the GEMM).
 """
@@ -11,35 +12,48 @@ from ..embed import (DEFAULT_CUDA_FLAGS, cuda_target_attribute, executable_name,
                      external_dispatch, external_executable, reference_func, scratch_bytes, tensor_type)
 from ..spec import GemmSpec
 from .compile import CompiledPlan, compile_plan
+from .scale import NP
 from .spec import PlanSpec
 
 
 def _exe_names(plan: CompiledPlan) -> dict:
     base = "falcon_lcma_" + "".join(c if c.isalnum() else "_" for c in plan.spec.name)
-    return {"a": f"{base}_a_{plan.combine_a.key[:8]}", "b": f"{base}_b_{plan.combine_b.key[:8]}",
-            "p": executable_name(plan.products), "c": f"{base}_c_{plan.combine_c.key[:8]}"}
+    names = {"a": f"{base}_a_{plan.combine_a.key[:8]}", "b": f"{base}_b_{plan.combine_b.key[:8]}",
+             "p": executable_name(plan.products), "c": f"{base}_c_{plan.combine_c.key[:8]}"}
+    if plan.absmax_a is not None:
+        names.update(ma=f"{base}_max_a_{plan.absmax_a.key[:8]}", mb=f"{base}_max_b_{plan.absmax_b.key[:8]}")
+    return names
+
+
+_ROLES = {"ma": "absmax_a", "mb": "absmax_b", "a": "combine_a", "b": "combine_b", "c": "combine_c"}
 
 
 def plan_executables(plan: CompiledPlan, target_attr: str) -> str:
-    """The four ``hal.executable.source`` ops of a plan (combine A, combine B, products, combine C)."""
+    """The ``hal.executable.source`` ops of a plan (absmax A and B for a scaled plan, combine A, combine B,
+    products, combine C)."""
     names = _exe_names(plan)
     parts = []
-    for role in ("a", "b", "p", "c"):
+    for role in [r for r in ("ma", "mb") if r in names] + ["a", "b", "p", "c"]:
         if role == "p":
             parts.append(executable_source(plan.products, target_attr, names["p"]))
             continue
-        k = getattr(plan, f"combine_{role}")
-        comment = (f"{plan.spec.name} ({plan.scheme_name}): combine {role.upper()}, {len(k.spec.coeffs)} outputs "
-                   f"in {len(plan.groups[role])} group(s), tiles {k.config.label}; {k.arch} cubin from Triton "
-                   f"{k.triton_version}")
-        parts.append(external_executable(names[role], k.name, k.cubin, target_attr, 1, 1, k.num_programs,
+        k = getattr(plan, _ROLES[role])
+        if role in ("ma", "mb"):
+            what = f"absmax of {'AB'[role == 'mb']}, {k.config.label}"
+            inputs = 1
+        else:
+            what = (f"combine {role.upper()}, {len(k.spec.coeffs)} outputs in {len(plan.groups[role])} group(s), "
+                    f"tiles {k.config.label}" + (f", scaled by 2^{k.spec.scale}" if k.spec.scale else ""))
+            inputs = 1 + (len(k.spec.scale) if k.spec.scale else 0)
+        comment = f"{plan.spec.name} ({plan.scheme_name}): {what}; {k.arch} cubin from Triton {k.triton_version}"
+        parts.append(external_executable(names[role], k.name, k.cubin, target_attr, inputs, 1, k.num_programs,
                                          k.threads, k.shared, comment))
     return "\n".join(parts)
 
 
 def plan_dispatches(plan: CompiledPlan, a: str = "%a", b: str = "%b", prefix: str = "%lcma",
                     types: Optional[Sequence[str]] = None) -> tuple:
-    """(lines, C value): the four ``flow.dispatch`` lines of a plan reading ``a`` and ``b``.
+    """(lines, C value): the ``flow.dispatch`` lines of a plan reading ``a`` and ``b`` (four; six scaled).
 
     ``types``: the tensor types of A, B and C as the caller holds them (same
     elements as ``M x K``, ``K x N``, ``M x N``, e.g. with a unit batch
@@ -49,22 +63,31 @@ def plan_dispatches(plan: CompiledPlan, a: str = "%a", b: str = "%b", prefix: st
     names = _exe_names(plan)
     a_t, b_t, c_t = types or (tensor_type((s.M, s.K), s.dtype), tensor_type((s.K, s.N), s.dtype),
                               tensor_type((s.M, s.N), s.out_dtype))
-    ao_t, bo_t = tensor_type(g.a_ops_shape, s.dtype), tensor_type(g.b_ops_shape, s.dtype)
+    ao_t, bo_t = tensor_type(g.a_ops_shape, s.operand_dtype), tensor_type(g.b_ops_shape, s.operand_dtype)
     p_t = tensor_type(g.products_shape, s.product_dtype)
     ka, kb, kc = plan.combine_a, plan.combine_b, plan.combine_c
-    lines = [
-        external_dispatch(names["a"], ka.name, [(a, a_t)], [ao_t], scratch_bytes(ka), f"{prefix}_a"),
-        external_dispatch(names["b"], kb.name, [(b, b_t)], [bo_t], scratch_bytes(kb), f"{prefix}_b"),
+    lines, sa, sb = [], [], []
+    if s.scaled:
+        m_t = tensor_type((NP,), "f32")
+        for role, x, x_t in (("ma", a, a_t), ("mb", b, b_t)):
+            k = getattr(plan, _ROLES[role])
+            lines.append(external_dispatch(names[role], k.name, [(x, x_t)], [m_t], scratch_bytes(k),
+                                           f"{prefix}_{role}"))
+        sa, sb = [(f"{prefix}_ma#0", m_t)], [(f"{prefix}_mb#0", m_t)]
+    lines += [
+        external_dispatch(names["a"], ka.name, [(a, a_t)] + sa, [ao_t], scratch_bytes(ka), f"{prefix}_a"),
+        external_dispatch(names["b"], kb.name, [(b, b_t)] + sb, [bo_t], scratch_bytes(kb), f"{prefix}_b"),
         external_dispatch(names["p"], plan.products.name, [(f"{prefix}_a#0", ao_t), (f"{prefix}_b#0", bo_t)], [p_t],
                           scratch_bytes(plan.products), f"{prefix}_p"),
-        external_dispatch(names["c"], kc.name, [(f"{prefix}_p#0", p_t)], [c_t], scratch_bytes(kc), f"{prefix}_c"),
+        external_dispatch(names["c"], kc.name, [(f"{prefix}_p#0", p_t)] + sa + sb, [c_t], scratch_bytes(kc),
+                          f"{prefix}_c"),
     ]
     return lines, f"{prefix}_c#0"
 
 
 def plan_module(plan, target_attr: Optional[str] = None, flags: Sequence[str] = None, reference: bool = False,
                 func: str = "main", **compile_options) -> str:
-    """A complete module ``func.func @{func}(%a: A, %b: B) -> C`` running the plan's four kernels.
+    """A complete module ``func.func @{func}(%a: A, %b: B) -> C`` running the plan's kernels.
 
     Args:
         plan: a :class:`CompiledPlan`, or a :class:`PlanSpec` to compile first

@@ -13,6 +13,7 @@ from fractions import Fraction
 from typing import Sequence
 
 from .combine import CombineSpec
+from .scale import NP, SCALE_HELPERS
 
 #: Bump when the combine kernels' generated source or cache entries change shape.
 GENERATOR_VERSION = 1
@@ -102,11 +103,20 @@ def _docstring(cs: CombineSpec, groups: Sequence[Sequence[int]]) -> list:
     ]
 
 
-def _kernel_head(fn: str) -> list:
-    """The kernel's signature and its tile position: rows ``p`` and columns ``q`` of every block."""
-    return [
+def scale_pointers(cs: CombineSpec) -> list:
+    """The absmax-partials pointers a scaled kernel reads (after ``x_ptr``): ``s_ptr`` or ``sa_ptr, sb_ptr``."""
+    if not cs.scale:
+        return []
+    return ["s_ptr"] if cs.direction == "split" else ["sa_ptr", "sb_ptr"]
+
+
+def _kernel_head(fn: str, cs: CombineSpec) -> list:
+    """The kernel's signature, its tile position (rows ``p`` and columns ``q`` of every block) and, scaled,
+    the factor ``scale`` every output is multiplied by before its store."""
+    ptrs = ", ".join(["x_ptr"] + scale_pointers(cs) + ["y_ptr"])
+    L = [
         "@triton.jit",
-        f"def {fn}(x_ptr, y_ptr, ROWS: tl.constexpr, COLS: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr,",
+        f"def {fn}({ptrs}, ROWS: tl.constexpr, COLS: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr,",
         f"{' ' * (len(fn) + 5)}TR: tl.constexpr, TC: tl.constexpr):",
         "    TILES_C: tl.constexpr = (BC + TC - 1) // TC",
         "    EVEN: tl.constexpr = BR % TR == 0 and BC % TC == 0",
@@ -114,6 +124,12 @@ def _kernel_head(fn: str) -> list:
         "    p = (pid // TILES_C) * TR + tl.arange(0, TR)",
         "    q = (pid % TILES_C) * TC + tl.arange(0, TC)",
     ]
+    if cs.scale and cs.direction == "split":
+        L.append(f"    scale = _pow2(-(_max_exponent(s_ptr, {NP}) + {cs.scale[0]}))")
+    elif cs.scale:
+        L.append(f"    scale = _pow2(_max_exponent(sa_ptr, {NP}) + {cs.scale[0]}) * "
+                 f"_pow2(_max_exponent(sb_ptr, {NP}) + {cs.scale[1]})")
+    return L
 
 
 def _group_inputs(cs: CombineSpec, g: Sequence[int]) -> list:
@@ -130,6 +146,8 @@ def _split_group(cs: CombineSpec, g: Sequence[int]) -> list:
         terms = [(c, f"x{s}") for s, c in enumerate(cs.coeffs[t]) if c != 0]
         expr = "".join(_term(c, nm, i == 0) for i, (c, nm) in enumerate(terms)) if terms else \
             "tl.zeros((TR, TC), dtype=tl.float32)"
+        if cs.scale:
+            expr = f"({expr}) * scale"
         L.append(f"    _plane_store(y_ptr, p, q, {t}, {expr}, BR, BC, EVEN)")
     return L
 
@@ -153,13 +171,15 @@ def _merge_group(cs: CombineSpec, g: Sequence[int]) -> list:
     for t in g:
         if t not in started:
             L.append(f"    acc{t} = tl.zeros((TR, TC), dtype=tl.float32)")
-        L.append(f"    _block_store(y_ptr, p, q, {t // gc}, {t % gc}, acc{t}, ROWS, COLS, BR, BC, EVEN)")
+        val = f"acc{t} * scale" if cs.scale else f"acc{t}"
+        L.append(f"    _block_store(y_ptr, p, q, {t // gc}, {t % gc}, {val}, ROWS, COLS, BR, BC, EVEN)")
     return L
 
 
 def combine_source(cs: CombineSpec, groups: Sequence[Sequence[int]]) -> str:
     """The Triton source of one combine kernel (every coefficient a literal; see the module docstring)."""
-    L = _docstring(cs, groups) + _PRELUDE.split("\n") + _kernel_head(COMBINE_FN[cs.role])
+    prelude = _PRELUDE + (SCALE_HELPERS if cs.scale else "")
+    L = _docstring(cs, groups) + prelude.split("\n") + _kernel_head(COMBINE_FN[cs.role], cs)
     body = _split_group if cs.direction == "split" else _merge_group
     for gi, g in enumerate(groups):
         L.append(f"    # group {gi}: outputs {', '.join(map(str, g))}")

@@ -28,10 +28,17 @@ class PlanSpec(DictFields):
     Args:
         M, N, K: C is ``M x N``, A ``M x K``, B ``K x N`` (row-major, no transposes).
         scheme: a catalog name (``"strassen"``, ``"strassen^2"``, ``"2x2x3:11"``, ``"3x3x3:23"``, ...).
-        dtype: A, B and the combined operands (``"bf16"``, ``"f16"``, ``"f32"``).
+        dtype: A and B (``"bf16"``, ``"f16"``, ``"f32"``).
         out_dtype: C (default ``dtype``).
+        operand_dtype: the combined operands, which the products multiply (default
+            ``dtype``, except ``"f16"`` for bf16 inputs). ``"f16"`` operands of bf16
+            inputs are **scaled** (:mod:`.scale`): A and B are multiplied by powers of two
+            that bring them into f16's range before they are summed, and combine C
+            multiplies back, so f16's three more mantissa bits cut the rounding of the
+            sums and products by 8 at the tensor cores' 16-bit rate (Strassen^2: error
+            about 1.1x classical's instead of 5x with bf16 operands).
         product_dtype: how the R products are stored between the GEMM and combine C
-            (default ``dtype``: what the measured bf16 run did; ``"f32"`` for accuracy).
+            (default ``operand_dtype``; ``"f32"`` for accuracy at twice the bytes).
         f32_mode: how f32 products multiply (``"ieee"``: FMA; see :class:`GemmSpec`).
         align: the block sizes are rounded up to a multiple of this (elements; >= 16 bytes' worth).
 
@@ -46,6 +53,7 @@ class PlanSpec(DictFields):
     dtype: str = "bf16"
     out_dtype: Optional[str] = None
     product_dtype: Optional[str] = None
+    operand_dtype: Optional[str] = None
     f32_mode: str = "ieee"
     align: int = 16
 
@@ -57,13 +65,17 @@ class PlanSpec(DictFields):
         if self.dtype not in DTYPES:
             raise ValueError(f"PlanSpec.dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
         object.__setattr__(self, "out_dtype", self.out_dtype or self.dtype)
-        object.__setattr__(self, "product_dtype", self.product_dtype or self.dtype)
-        for name in ("out_dtype", "product_dtype"):
+        object.__setattr__(self, "operand_dtype", self.operand_dtype or default_operand_dtype(self.dtype))
+        object.__setattr__(self, "product_dtype", self.product_dtype or self.operand_dtype)
+        for name in ("out_dtype", "operand_dtype", "product_dtype"):
             if getattr(self, name) not in DTYPES:
                 raise ValueError(f"PlanSpec.{name} must be one of {', '.join(DTYPES)}, got {getattr(self, name)!r}")
+        if self.operand_dtype not in (self.dtype, SCALED_OPERANDS.get(self.dtype)):
+            raise ValueError(f"PlanSpec.operand_dtype {self.operand_dtype} for {self.dtype} inputs: the combined "
+                             f"operands are the input type or, for bf16, f16 (scaled)")
         if self.f32_mode not in F32_MODES:
             raise ValueError(f"PlanSpec.f32_mode must be one of {', '.join(F32_MODES)}, got {self.f32_mode!r}")
-        if (self.align * DTYPE_BYTES[self.dtype]) % 16 or (self.align * DTYPE_BYTES[self.product_dtype]) % 16:
+        if any((self.align * DTYPE_BYTES[t]) % 16 for t in (self.dtype, self.operand_dtype, self.product_dtype)):
             raise ValueError(f"PlanSpec.align = {self.align} elements is not a multiple of 16 bytes "
                              f"for {self.dtype} / {self.product_dtype} (TMA needs 16-byte row strides)")
         if not isinstance(self.scheme, str) or not self.scheme:
@@ -74,14 +86,32 @@ class PlanSpec(DictFields):
         """A file-name-safe label, e.g. ``strassen2_bf16_16384x16384x16384_pbf16_obf16``."""
         sch = "".join(c if c.isalnum() else ("" if c == "^" else "-") for c in self.scheme.lower())
         s = f"{sch}_{self.dtype}_{self.M}x{self.N}x{self.K}_p{self.product_dtype}_o{self.out_dtype}"
+        if self.scaled:
+            s += f"_s{self.operand_dtype}"
         if self.dtype == "f32" and self.f32_mode != "ieee":
             s += f"_{self.f32_mode}"
         return s
 
     @property
+    def scaled(self) -> bool:
+        """Whether the plan scales A and B by powers of two into the operand type's range (:mod:`.scale`)."""
+        return self.operand_dtype != self.dtype
+
+    @property
     def flops(self) -> int:
         """The classical product's ``2 M N K`` (effective TFLOP/s are counted against it)."""
         return 2 * self.M * self.N * self.K
+
+
+#: Input types whose plans may form their combined operands in a narrower-range type of more precision,
+#: scaled by powers of two (:mod:`.scale`): bf16 (8 significant bits) -> f16 (11 bits, max 65504).
+SCALED_OPERANDS = {"bf16": "f16"}
+
+
+def default_operand_dtype(dtype: str) -> str:
+    """The combined operands' type a plan on ``dtype`` inputs uses by default: f16 (scaled) for bf16, else
+    ``dtype``."""
+    return SCALED_OPERANDS.get(dtype, dtype)
 
 
 def resolve_scheme(name: str):
@@ -137,5 +167,5 @@ def plan_geometry(spec: PlanSpec, scheme=None) -> PlanGeometry:
 
 def products_spec(spec: PlanSpec, geo: PlanGeometry) -> GemmSpec:
     """The batched GEMM of the R products."""
-    return GemmSpec(geo.bm, geo.bn, geo.bk, spec.dtype, spec.dtype, spec.product_dtype, batch=geo.R,
+    return GemmSpec(geo.bm, geo.bn, geo.bk, spec.operand_dtype, spec.operand_dtype, spec.product_dtype, batch=geo.R,
                     f32_mode=spec.f32_mode)

@@ -42,8 +42,11 @@ def test_rounded_plan_error_names_each_rounding():
     # an f32 result has no narrow terms; the kernel form is the same formula
     assert numerics.rounded_plan_error(["strassen"], K, "f32") == \
         numerics.predicted_error(["strassen"], K, "f32")
-    assert numerics.kernel_plan_error(["strassen"], K, "bf16", "bf16", "f32") == \
+    assert numerics.kernel_plan_error(["strassen"], K, "bf16", "bf16", "f32", operands="bf16") == \
         numerics.rounded_plan_error(["strassen"], K, "bf16", sums="bf16")
+    # bf16 kernel plans default to scaled f16 operands and products
+    assert numerics.kernel_plan_error(["strassen"], K, "bf16", "bf16") == \
+        numerics.rounded_plan_error(["strassen"], K, "bf16", sums="f16", products="f16")
     # per-product levels round the sums once each: Strassen^2 with bf16 sums
     G2 = numerics.growth_factor(["strassen"] * 2)
     assert numerics.rounded_plan_error(["strassen"] * 2, K, "bf16", sums="bf16", sum_roundings=2) \

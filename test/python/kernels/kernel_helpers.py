@@ -65,6 +65,16 @@ def fake_plan(spec, gemm_config: KernelConfig = None):
             global_scratch_size=0, global_scratch_align=1, profile_scratch_size=0, profile_scratch_align=1,
             num_programs=programs, triton_version="fake", key=hashlib.sha256(cubin).hexdigest())
     products = fake_kernel(lcma.products_spec(spec, geo), gemm_config)
+    if spec.scaled:
+        for role, (rows, cols) in (("ma", (spec.M, spec.K)), ("mb", (spec.K, spec.N))):
+            ms, cfg = lcma.AbsmaxSpec(rows, cols, spec.dtype), lcma.AbsmaxConfig()
+            cubin = b"\x7fELF" + hashlib.sha256((spec.name + role).encode()).digest() * 4
+            kernels[role] = lcma.CombineKernel(
+                spec=ms, config=cfg, source_sha256="0" * 64, constexprs=ms.constexprs(), arch="sm_90a",
+                name=lcma.ABSMAX_FN, cubin=cubin, num_warps=cfg.num_warps, shared=0, global_scratch_size=0,
+                global_scratch_align=1, profile_scratch_size=0, profile_scratch_align=1, num_programs=lcma.NP,
+                triton_version="fake", key=hashlib.sha256(cubin).hexdigest())
     return lcma.CompiledPlan(spec=spec, scheme_name=lcma.resolve_scheme(spec.scheme).name, geometry=geo,
                              combine_a=kernels["a"], combine_b=kernels["b"], products=products,
-                             combine_c=kernels["c"], sources=sources, groups=groups)
+                             combine_c=kernels["c"], sources=sources, groups=groups,
+                             absmax_a=kernels.get("ma"), absmax_b=kernels.get("mb"))

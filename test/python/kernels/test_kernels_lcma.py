@@ -20,6 +20,7 @@ from kernel_helpers import fake_plan, have, skip_without
 from falcon_mlir.catalog import Scheme
 from falcon_mlir.kernels import aot, embed, lcma
 from falcon_mlir.kernels.configs import KernelConfig
+from falcon_mlir.kernels.lcma import max_exponent
 
 SMALL_GEMM = KernelConfig.parse("32x32x16,s2,w4,g2")
 #: Small tiles so that every block has several tiles, some partial (blocks of 48 rows or columns).
@@ -31,9 +32,14 @@ SCHEMES = ("strassen", "2x2x3:11", "3x3x3:23", "strassen^2")
 # --------------------------------------------------------------------------- spec, geometry, generator
 
 def test_spec_and_geometry():
-    s = lcma.PlanSpec(1000, 1032, 776, "strassen")
-    assert (s.out_dtype, s.product_dtype) == ("bf16", "bf16") and s.flops == 2 * 1000 * 1032 * 776
+    s = lcma.PlanSpec(1000, 1032, 776, "strassen", operand_dtype="bf16")
+    assert (s.out_dtype, s.product_dtype, s.scaled) == ("bf16", "bf16", False) and s.flops == 2 * 1000 * 1032 * 776
     assert s.name == "strassen_bf16_1000x1032x776_pbf16_obf16"
+    scaled = lcma.PlanSpec(1000, 1032, 776, "strassen")  # bf16 plans default to scaled f16 operands and products
+    assert (scaled.operand_dtype, scaled.product_dtype, scaled.scaled) == ("f16", "f16", True)
+    assert scaled.name == "strassen_bf16_1000x1032x776_pf16_obf16_sf16"
+    assert lcma.products_spec(scaled, lcma.plan_geometry(scaled)).a_dtype == "f16"
+    assert not lcma.PlanSpec(8, 8, 8, "strassen", "f16").scaled
     assert lcma.PlanSpec(8, 8, 8, "strassen^2", "f32").name == "strassen2_f32_8x8x8_pf32_of32"
     g = lcma.plan_geometry(s)
     # ceil(1000/2) = 500 -> 512, ceil(776/2) = 388 -> 400, ceil(1032/2) = 516 -> 528 (multiples of 16)
@@ -50,6 +56,7 @@ def test_spec_and_geometry():
     (dict(M=0, N=1, K=1), "PlanSpec.M must be a positive int"),
     (dict(M=1, N=1, K=1, dtype="f64"), "PlanSpec.dtype"),
     (dict(M=1, N=1, K=1, product_dtype="i8"), "PlanSpec.product_dtype"),
+    (dict(M=1, N=1, K=1, dtype="f32", operand_dtype="f16"), "operand_dtype f16 for f32 inputs"),
     (dict(M=1, N=1, K=1, dtype="f32", align=2), "not a multiple of 16 bytes"),
     (dict(M=1, N=1, K=1, f32_mode="x"), "f32_mode"),
 ])
@@ -81,7 +88,7 @@ def _parse_source(text: str, cs: lcma.CombineSpec) -> list:
             m = re.match(r"\s+acc(\d+) = (?:acc\d+)?(.+)$", line)
             if m and "tl.zeros" not in line:
                 add(int(m.group(1)), m.group(2), lambda nm: current)
-        for i, j, t in re.findall(r"_block_store\(y_ptr, p, q, (\d+), (\d+), acc(\d+),", text):
+        for i, j, t in re.findall(r"_block_store\(y_ptr, p, q, (\d+), (\d+), acc(\d+)(?: \* scale)?,", text):
             assert (int(i), int(j)) == divmod(int(t), cs.grid_c)
     return rows
 
@@ -105,11 +112,12 @@ def test_generated_source_computes_the_scheme(scheme):
 
 def test_parser_sees_a_wrong_index():
     """The read-back check has teeth: swapping two block indices in the text is caught."""
-    spec = lcma.PlanSpec(64, 64, 64, "strassen")
-    cs = lcma.combine_specs(spec)["a"]
-    text = lcma.combine_source(cs, lcma.output_groups(cs, 16))
-    wrong = text.replace("_plane_store(y_ptr, p, q, 0, x0 + x3,", "_plane_store(y_ptr, p, q, 0, x0 + x2,")
-    assert wrong != text and _parse_source(wrong, cs) != [list(r) for r in cs.coeffs]
+    for spec, old, new in ((lcma.PlanSpec(64, 64, 64, "strassen", operand_dtype="bf16"), "0, x0 + x3,", "0, x0 + x2,"),
+                           (lcma.PlanSpec(64, 64, 64, "strassen"), "0, (x0 + x3) * scale,", "0, (x0 + x2) * scale,")):
+        cs = lcma.combine_specs(spec)["a"]
+        text = lcma.combine_source(cs, lcma.output_groups(cs, 16))
+        wrong = text.replace(f"_plane_store(y_ptr, p, q, {old}", f"_plane_store(y_ptr, p, q, {new}")
+        assert wrong != text and _parse_source(wrong, cs) != [list(r) for r in cs.coeffs]
 
 
 def test_groups_and_default_tiles():
@@ -173,10 +181,16 @@ def _cases():
         if scheme == "strassen^2":
             M, N, K = 130, 66, 100
         for dtype, prod in (("bf16", "bf16"), ("f32", "f32")):
-            c[f"{scheme}-{dtype}"] = (lcma.PlanSpec(M, N, K, scheme, dtype, product_dtype=prod), False)
-    c["strassen-bf16-f32products"] = (lcma.PlanSpec(90, 70, 100, "strassen", product_dtype="f32"), False)
+            c[f"{scheme}-{dtype}"] = (lcma.PlanSpec(M, N, K, scheme, dtype, product_dtype=prod, operand_dtype=dtype),
+                                      False)
+        if scheme != "3x3x3:23":  # bf16 inputs, scaled f16 operands and products (the default)
+            c[f"{scheme}-bf16-scaled"] = (lcma.PlanSpec(M, N, K, scheme), False)
+    c["strassen-bf16-f32products"] = (lcma.PlanSpec(90, 70, 100, "strassen", product_dtype="f32",
+                                                    operand_dtype="bf16"), False)
+    c["strassen^2-bf16-scaled-tiny"] = (lcma.PlanSpec(130, 66, 100, "strassen^2"), 1e-6)  # f16 would underflow
+    c["strassen^2-bf16-scaled-huge"] = (lcma.PlanSpec(130, 66, 100, "strassen^2"), 3e4)  # and overflow
     c["strassen-f16"] = (lcma.PlanSpec(90, 70, 100, "strassen", "f16"), False)
-    c["strassen-align8"] = (lcma.PlanSpec(61, 35, 43, "strassen", align=8), False)
+    c["strassen-align8"] = (lcma.PlanSpec(61, 35, 43, "strassen", align=8, operand_dtype="bf16"), False)
     c["strassen^2-f32-exact"] = (lcma.PlanSpec(130, 66, 100, "strassen^2", "f32"), True)
     c["2x2x3:11-f32-exact"] = (lcma.PlanSpec(61, 93, 47, "2x2x3:11", "f32"), True)
     return c
@@ -199,11 +213,15 @@ def _np_dtype(name):
 
 
 def _inputs(spec, seed, integers):
+    """Random A, B of ``spec.dtype``: integer-valued in [-2, 2] (``integers is True``), else normal, A
+    times ``integers`` where that is a number (a scale far from 1: a scaled plan's range test)."""
     rng = np.random.default_rng(seed)
-    if integers:
+    if integers is True:
         a, b = rng.integers(-2, 3, (spec.M, spec.K)), rng.integers(-2, 3, (spec.K, spec.N))
     else:
         a, b = rng.standard_normal((spec.M, spec.K)), rng.standard_normal((spec.K, spec.N))
+        if integers:
+            a = a * integers
     return a.astype(_np_dtype(spec.dtype)), b.astype(_np_dtype(spec.dtype))
 
 
@@ -240,21 +258,32 @@ def _close(x, ref, rel: float, abs_scale: float, what: str):
 STORE_REL = {"bf16": 2.0**-7, "f16": 2.0**-10, "f32": 2.0**-22}
 #: max|C - A@B| / max|A@B| allowed for the whole plan (each sum and product stored in the plan's types).
 PLAN_TOL = {"bf16": 3e-2, "f16": 3e-3, "f32": 2e-6}
+#: The same for a scaled bf16 plan (f16 operands and products): about classical's 3e-3 here, where
+#: bf16 operands and products give 5e-3 to 1.1e-2 on these cases.
+SCALED_TOL = 7e-3
 
 
 def check_plan(spec, a, b, out, scheme=None):
-    """Each stage against float64 from the stage before it, and the plan against float64 A @ B."""
+    """Each stage against float64 from the stage before it, and the plan against float64 A @ B.
+
+    A scaled plan's stages carry its powers of two: combine A's outputs are the reference's times
+    ``2^-(e_A + s_A)`` with ``e_A`` the exponent of max|A| (:func:`lcma.scale.max_exponent`), B's likewise,
+    and combine C multiplies back by both; the checks undo them exactly."""
     st = lcma.reference_stages(spec, a, b, scheme)
+    fa = fb = 1.0
+    if spec.scaled:
+        sa, sb = lcma.combine_specs(spec, scheme)["c"].scale
+        fa, fb = 2.0 ** (max_exponent(a) + sa), 2.0 ** (max_exponent(b) + sb)
     acc = 1e-6  # f32 sums of a few terms (combines) or of K products (the GEMM), relative to the scale
-    _close(out["a_ops"], st["a_ops"], STORE_REL[spec.dtype], acc, "combine A")
-    _close(out["b_ops"], st["b_ops"], STORE_REL[spec.dtype], acc, "combine B")
+    _close(out["a_ops"].astype(np.float64) * fa, st["a_ops"], STORE_REL[spec.operand_dtype], acc, "combine A")
+    _close(out["b_ops"].astype(np.float64) * fb, st["b_ops"], STORE_REL[spec.operand_dtype], acc, "combine B")
     own = out["a_ops"].astype(np.float64) @ out["b_ops"].astype(np.float64)
     _close(out["products"], own, STORE_REL[spec.product_dtype], acc, "products")
-    _close(out["c"], lcma.combine_c_reference(spec, out["products"], scheme), STORE_REL[spec.out_dtype], acc,
-           "combine C")
+    _close(out["c"], lcma.combine_c_reference(spec, out["products"], scheme) * (fa * fb),
+           STORE_REL[spec.out_dtype], acc, "combine C")
     ref = a.astype(np.float64) @ b.astype(np.float64)
     err = np.max(np.abs(out["c"].astype(np.float64) - ref)) / np.max(np.abs(ref))
-    assert err < PLAN_TOL[spec.out_dtype], f"{spec.name}: plan error {err:.2e}"
+    assert err < (SCALED_TOL if spec.scaled else PLAN_TOL[spec.out_dtype]), f"{spec.name}: plan error {err:.2e}"
     return err
 
 
@@ -267,7 +296,7 @@ def test_interpreted_plan(interpreted, key):
     assert out["a_ops"].shape == lcma.plan_geometry(spec).a_ops_shape and out["c"].shape == (spec.M, spec.N)
     assert out["c"].dtype == _np_dtype(spec.out_dtype)
     check_plan(spec, a, b, out)
-    if integers:  # integer-valued f32: every sum and product is exact
+    if integers is True:  # integer-valued f32: every sum and product is exact
         assert np.array_equal(out["c"].astype(np.float64), a.astype(np.float64) @ b.astype(np.float64))
 
 
@@ -294,7 +323,7 @@ def target():
 
 
 def test_plan_module_text(target):
-    spec = lcma.PlanSpec(1000, 1032, 776, "3x3x3:23", product_dtype="f32", out_dtype="f32")
+    spec = lcma.PlanSpec(1000, 1032, 776, "3x3x3:23", product_dtype="f32", out_dtype="f32", operand_dtype="bf16")
     plan = fake_plan(spec)
     text = lcma.plan_module(plan, target_attr=target)
     assert text.count("hal.executable.source private @") == 4
@@ -337,12 +366,14 @@ def test_huge_plan_compiles(target):
 
 @skip_without("triton")
 def test_real_plan_compiles(target):
-    """Compile a small odd plan for sm_90a (four kernels, one Triton child), then the module with IREE."""
+    """Compile a small odd scaled plan for sm_90a (six kernels, one Triton child), then the module with IREE."""
     spec = lcma.PlanSpec(1000, 1032, 776, "strassen")
     plan = lcma.compile_plan(spec)
+    assert len(plan.kernels) == 6 and plan.absmax_a.num_programs == lcma.NP
     for k in plan.kernels:
         assert k.cubin[:4] == b"\x7fELF" and k.stack_bytes in (0, None)
-    assert plan.combine_a.shared == 0 and plan.combine_a.num_programs == 8 * 7  # 512x400 blocks in 64x64 tiles
+    # 512x400 blocks in 64x64 tiles; the only shared memory: the reduction of the 256 partials (bytes)
+    assert plan.combine_a.shared <= 64 and plan.combine_a.num_programs == 8 * 7
     vmfb = embed.compile_module(lcma.plan_module(plan, target_attr=target))
     assert all(k.cubin in vmfb for k in plan.kernels)
     again = lcma.compile_plan(spec)
@@ -353,3 +384,49 @@ def test_real_plan_compiles(target):
         ops = aot.sass_opcodes(sass)
         assert ops["HGMMA"] == 0 and ops["LDG"] > 0 and ops["STG"] > 0
         assert "LDG.E.128" in sass and "STG.E.128" in sass
+
+
+def test_scaled_plan_module_text(target):
+    """A scaled bf16 plan: six dispatches; the absmax partials feed combine A (B) after A (B) and combine C
+    after the products; combined operands and products are f16."""
+    spec = lcma.PlanSpec(1000, 1032, 776, "strassen")
+    plan = fake_plan(spec)
+    text = lcma.plan_module(plan, target_attr=target)
+    assert text.count("hal.executable.source private @") == 6 and text.count("flow.dispatch @") == 6
+    lines = [ln.strip() for ln in text.splitlines() if "flow.dispatch" in ln]
+    assert lines[0].startswith("%lcma_ma:3 = flow.dispatch @falcon_lcma_") and "::@falcon_absmax(%a) : " \
+        "(tensor<1000x776xbf16>) -> (tensor<256xf32>, tensor<128xi8>, tensor<128xi8>)" in lines[0]
+    assert "::@falcon_absmax(%b) : (tensor<776x1032xbf16>) -> (tensor<256xf32>," in lines[1]
+    assert "::@falcon_combine_a(%a, %lcma_ma#0) : (tensor<1000x776xbf16>, tensor<256xf32>) -> " \
+        "(tensor<7x512x400xf16>," in lines[2]
+    assert "::@falcon_combine_b(%b, %lcma_mb#0) : (tensor<776x1032xbf16>, tensor<256xf32>) -> " \
+        "(tensor<7x400x528xf16>," in lines[3]
+    assert re.search(r"::@falcon_gemm\(%lcma_a#0, %lcma_b#0\) : \(tensor<7x512x400xf16>, tensor<7x400x528xf16>\)"
+                     r" -> \(tensor<7x512x528xf16>,", lines[4])
+    assert "::@falcon_combine_c(%lcma_p#0, %lcma_ma#0, %lcma_mb#0) : (tensor<7x512x528xf16>, tensor<256xf32>, " \
+        "tensor<256xf32>) -> (tensor<1000x1032xbf16>," in lines[5]
+    exe_c = text[text.index("_c_" + plan.combine_c.key[:8]):]
+    exe_c = exe_c[:exe_c.index("hal.executable.source") if "hal.executable.source" in exe_c else None]
+    assert exe_c.count("#hal.pipeline.binding<storage_buffer, ReadOnly>") == 3
+    assert "scaled by 2^(0, 0)" in exe_c
+    exe_m = text[text.index("_max_a_" + plan.absmax_a.key[:8]):]
+    assert f"%x = arith.constant {lcma.NP} : index" in exe_m[:exe_m.index("hal.executable.source")]
+
+
+def test_scaled_source_and_shifts():
+    """The scaled kernels' source: the partials pointers, the power of two from the exponent, every output
+    multiplied once; shifts grow with the products' depth so products stay under 2^15."""
+    spec = lcma.PlanSpec(16384, 16384, 16384, "strassen^2")
+    css = lcma.combine_specs(spec)
+    assert (css["a"].scale, css["b"].scale, css["c"].scale) == ((1,), (0,), (1, 0))  # 4 * 4 * 4096 = 2^16
+    src_a = lcma.combine_source(css["a"], lcma.output_groups(css["a"], 16))
+    assert "def falcon_combine_a(x_ptr, s_ptr, y_ptr," in src_a
+    assert "scale = _pow2(-(_max_exponent(s_ptr, 256) + 1))" in src_a
+    assert src_a.count(") * scale, BR, BC, EVEN)") == 49
+    src_c = lcma.combine_source(css["c"], lcma.output_groups(css["c"], 16))
+    assert "def falcon_combine_c(x_ptr, sa_ptr, sb_ptr, y_ptr," in src_c
+    assert "scale = _pow2(_max_exponent(sa_ptr, 256) + 1) * _pow2(_max_exponent(sb_ptr, 256) + 0)" in src_c
+    assert src_c.count(" * scale, ROWS, COLS, BR, BC, EVEN)") == 16
+    assert lcma.operand_shifts(lcma.resolve_scheme("strassen"), 8192) == (0, 0)  # 2 * 2 * 8192 = 2^15
+    assert lcma.operand_shifts(lcma.resolve_scheme("strassen^3"), 65536) == (4, 3)  # 8 * 8 * 2^16 = 2^22
+    assert [lcma.max_exponent(x) for x in ([0.75], [1.0], [-3.0], [0.0], [np.inf])] == [0, 1, 2, -100, 100]

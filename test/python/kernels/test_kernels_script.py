@@ -187,15 +187,19 @@ def _script_module():
 
 def test_plan_items():
     gk = _script_module()
-    specs = gk.parse_plan_items(["strassen,strassen^2@64x32x48/f32", "2x2x3:11@61x93x47/bf16/f32"],
+    specs = gk.parse_plan_items(["strassen,strassen^2@64x32x48/f32", "2x2x3:11@61x93x47/bf16/f32",
+                                 "strassen@64x64x64/bf16/bf16/bf16"],
                                 [(128, 128, 128), (256, 64, 32)], ["bf16", "f32"])
-    assert [(s.scheme, s.M, s.N, s.K, s.dtype, s.product_dtype) for s in specs] == [
-        ("strassen", 128, 128, 128, "bf16", "bf16"), ("strassen", 128, 128, 128, "f32", "f32"),
-        ("strassen", 256, 64, 32, "bf16", "bf16"), ("strassen", 256, 64, 32, "f32", "f32"),
-        ("strassen^2", 64, 32, 48, "f32", "f32"), ("2x2x3:11", 61, 93, 47, "bf16", "f32")]
+    assert [(s.scheme, s.M, s.N, s.K, s.dtype, s.product_dtype, s.operand_dtype) for s in specs] == [
+        ("strassen", 128, 128, 128, "bf16", "f16", "f16"), ("strassen", 128, 128, 128, "f32", "f32", "f32"),
+        ("strassen", 256, 64, 32, "bf16", "f16", "f16"), ("strassen", 256, 64, 32, "f32", "f32", "f32"),
+        ("strassen^2", 64, 32, 48, "f32", "f32", "f32"), ("2x2x3:11", 61, 93, 47, "bf16", "f32", "f16"),
+        ("strassen", 64, 64, 64, "bf16", "bf16", "bf16")]
+    with pytest.raises(ValueError, match="operand_dtype f16 for f32 inputs"):
+        gk.parse_plan_items(["strassen@64x64x64/f32/f32/f16"], [], [])
     default = gk.parse_plan_items(["default"], [], [])
-    assert [s.name for s in default][:2] == ["strassen_bf16_16384x16384x16384_pbf16_obf16",
-                                             "strassen_bf16_16384x16384x16384_pf32_obf16"]
+    assert [s.name for s in default][:2] == ["strassen_bf16_16384x16384x16384_pf16_obf16_sf16",
+                                             "strassen_bf16_16384x16384x16384_pbf16_obf16"]
     assert default[-1].name == "strassen3_f32_32768x32768x32768_pf32_of32"
     with pytest.raises(ValueError, match="unknown scheme 'nope'"):
         gk.parse_plan_items(["nope@8x8x8"], [], ["bf16"])
@@ -210,11 +214,13 @@ def test_dry_run_plans(tmp_path):
         pytest.skip("needs torch")
     bundle, out = tmp_path / "bundle", tmp_path / "out"
     r = _run(SCRIPT, "prepare", bundle, "--cpu", "--no-gemm", "--no-checks", "--no-tune",
-             "--plans", "strassen@90x70x100/bf16,2x2x3:11@61x93x47/f32")
+             "--plans", "strassen@90x70x100/bf16/bf16/bf16,2x2x3:11@61x93x47/f32,strassen@90x70x100/bf16")
     assert r.returncode == 0, r.stdout + r.stderr
     manifest = json.loads((bundle / "manifest.json").read_text())
     assert [p["name"] for p in manifest["plans"]] == ["strassen_bf16_90x70x100_pbf16_obf16",
-                                                      "2x2x3-11_f32_61x93x47_pf32_of32"]
+                                                      "2x2x3-11_f32_61x93x47_pf32_of32",
+                                                      "strassen_bf16_90x70x100_pf16_obf16_sf16"]
+    assert set(manifest["plans"][2]["jit"]) == {"p"}  # scaled: no JIT launches, runs from its module
     p = manifest["plans"][0]
     assert len(p["jit"]["a"]) == 4 and p["jit"]["a"][0]["config"] == "64x64,w4,l16"  # the default first
     assert all((bundle / c["source"]).is_file() for role in "abc" for c in p["jit"][role])
@@ -224,7 +230,7 @@ def test_dry_run_plans(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     rows = json.loads((out / "gpu_kernels_run.json").read_text())["rows"]
     plans = [x for x in rows if x["name"] != "torch.matmul"]
-    assert [x["scheme"] for x in plans] == ["strassen", "2x2x3:11"] and all(x["ok"] for x in plans)
+    assert [x["scheme"] for x in plans] == ["strassen", "strassen", "2x2x3:11"] and all(x["ok"] for x in plans)
     assert all(x["tflops"] == 2 * 90 * 70 * 100 / x["wall_ms"] / 1e9 for x in plans[:1])
     assert "| eff. TFLOP/s |" in (out / "gpu_kernels_run.md").read_text()
 

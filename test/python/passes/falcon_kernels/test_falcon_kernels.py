@@ -151,10 +151,12 @@ def test_falcon_compile_cuda_builds_a_vmfb_with_our_cubin_and_reports_it():
 
 
 @needs_triton
-def test_kernel_form_plan_is_four_dispatches():
+@pytest.mark.parametrize("t, dispatches", [("f16", 4), ("bf16", 6)])
+def test_kernel_form_plan_dispatches(t, dispatches):
+    """f16: combine A, B, products, combine C; bf16 (scaled f16 operands): the two absmax kernels first."""
     from falcon_mlir.passes.lcma_rewrite import LcmaOptions, run_lcma_rewrite
 
-    text = MM.format(M=512, N=512, K=512, t="bf16", acc="bf16")
+    text = MM.format(M=512, N=512, K=512, t=t, acc=t)
     with ir.Context():
         m = ir.Module.parse(text)
         rep = run_lcma_rewrite(m.operation, LcmaOptions.parse("scheme=strassen form=kernel"))
@@ -163,5 +165,7 @@ def test_kernel_form_plan_is_four_dispatches():
         krep = run_falcon_kernels(m.operation, KernelsOptions.parse("min-flops=0"))
         out = str(m)
     assert krep[0]["kernel"] == "plan" and krep[0]["plan"]["R"] == 7
-    assert out.count("flow.dispatch") == 4 and "falcon.plan" not in out
+    assert out.count("flow.dispatch") == dispatches and "falcon.plan" not in out
     assert "linalg.matmul" not in out
+    assert (out.count("@falcon_absmax(") == 2) == (t == "bf16")
+    assert krep[0]["plan"]["operands"] == ("f16 (scaled)" if t == "bf16" else "f16")

@@ -159,8 +159,9 @@ def _narrow_errors(module, M: int, K: int, N: int, out: str, seeds: int) -> list
 
 def measure_narrow(out: str, shape: tuple, plan: str, flags: str, seeds: int) -> dict:
     """One cell of the narrow-result sweep: ``out x out -> out`` (bf16 or f16) of
-    ``shape = (M, K, N)`` through ``plan`` (``NAME[^L][/input]``: ``/input`` forms
-    the combined operands in the input type, else f32), compiled with the
+    ``shape = (M, K, N)`` through ``plan`` (``NAME[^L][/input|/f32]``: ``/input`` forms
+    the combined operands in the input type, else f32; ``/f32`` also extends the
+    blocks a product reads alone, option ``products=f32``), compiled with the
     ``flags`` set of :data:`NARROW_FLAGS`; max-norm relative errors against a
     float64 product of the same rounded inputs, zero accumulator."""
     from falcon_mlir.ir.matmul_text import matmul_mlir
@@ -173,7 +174,8 @@ def measure_narrow(out: str, shape: tuple, plan: str, flags: str, seeds: int) ->
     schemes = plan_schemes(name)
     if schemes:
         # barriers: data tiling needs them (falcon-compile's default inside IREE)
-        text = rewrite(text, schemes, f"sums={'input' if sums else 'f32'} barriers=true")
+        opts = {"input": "sums=input", "f32": "sums=f32 products=f32"}.get(sums, "sums=f32")
+        text = rewrite(text, schemes, f"{opts} barriers=true")
     module = Module(compile_mlir(text, CPU_FLAGS + NARROW_FLAGS[flags]))
     errs = _narrow_errors(module, M, K, N, out, seeds)
     return {"out": out, "shape": list(shape), "plan": plan, "flags": flags, "errors": errs,
@@ -186,7 +188,8 @@ def narrow_predicted(out: str, shape, plan: str) -> float:
 
     name, _, sums = plan.partition("/")
     schemes = plan_schemes(name)  # per-product form: one rounding of the sums per level
-    return numerics.rounded_plan_error(schemes, shape[1], out, sums=out if sums else "f32",
+    return numerics.rounded_plan_error(schemes, shape[1], out,
+                                       sums=out if sums == "input" else "f32",
                                        sum_roundings=len(schemes))
 
 
@@ -232,7 +235,9 @@ def narrow_markdown(results: List[dict], command: str, wall: float, seeds: int) 
          "",
          "A plan on a bf16/f16 result accumulates its products in f32, runs combine C in f32 "
          "and rounds C once at the end; its combined operands are f32 (`plan`) or rounded once "
-         "to the input type (`plan/input`, option `sums=input`). Each cell: **max** over "
+         "to the input type (`plan/input`, option `sums=input`); `plan/f32` also extends the "
+         "blocks a product reads alone to f32 (option `products=f32`: every product f32 x f32). "
+         "Each cell: **max** over "
          f"{seeds} seeds of `max|C - C_ref| / max|C_ref|` (normal inputs, zero C, float64 "
          "reference of the same rounded inputs) / **predicted** "
          "`numerics.rounded_plan_error(plan, K, out, sums)`, and in brackets the ratio to "
@@ -251,8 +256,11 @@ def narrow_markdown(results: List[dict], command: str, wall: float, seeds: int) 
         L += ["", f"### {out} x {out} -> {out}  (u = {u:.3g})", "",
               "| plan | flags | " + " | ".join(f"{m}x{k}x{n}" for m, k, n in shapes) + " |",
               "|---|---|" + "---|" * len(shapes)]
+        extra = [r["plan"] for r in results if r["out"] == out and r["plan"] != "auto"
+                 and r["plan"] not in NARROW_PLANS]  # e.g. strassen/f32
         rows = [("classical", "default"), ("classical", "data-tiling")] + \
-            [(p, "data-tiling") for p in NARROW_PLANS if p != "classical"]
+            [(p, "data-tiling") for p in list(NARROW_PLANS) + list(dict.fromkeys(extra))
+             if p != "classical"]
         for plan, fl in rows:
             line = []
             for sh in shapes:

@@ -18,7 +18,11 @@ predicted plan that meets the error budget, or classical:
 4. the predicted error (:func:`falcon_mlir.decision.numerics.predicted_error`, the
    scheme's stability factor and levels; for a bf16/f16 result
    :func:`~falcon_mlir.decision.numerics.rounded_plan_error`, f32 accumulation
-   and one rounding) must be within the budget;
+   and one rounding) must be within the budget; a plan on a bf16/f16 result
+   is priced and checked with its product operands as the rewrite forms them
+   (:func:`plan_rounding`: input-type sums where the budget allows them and
+   the ``sums`` option does, else f32 sums with the products' operands in f32
+   or mixed, whichever the profile's GEMM rates favour);
 5. plans whose blocks are not exact multiples of the profile's ``align`` (or,
    where the profile says so, not powers of two, ``pow2_blocks``, or with K
    blocks under ``min_block_k``) at
@@ -51,7 +55,8 @@ from .cost import (MAX_GROUPED_TERMS, MAX_PRODUCTS, CostModel, Estimate, Problem
 from .profile import Profile, ProfileError, load_profile, preset_names
 
 __all__ = ["decide", "Decision", "Problem", "Estimate", "Profile", "ProfileError",
-           "load_profile", "preset_names", "CostModel", "MIN_GAIN", "BEAM", "MAX_AUTO_LEVELS"]
+           "load_profile", "preset_names", "CostModel", "MIN_GAIN", "BEAM", "MAX_AUTO_LEVELS",
+           "plan_rounding", "product_operands"]
 
 #: A plan must be predicted this much faster than classical (fraction) to be chosen.
 MIN_GAIN = 0.03
@@ -116,17 +121,78 @@ def _grouped_ok(schemes: Sequence[str]) -> bool:
     return st.R <= MAX_PRODUCTS and st.max_terms <= MAX_GROUPED_TERMS
 
 
-def _error(schemes: Sequence[str], pb: Problem, form: str = "per-product") -> Optional[float]:
+def _error(schemes: Sequence[str], pb: Problem, form: str = "per-product",
+           sums: Optional[str] = None) -> Optional[float]:
     from falcon_mlir.decision import numerics
 
     try:
         if form == "kernel":
             return numerics.kernel_plan_error(list(schemes), pb.K, pb.lhs, pb.acc)
-        if numerics.is_narrow_result(pb.acc):  # f32 sums, products, combine C; one rounding
-            return numerics.rounded_plan_error(list(schemes), pb.K, pb.acc)
+        if numerics.is_narrow_result(pb.acc):  # f32 products, combine C; one rounding
+            return numerics.rounded_plan_error(list(schemes), pb.K, pb.acc, sums=sums or "f32",
+                                               sum_roundings=_sum_roundings(schemes, form))
         return numerics.predicted_error(list(schemes), pb.K, pb.acc)
     except ValueError:
         return None
+
+
+def _sum_roundings(schemes: Sequence[str], form: str) -> int:
+    """Roundings of a combined operand on its way to a product: one per level
+    in the per-product form, one where all levels are composed."""
+    return len(schemes) if form == "per-product" else 1
+
+
+def product_operands(profile: Profile, lhs: str, M: int, N: int, K: int,
+                     choice: str = "auto") -> str:
+    """The operands of a bf16/f16-result plan's products next to f32 sums:
+    ``"f32"`` (blocks a product reads alone are extended to f32 once: every
+    product is an f32 GEMM) or ``"mixed"`` (they stay in the input type
+    ``lhs``). ``choice`` ``auto``: ``f32`` where the profile's f32 GEMM rate
+    at the product size (M x K by K x N) is above its ``lhs`` rate (where f32
+    GEMM is the faster one, an f32 x bf16 product is not worth keeping mixed),
+    else ``mixed`` (the x86 host: IREE's bf16 GEMM with AVX512-BF16 runs at
+    about twice its f32 rate there, and a mixed product reads half the bytes
+    of the single block)."""
+    if choice != "auto":
+        return choice
+    try:
+        f32, narrow = profile.gemm_rate("f32", M, N, K), profile.gemm_rate(lhs, M, N, K)
+    except (KeyError, ValueError):
+        return "mixed"
+    return "f32" if f32 > narrow else "mixed"
+
+
+def plan_rounding(pb: Problem, profile: Profile, schemes: Sequence[str], form: str,
+                  budget: Optional[float]) -> Optional[tuple]:
+    """``(sums, products)`` of a plan on a bf16/f16 result as lcma-rewrite
+    emits it (the :class:`Estimate` fields), ``None`` for other results or
+    the kernel form. ``sums``: the input type with ``pb.sums == "input"`` or,
+    with ``auto``, where :func:`~falcon_mlir.decision.numerics.narrow_sums_type`
+    keeps the plan within ``budget``; else ``"f32"``. ``products``: ``input``
+    with input-type sums (both operands in the input type), else
+    :func:`product_operands` at the first level's block size (the grouped
+    and stacked forms form every operand in the sums type: ``f32``)."""
+    from falcon_mlir.decision import numerics
+
+    if form == "kernel" or not numerics.is_narrow_result(pb.acc) or pb.K < 1:
+        return None
+    narrow_in = pb.lhs == pb.rhs and numerics.is_narrow_result(pb.lhs)
+    if not narrow_in or pb.sums == "f32":
+        sums = "f32"
+    elif pb.sums == "input":
+        sums = pb.lhs
+    else:
+        sums = numerics.narrow_sums_type(list(schemes), pb.K, pb.lhs, pb.acc, budget,
+                                         _sum_roundings(schemes, form))
+    if sums != "f32":
+        return sums, "input"
+    if not narrow_in and pb.lhs == "f32" and pb.rhs == "f32":
+        return sums, "f32"
+    if form != "per-product" or len(schemes) > 1:
+        return sums, "f32"
+    st = scheme_stats(schemes[0])
+    return sums, product_operands(profile, pb.lhs, pb.M // st.m, pb.N // st.n, pb.K // st.k,
+                                  pb.products)
 
 
 _CACHE: Dict[tuple, Decision] = {}
@@ -182,7 +248,7 @@ def _decide(pb, profile, levels, forms, edges, budget, forced, min_gain) -> Deci
     dec = Decision(classical, classical, profile=profile.name)
     if _settled(dec, cm, pb, profile, forms, edges, forced):
         return dec
-    seen = _Search(cm, pb, profile, forms, edges).run(levels)
+    seen = _Search(cm, pb, profile, forms, edges, budget[0]).run(levels)
     allowed_levels = [levels] if levels else list(range(1, _max_auto(profile) + 1))
     cands = sorted((e for (s, f, _), e in seen.items() if len(s) in allowed_levels
                     and f in forms), key=lambda e: (e.seconds, len(e.schemes)))
@@ -208,8 +274,9 @@ def _settled(dec: Decision, cm: CostModel, pb: Problem, profile: Profile, forms,
     classical = dec.classical
     if forced:
         form = forms[0] if len(forms) == 1 else "per-product"
-        est = cm.plan(pb, tuple(forced), edges[0], form)
-        est.error = _error(forced, pb, form) if is_float else None
+        est = cm.plan(pb, tuple(forced), edges[0], form,
+                      plan_rounding(pb, profile, tuple(forced), form, None))
+        est.error = _error(forced, pb, form, est.sums) if is_float else None
         dec.choice = est
         dec.reason = (f"scheme forced by option ({', '.join(forced)}); predicted {_ms(est)} "
                       f"vs classical {_ms(classical)}")
@@ -235,8 +302,10 @@ class _Search:
     the allowed forms and edge strategies (``seen``: (schemes, form, edge) ->
     estimate)."""
 
-    def __init__(self, cm: CostModel, pb: Problem, profile: Profile, forms, edges):
+    def __init__(self, cm: CostModel, pb: Problem, profile: Profile, forms, edges,
+                 budget: Optional[float] = None):
         self.cm, self.pb, self.profile, self.forms, self.edges = cm, pb, profile, forms, edges
+        self.budget = budget  # a bf16/f16 result's sums: the input type where it fits
         self.seen: Dict[tuple, Estimate] = {}
         self.best: Dict[tuple, Estimate] = {}   # fastest estimate per scheme tuple
         self.rprod: Dict[tuple, int] = {}       # products of a scheme tuple
@@ -254,7 +323,8 @@ class _Search:
                 if not self.seen[k].parts.get("edges"):
                     break  # divisible: the other edge strategy would be the same code
                 continue
-            est = self.cm.plan(self.pb, schemes, edge, form)
+            est = self.cm.plan(self.pb, schemes, edge, form,
+                               plan_rounding(self.pb, self.profile, schemes, form, self.budget))
             self.seen[k] = est
             if schemes not in self.best or est.seconds < self.best[schemes].seconds:
                 self.best[schemes] = est
@@ -333,7 +403,7 @@ def _pick(dec: Decision, cands: list, pb: Problem, profile: Profile, budget, min
         if e.compile_seconds > LONG_COMPILE_SECONDS:
             slow += 1  # would compile for minutes (compile_cost); never chosen by auto
             continue
-        e.error = _error(e.schemes, pb, e.form)
+        e.error = _error(e.schemes, pb, e.form, e.sums)
         b = per_form.get(e.form, budget)
         if b is not None and (e.error is None or e.error > b):
             over += 1

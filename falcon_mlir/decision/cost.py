@@ -24,6 +24,12 @@ combine A, combine B and combine C. Extended here to what
 * constant weights: combine B is folded at compile time (``const_rhs``);
 * mixed precision: combines run in the accumulator type, so the products of
   a rewritten ``bf16 x bf16 -> f32`` contraction multiply f32 operands;
+* bf16/f16 results (``bf16 x bf16 -> bf16``): the plan runs with an f32
+  accumulator; its combined operands are f32 or rounded to the input type
+  (``sums``) and, with f32 sums, a block a product reads alone stays in the
+  input type (``mixed``) or is extended to f32 once (``products=f32``), so
+  the products are priced at the rate of the type they multiply in
+  (:meth:`CostModel.plan`'s ``rounding``);
 * dispatch counts (each costs the profile's ``dispatch_overhead``).
 
 Every time is ``dispatches * overhead + sum over dispatches of max(FLOP /
@@ -66,6 +72,10 @@ class Problem:
         lhs, rhs, acc: MLIR element type names of A, B and the accumulator.
         const_rhs: B is a compile-time constant (a weight), so combine B is
             folded by IREE's constant evaluation and costs nothing at run time.
+        sums, products: a bf16/f16 result's ``sums`` option (``auto``,
+            ``f32``, ``input``) and ``products`` option (``auto``, ``f32``,
+            ``mixed``) of lcma-rewrite: how the decision forms each plan's
+            product operands (:func:`falcon_mlir.decision.plan_rounding`).
     """
 
     M: int
@@ -76,6 +86,8 @@ class Problem:
     rhs: str = "f32"
     acc: str = "f32"
     const_rhs: bool = False
+    sums: str = "auto"
+    products: str = "auto"
 
     @property
     def flops(self) -> float:
@@ -107,6 +119,11 @@ class Estimate:
         error: predicted max-norm relative error (floats), set by the decision.
         compile_seconds: rough seconds IREE spends compiling what the plan
             emits (:func:`falcon_mlir.decision.compile_cost.compile_seconds`).
+        sums, products: a plan on a bf16/f16 result: the type its combined
+            operands are formed in (``f32`` or the input type) and its
+            products' operands (``input``: both in the input type; ``f32``:
+            both f32, blocks read alone extended once; ``mixed``: f32 sums
+            next to blocks read alone in the input type); ``None`` elsewhere.
     """
 
     schemes: Tuple[str, ...]
@@ -118,6 +135,8 @@ class Estimate:
     temp_bytes: float = 0.0
     error: Optional[float] = None
     compile_seconds: float = 0.0
+    sums: Optional[str] = None
+    products: Optional[str] = None
 
     @property
     def is_classical(self) -> bool:
@@ -290,6 +309,8 @@ class CostModel:
 
     def __init__(self, profile: Profile):
         self.p = profile
+        #: (sums type, products) of the narrow-result plan being priced, else None
+        self._operands: Optional[Tuple[str, str]] = None
 
     # -- primitives ----------------------------------------------------------
     def gemm(self, M, N, K, batch, ein: str, eacc: str, est: Estimate, part: str,
@@ -333,7 +354,7 @@ class CostModel:
 
     # -- plans ---------------------------------------------------------------
     def plan(self, pb: Problem, schemes: Sequence[str], edge: str = "peel",
-             form: str = "per-product") -> Estimate:
+             form: str = "per-product", rounding: Optional[Tuple[str, str]] = None) -> Estimate:
         """The predicted time of an LCMA plan.
 
         Args:
@@ -342,13 +363,17 @@ class CostModel:
             edge: ``peel`` or ``pad``.
             form: ``per-product``, ``grouped`` (all levels composed) or ``kernel``
             (the grouped plan as falcon's generated CUDA kernels).
+            rounding: a bf16/f16 result's ``(sums, products)``: the combined
+                operands' type (``f32`` or the input type) and ``input``,
+                ``f32`` or ``mixed`` (see :class:`Estimate`); ``None``: f32
+                sums, ``mixed`` products (what the emitter does by default).
 
         Raises:
             falcon_mlir.catalog.UnknownSchemeError: unknown scheme name.
         """
         schemes = tuple(schemes)
         if form != "kernel" and str(pb.acc) in ("bf16", "f16"):
-            return self._narrow_plan(pb, schemes, edge, form)
+            return self._narrow_plan(pb, schemes, edge, form, rounding or ("f32", "mixed"))
         est = Estimate(schemes, edge, form)
         if form == "kernel":
             self._kernel_plan(pb, scheme_stats("*".join(schemes)), est)
@@ -367,16 +392,25 @@ class CostModel:
         est.compile_seconds = compile_seconds(schemes, form, edges=bool(est.parts.get("edges")))
         return est
 
-    def _narrow_plan(self, pb: Problem, schemes: tuple, edge: str, form: str) -> Estimate:
-        """A plan on a bf16/f16 result: emitted with an f32 accumulator (sums,
-        products and combine C in f32, the rewrite's narrow-result emission),
-        so costed as the f32-accumulator problem, plus one elementwise pass
-        that reads the f32 result and C0 and writes C rounded (``combine_c``).
-        Sums rounded to the input type (where the error budget allows) would
-        be cheaper; the estimate keeps the f32 sums' bytes (an upper bound)."""
+    def _narrow_plan(self, pb: Problem, schemes: tuple, edge: str, form: str,
+                     rounding: Tuple[str, str]) -> Estimate:
+        """A plan on a bf16/f16 result: emitted with an f32 accumulator (products
+        and combine C in f32, the rewrite's narrow-result emission), so costed
+        as the f32-accumulator problem with the combined operands in the
+        ``rounding``'s sums type and the products priced at the rate of their
+        operands (the input type's with input-type sums, f32's with f32
+        products, the slower of the two for ``mixed``), plus one elementwise
+        pass that reads the f32 result and C0 and writes C rounded
+        (``combine_c``)."""
         import dataclasses
 
-        est = self.plan(dataclasses.replace(pb, acc="f32"), schemes, edge, form)
+        sums, products = rounding
+        self._operands = (sums, products)
+        try:
+            est = self.plan(dataclasses.replace(pb, acc="f32"), schemes, edge, form)
+        finally:
+            self._operands = None
+        est.sums, est.products = sums, products
         bc = _eb(pb.acc)
         self.stream(pb.batch * pb.M * pb.N * (4 + 2 * bc), est, "combine_c",
                     self.p.form_efficiency("per-product"), flops=pb.batch * pb.M * pb.N,
@@ -397,6 +431,8 @@ class CostModel:
         output blocks per level."""
         B, eacc = pb.batch, pb.acc
         bc = _eb(eacc)
+        esum = self._operands[0] if self._operands else eacc  # combined operands' type
+        bs = _eb(esum)
         eff = self.p.form_efficiency("grouped")
         fused = self.p.fused_combine_c
         ea, eb = pb.lhs, pb.rhs
@@ -405,18 +441,18 @@ class CostModel:
             st = scheme_stats(name)
             Mb, Nb, Kb = M // st.m, N // st.n, K // st.k
             reads_a = st.used_a * _eb(ea) * (1 if fused else st.R)
-            self.stream(B * S * Mb * Kb * (reads_a + st.R * bc), est, "combine_a", eff,
+            self.stream(B * S * Mb * Kb * (reads_a + st.R * bs), est, "combine_a", eff,
                         flops=2.0 * B * S * st.R * st.used_a * Mb * Kb, acc=eacc,
                         dispatches=-(-st.used_a // MAX_GROUPED_TERMS))
             if not pb.const_rhs:
                 reads_b = st.used_b * _eb(eb) * (1 if fused else st.R)
-                self.stream(B * S * Kb * Nb * (reads_b + st.R * bc), est, "combine_b", eff,
+                self.stream(B * S * Kb * Nb * (reads_b + st.R * bs), est, "combine_b", eff,
                             flops=2.0 * B * S * st.R * st.used_b * Kb * Nb, acc=eacc,
                             dispatches=-(-st.used_b // MAX_GROUPED_TERMS))
             levels.append((st, S, Mb, Nb))
             S *= st.R
-            M, N, K, ea, eb = Mb, Nb, Kb, eacc, eacc
-        self.gemm(M, N, K, B * S, eacc, eacc, est, "products",
+            M, N, K, ea, eb = Mb, Nb, Kb, esum, esum
+        self.gemm(M, N, K, B * S, esum, eacc, est, "products",
                   scale=self.p.product_factor("grouped"))
         for st, above, Mb, Nb in reversed(levels):  # one op over all blocks, every target
             self._combine_c(B * above, Mb, Nb, bc, st, est,
@@ -466,29 +502,44 @@ class CostModel:
         eacc = pb.acc
         Mb, Nb, Kb = M // st.m, N // st.n, K // st.k
         ba, bb, bc = _eb(ein), _eb(erhs), _eb(eacc)
+        # a bf16/f16 result: the combined operands' type (f32 or the input type)
+        esum, products = self._operands if self._operands else (eacc, None)
+        bs = _eb(esum)
         eff = self.p.form_efficiency("per-product")
         # One dispatch per combined operand; summed (the roofline of the sum).
         na, sa = len(st.comb_a), sum(st.comb_a)
         if na:
-            self.stream(B * Mb * Kb * (sa * ba + na * bc), est, "combine_a", eff,
+            self.stream(B * Mb * Kb * (sa * ba + na * bs), est, "combine_a", eff,
                         flops=2.0 * B * sa * Mb * Kb, acc=eacc, dispatches=na)
         nb, sb = len(st.comb_b), sum(st.comb_b)
         if nb and not pb.const_rhs:
-            self.stream(B * Kb * Nb * (sb * bb + nb * bc), est, "combine_b", eff,
+            self.stream(B * Kb * Nb * (sb * bb + nb * bs), est, "combine_b", eff,
                         flops=2.0 * B * sb * Kb * Nb, acc=eacc, dispatches=nb)
         # Products: the R sub-problems are alike; time one and scale it.
         sub = Estimate(())
-        # a combined operand is in the accumulator type; most products read one
-        in_a = eacc if st.comb_a else ein
-        in_b = eacc if st.comb_b and not pb.const_rhs else erhs
+        # a combined operand is in the sums type; most products read one
+        in_a = esum if st.comb_a else ein
+        in_b = esum if st.comb_b and not pb.const_rhs else erhs
+        if products == "mixed" and _eb(ein) < 4 and (st.comb_a or st.comb_b):
+            # f32 sums next to blocks read alone in the input type: a mixed GEMM
+            # (f32 x bf16) gets neither type's fast path; priced at the slower rate
+            in_a = min(("f32", ein), key=lambda t: self.p.gemm_rate(t, Mb, Nb, Kb))
+        if products == "f32":  # blocks read alone extended to f32 once each (an extf op per block)
+            ext_a = min(st.R - na, st.used_a) if _eb(ein) < 4 else 0
+            ext_b = min(st.R - nb, st.used_b) if _eb(erhs) < 4 and not pb.const_rhs else 0
+            if ext_a:
+                self.stream(B * Mb * Kb * ext_a * (ba + 4), est, "combine_a", eff, dispatches=ext_a)
+            if ext_b:
+                self.stream(B * Kb * Nb * ext_b * (bb + 4), est, "combine_b", eff, dispatches=ext_b)
+            in_a, in_b = "f32", "f32"
         self._level(Mb, Nb, Kb, pb, inner, edge, sub, in_a, in_b)
         for part, t in sub.parts.items():
             est.parts[part] = est.parts.get(part, 0.0) + st.R * t
         est.seconds += st.R * sub.seconds
         est.dispatches += st.R * sub.dispatches
         self._combine_c(B, Mb, Nb, bc, st, est, eff, eacc)
-        temps = B * (st.R * Mb * Nb * bc + len(st.comb_a) * Mb * Kb * bc
-                     + (0 if pb.const_rhs else len(st.comb_b)) * Kb * Nb * bc)
+        temps = B * (st.R * Mb * Nb * bc + len(st.comb_a) * Mb * Kb * bs
+                     + (0 if pb.const_rhs else len(st.comb_b)) * Kb * Nb * bs)
         est.temp_bytes = max(est.temp_bytes, temps + sub.temp_bytes)
 
     def _combine_c(self, B, Mb, Nb, bc, st: SchemeStats, est, eff, eacc,
@@ -538,8 +589,9 @@ class CostModel:
         """Grouped form on a divisible core: group combine A, B; one batched product; combine C."""
         B = pb.batch
         eacc = pb.acc
+        esum = self._operands[0] if self._operands else eacc  # combined operands' type
         Mb, Nb, Kb = M // st.m, N // st.n, K // st.k
-        ba, bb, bc = _eb(pb.lhs), _eb(pb.rhs), _eb(eacc)
+        ba, bb, bc, bs = _eb(pb.lhs), _eb(pb.rhs), _eb(eacc), _eb(esum)
         eff = self.p.form_efficiency("grouped")
         R = st.R
         # Bytes: on CPU as if every combined operand re-read its blocks (IREE's
@@ -548,15 +600,15 @@ class CostModel:
         # block is read once.
         reads_a = st.used_a * ba * (1 if self.p.fused_combine_c else R)
         reads_b = st.used_b * bb * (1 if self.p.fused_combine_c else R)
-        self.stream(B * Mb * Kb * (reads_a + R * bc), est, "combine_a", eff,
+        self.stream(B * Mb * Kb * (reads_a + R * bs), est, "combine_a", eff,
                     flops=2.0 * B * R * st.used_a * Mb * Kb, acc=eacc)
         if not pb.const_rhs:
-            self.stream(B * Kb * Nb * (reads_b + R * bc), est, "combine_b", eff,
+            self.stream(B * Kb * Nb * (reads_b + R * bs), est, "combine_b", eff,
                         flops=2.0 * B * R * st.used_b * Kb * Nb, acc=eacc)
-        self.gemm(Mb, Nb, Kb, B * R, eacc, eacc, est, "products",
+        self.gemm(Mb, Nb, Kb, B * R, esum, eacc, est, "products",
                   scale=self.p.product_factor("grouped"))
         self._combine_c(B, Mb, Nb, bc, st, est, self.p.form_efficiency("per-product"), eacc)
         est.temp_bytes = max(est.temp_bytes,
-                             B * R * (Mb * Kb + Kb * Nb + Mb * Nb) * bc)
+                             B * R * ((Mb * Kb + Kb * Nb) * bs + Mb * Nb * bc))
 
 

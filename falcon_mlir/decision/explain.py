@@ -94,7 +94,9 @@ def explain_entry(e: dict) -> str:
     rd = e.get("rounding")
     if rd and isinstance(plan, dict):
         lines.append(f"  rounding: sums in {rd['sums']}, products and combine C in "
-                     f"{rd['products']}, result rounded to {rd['result']}")
+                     f"{rd['products']}, result rounded to {rd['result']}"
+                     + (f"; products multiply {rd['product_operands']}"
+                        if rd.get("product_operands") else ""))
     return "\n".join(lines)
 
 

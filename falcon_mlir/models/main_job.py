@@ -148,7 +148,8 @@ def fmt_s(t: float) -> str:
 def error_text(entry: dict) -> str:
     """The report entry's predicted max-norm relative error: ``plan (classical)``
     for a rewritten contraction, classical's alone otherwise, ``-`` for
-    integers; a bf16/f16 result adds where the plan rounds (``sums f32``)."""
+    integers; a bf16/f16 result adds where the plan rounds (``sums f32``) and
+    what its products multiply (``f32 x f32``, ``mixed`` or ``bf16 x bf16``)."""
     pe = entry.get("predicted_error")
     if not pe:
         return "-"
@@ -156,7 +157,11 @@ def error_text(entry: dict) -> str:
         return f"{pe['classical']:.1e}"
     text = f"{pe['plan']:.1e} ({pe['classical']:.1e})"
     rd = entry.get("rounding")
-    return text + (f", sums {rd['sums']}, f32 acc" if rd else "")
+    if not rd:
+        return text
+    ops = rd.get("product_operands", "")
+    ops = "mixed" if "mixed" in ops else ops.replace(" (operands extended)", "")
+    return text + f", sums {rd['sums']}, f32 acc" + (f", products {ops}" if ops else "")
 
 
 def print_contractions(report: List[dict], layers: Sequence[str], file=None) -> None:

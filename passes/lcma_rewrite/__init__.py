@@ -45,7 +45,8 @@ from .dispatch import DYNAMIC_CHUNK_CANDIDATES, DYNAMIC_CHUNK_M, dynamic_choice,
 from .emit import Emitter
 from .fold import Folded
 from .options import MAX_LEVELS, LcmaOptions, OptionError
-from .planning import plan_for, predicted_errors, predicted_time, rounding_entry, sums_type
+from .planning import (plan_for, predicted_errors, predicted_time, products_type, rounding_entry,
+                       sums_type)
 
 __all__ = ["run_lcma_rewrite", "LcmaOptions", "plan_for", "OptionError", "RewriteError",
            "DYNAMIC_CHUNK_M", "DYNAMIC_CHUNK_CANDIDATES", "MAX_LEVELS"]
@@ -124,8 +125,8 @@ def _entry(c, plan, reason: str, options: LcmaOptions) -> dict:
         "predicted_time": predicted_time(c, options, plan),
     }
     sums = sums_type(c, plan, options)
-    if sums is not None:  # a bf16/f16 result: where the plan rounds
-        entry["rounding"] = rounding_entry(c, sums)
+    if sums is not None:  # a bf16/f16 result: where the plan rounds, what its products multiply
+        entry["rounding"] = rounding_entry(c, sums, products_type(c, plan, options, sums))
     if c.group_sizes:  # several loop dims in one role: the sizes each is made of
         marker = ir.ShapedType.get_dynamic_size()
         entry["dims"] = {r: [None if x == marker else x for x in xs]
@@ -258,8 +259,10 @@ def run_lcma_rewrite(module_op, options: LcmaOptions) -> list:
         if plan is not None and plan.form == "kernel":
             _hand_off(c, plan, entry)
         elif disp is not None or plan is not None:
-            em = Emitter(c, barriers=bool(options.barriers), fuse_c=fuse_c,
-                         sums=sums_type(c, disp.plan if disp is not None else plan, options))
+            eplan = disp.plan if disp is not None else plan
+            esums = sums_type(c, eplan, options)
+            em = Emitter(c, barriers=bool(options.barriers), fuse_c=fuse_c, sums=esums,
+                         products=products_type(c, eplan, options, esums))
             with c.op.location, ir.InsertionPoint(c.op):
                 if disp is not None:
                     emit_dispatch(c, disp, em)

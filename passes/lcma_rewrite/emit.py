@@ -19,7 +19,11 @@ type: the plan runs with an f32 accumulator (products accumulate in f32,
 combine C in f32, from a zero f32 C) and one final op adds C0 and rounds
 once (``arith.truncf``) to the result type; the combined operands are formed
 in f32 and kept in f32 or rounded once to the input type, as the planning
-says (:func:`.planning.sums_type`).
+says (:func:`.planning.sums_type`). With f32 sums, a block a product reads
+alone (coefficient 1) is either passed as it is (``products=mixed``: that
+product is ``f32 x bf16 -> f32``) or extended to f32 once
+(``products=f32``: every product ``f32 x f32 -> f32``, the profile's f32
+GEMM; :func:`.planning.products_type`).
 
 Sizes not divisible by (m, k, n) are peeled (the divisible core through the
 scheme, the strips classical) or padded (zero-padded operands, result sliced
@@ -60,6 +64,9 @@ class Emitter(GroupedForm, StackedForm):
         fuse_c: combine C as one op over all output blocks (GPU profiles).
         sums: for a bf16/f16 result, the element type name of the combined
             operands (``"f32"`` or the input type; ``None``: f32), in both forms.
+        products: for a bf16/f16 result with f32 sums, ``"f32"``: blocks read
+            alone by a product are extended to f32 once (every product
+            ``f32 x f32``); else (``"mixed"``, ``None``) they stay as they are.
 
     Attributes:
         products: contractions emitted so far (the report's ``products``).
@@ -67,7 +74,7 @@ class Emitter(GroupedForm, StackedForm):
     """
 
     def __init__(self, c: Contraction, barriers: bool = False, fuse_c: bool = False,
-                 sums: Optional[str] = None):
+                 sums: Optional[str] = None, products: Optional[str] = None):
         self.c = c
         self.barriers = barriers
         self.fuse_c = fuse_c
@@ -78,6 +85,10 @@ class Emitter(GroupedForm, StackedForm):
         if is_float(c.acc_type) and str(c.acc_type) in ("bf16", "f16"):
             self.out, self.acc = c.acc_type, ir.F32Type.get()
         self.sums = ir.Type.parse(sums) if sums and self.out is not None else self.acc
+        #: extend blocks read alone to the sums type (f32), once each (products=f32)
+        self.extend_single = (self.out is not None and products == "f32"
+                              and self.sums == self.acc)
+        self._extended = []  # (block, extended block) pairs, one extension per block
         self.n_loops = 3 + len(c.batch_dims)
         self.maps = [ir.AffineMap.get(self.n_loops, 0, [ir.AffineDimExpr.get(d) for d in dims])
                      for dims in (c.lhs_dims, c.rhs_dims, c.out_dims)]
@@ -273,6 +284,8 @@ class Emitter(GroupedForm, StackedForm):
         not do: canonicalization erases it.
         """
         if len(terms) == 1 and terms[0][0] == 1:
+            if self.extend_single and tensor_type(terms[0][1]).element_type != self.sums:
+                return self._extend(terms[0][1])
             return self._fence(terms[0][1])
         self.combines += 1
         first = terms[0][1]
@@ -282,6 +295,26 @@ class Emitter(GroupedForm, StackedForm):
             [x for _, x in terms], init,
             lambda args: cast(weighted_sum([(coef, x) for (coef, _), x in zip(terms, args[:-1])],
                                            acc), sums)))
+
+    def _extend(self, x: ir.Value) -> ir.Value:
+        """Block ``x`` extended to the sums type (f32) by one combine op, made once
+        per block (``products=f32``): the products that read it alone then run
+        as ``f32 x f32`` GEMMs. Exact (no rounding)."""
+        for blk, ext in self._extended:
+            if blk == x:
+                return ext
+        self.combines += 1
+        sums = self.sums
+        init = tensor.empty(list(tensor_type(x).shape), sums)
+        ext = mark_combine(parallel_generic([self._fence(x)], init,
+                                            lambda args: cast(args[0], sums)))
+        if self.barriers:
+            # else IREE's data tiling fuses the extension into the product's
+            # operand packing and llvm-cpu fails ("exceeded stack allocation
+            # limit": 66560 bytes at 1024x4096x4096 bf16 Strassen, IREE 3.13)
+            ext = optimization_barrier(ext)
+        self._extended.append((x, ext))
+        return ext
 
     def level(self, a, b, init, s, inner: Optional[Plan]) -> ir.Value:
         """One per-product level of scheme ``s`` on divisible operands (``inner``:

@@ -87,6 +87,15 @@ class LcmaOptions:
             :func:`falcon_mlir.decision.numerics.narrow_sums_type` keeps the
             plan within the budget); products and combine C accumulate in
             f32 and C is rounded once whatever this says.
+        products: for a bf16/f16 result with f32 sums, the operand types of
+            the products: ``"f32"`` (a block used alone, coefficient 1, is
+            extended to f32 once: every product is ``f32 x f32 -> f32``),
+            ``"mixed"`` (such blocks stay in the input type: ``f32 x bf16 ->
+            f32`` where one side is a single block) or ``"auto"`` (``f32``
+            where the profile's f32 GEMM rate exceeds the input type's,
+            else ``mixed``; :func:`.planning.products_type`). With input-type
+            sums every product reads two input-type operands. Exact either
+            way: an extension to f32 does not round.
         filename: name used for the ``"-"`` buffer in report locations (not
             a text option).
     """
@@ -139,6 +148,12 @@ class LcmaOptions:
         help="bf16/f16 results (products and combine C always in f32, one rounding at the "
              "end): the type of the combined operands, f32 or the input type; auto: the input "
              "type where the error model keeps the plan within the budget, else f32")
+    products: str = option(
+        "auto", choices=("auto", "f32", "mixed"),
+        help="bf16/f16 results with f32 sums: the products' operand types, f32 (blocks used "
+             "alone extended to f32 once: every product f32 x f32) or mixed (they stay in the "
+             "input type); auto: f32 where the profile's f32 GEMM is faster than the input "
+             "type's, else mixed")
     filename: Optional[str] = None
 
     @classmethod

@@ -10,6 +10,7 @@ error within the budget) before it is taken.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Optional
 
@@ -23,7 +24,7 @@ from .options import LcmaOptions
 
 __all__ = ["plan_for", "decision_for", "problem_of", "schemes_fit", "numerics_check",
            "predicted_time", "predicted_errors", "grouped_terms", "default_budget", "sums_type",
-           "plan_error", "rounding_entry", "sum_roundings"]
+           "plan_error", "rounding_entry", "sum_roundings", "products_type"]
 
 
 def schemes_fit(c: Contraction, schemes: tuple, form: str = "per-product") -> Optional[str]:
@@ -77,13 +78,15 @@ def numerics_check(c: Contraction, schemes: tuple, budget: Optional[float],
     return None
 
 
-def problem_of(c: Contraction) -> "decision.Problem":
-    """The cost model's view of contraction ``c`` (sizes, element types, constant B)."""
+def problem_of(c: Contraction, options: Optional[LcmaOptions] = None) -> "decision.Problem":
+    """The cost model's view of contraction ``c`` (sizes, element types, constant B;
+    with ``options`` their ``sums`` and ``products`` for a bf16/f16 result)."""
     const_rhs = defining_op_name(c.op.operands[1]) in (
         "arith.constant", "util.global.load", "flow.tensor.constant")
+    extra = {} if options is None else {"sums": options.sums, "products": options.products}
     return decision.Problem(M=c.M, N=c.N, K=c.K, batch=math.prod(c.batch) if c.batch else 1,
                             lhs=str(c.lhs_type), rhs=str(c.rhs_type), acc=str(c.acc_type),
-                            const_rhs=const_rhs)
+                            const_rhs=const_rhs, **extra)
 
 
 def decision_for(c: Contraction, options: LcmaOptions, forced: Optional[tuple] = None,
@@ -98,8 +101,13 @@ def decision_for(c: Contraction, options: LcmaOptions, forced: Optional[tuple] =
     from falcon_mlir.decision import numerics
 
     profile = decision.load_profile(options.profile)
-    pb = problem_of(c)
+    pb = problem_of(c, options)
     if forced is not None:
+        # the sums this plan is emitted with (sums_type: under the default budget for auto)
+        sums = sums_type(c, Plan(tuple(forced), edge=edge or "peel", form=form or "per-product"),
+                         options)
+        if sums is not None:
+            pb = dataclasses.replace(pb, sums="f32" if sums == "f32" else "input")
         return decision.decide(pb, profile, forced=forced, forms=(form or "per-product",),
                                edges=(edge or "peel",))
     budget = options.max_error if options.max_error is not None else default_budget(c)
@@ -155,10 +163,53 @@ def sum_roundings(schemes, form: str) -> int:
     return len(schemes) if form == "per-product" else 1
 
 
-def rounding_entry(c: Contraction, sums: str) -> dict:
-    """The report's ``rounding`` of a plan on a bf16/f16 result: where it rounds."""
-    return {"sums": sums, "products": "f32", "combine_c": "f32",
-            "result": f"{c.acc_type}, once at the end"}
+def products_type(c: Contraction, plan: Optional[Plan], options: LcmaOptions,
+                  sums: Optional[str]) -> Optional[str]:
+    """The operands of ``plan``'s products on a bf16/f16 result whose combined
+    operands are formed in ``sums`` (:func:`sums_type`): ``"input"`` (input-type
+    sums: every product reads two input-type operands), ``"f32"`` (every
+    product f32 x f32: blocks read alone extended to f32 once; the grouped and
+    stacked forms form all operands in f32) or ``"mixed"`` (blocks read alone
+    stay in the input type). ``options.products`` or, with ``auto``, the
+    profile's faster GEMM (:func:`falcon_mlir.decision.product_operands`).
+    ``None`` where ``sums`` is."""
+    if sums is None or plan is None:
+        return None
+    if sums != "f32":
+        return "input"
+    lhs, rhs = str(c.lhs_type), str(c.rhs_type)
+    if lhs == "f32" and rhs == "f32":
+        return "f32"
+    if plan.form != "per-product" or len(plan.schemes) > 1:
+        return "f32"
+    if options.products != "auto":
+        return options.products
+    from falcon_mlir.catalog import get_scheme
+
+    try:
+        profile = decision.load_profile(options.profile)
+    except decision.ProfileError:
+        return "mixed"
+    s = get_scheme(plan.schemes[0])
+    return decision.product_operands(profile, lhs, max(c.M // s.m, 1), max(c.N // s.n, 1),
+                                     max(c.K // s.k, 1))
+
+
+def rounding_entry(c: Contraction, sums: str, products: Optional[str] = None) -> dict:
+    """The report's ``rounding`` of a plan on a bf16/f16 result: where it rounds
+    (``products``: the products accumulate and are kept in f32) and, as
+    ``product_operands``, what its products multiply (:func:`products_type`)."""
+    lhs, rhs = str(c.lhs_type), str(c.rhs_type)
+    operands = {"input": f"{lhs} x {rhs}",
+                "f32": "f32 x f32" + (" (operands extended)" if "f32" not in (lhs, rhs)
+                                      or lhs != rhs else ""),
+                "mixed": f"f32 x f32 where both are combined, f32 x {lhs} (mixed) where one "
+                         "block is read alone"}.get(products or "", None)
+    entry = {"sums": sums, "products": "f32", "combine_c": "f32",
+             "result": f"{c.acc_type}, once at the end"}
+    if operands:
+        entry["product_operands"] = operands
+    return entry
 
 
 def grouped_terms(schemes: tuple) -> int:

@@ -58,10 +58,10 @@ def test_narrow_budget_admits_two_scaled_strassen_levels_not_two_bf16_ones():
     assert b == pytest.approx(4 * 2.0 ** -8)
     assert numerics.kernel_plan_error(["strassen"], 16384, "bf16", "bf16", operands="bf16") < b
     assert numerics.kernel_plan_error(["strassen", "strassen"], 16384, "bf16", "bf16", operands="bf16") > b
-    # The default for bf16: scaled f16 operands and products, within 1.6x of classical's prediction.
+    # The default for bf16: scaled f16 operands and products, within 1.7x of classical's prediction.
     scaled = numerics.kernel_plan_error(["strassen", "strassen"], 16384, "bf16", "bf16")
     assert scaled == numerics.kernel_plan_error(["strassen", "strassen"], 16384, "bf16", "bf16", "f16", "f16")
-    assert scaled < 1.6 * numerics.kernel_plan_error([], 16384, "bf16", "bf16") < b
+    assert scaled < 1.7 * numerics.kernel_plan_error([], 16384, "bf16", "bf16") < b
     assert numerics.kernel_max_error("f32") == numerics.default_max_error("f32")
 
 

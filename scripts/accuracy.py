@@ -40,6 +40,7 @@ import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from functools import lru_cache
+from pathlib import Path
 from typing import Dict, List, Optional
 
 import numpy as np
@@ -48,6 +49,9 @@ from falcon_mlir.cli import ArgumentParser, ToolError, run_tool
 from falcon_mlir.compare import rel_err
 from falcon_mlir.dtypes import np_type
 from falcon_mlir.files import write_atomic
+
+#: The docs folder of the repository this script lives in (the default output, wherever it is run from).
+DOCS = Path(__file__).resolve().parents[1] / "docs"
 
 DEFAULT_SIZES = (64, 128, 256, 512)
 DEFAULT_PLANS = ("classical", "strassen", "winograd", "3x3x3:23", "2x3x4:20", "4x4x4:49",
@@ -585,8 +589,8 @@ def _parser() -> ArgumentParser:
     ap.add_argument("--seeds", type=int, default=None, help="inputs per cell (default 5)")
     ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
                     help="parallel compile processes (default min(2, CPUs))")
-    ap.add_argument("--md", default="docs/accuracy.md")
-    ap.add_argument("--png", default="docs/accuracy.png")
+    ap.add_argument("--md", default=str(DOCS / "accuracy.md"), help="default: this repository's docs/accuracy.md")
+    ap.add_argument("--png", default=str(DOCS / "accuracy.png"), help="default: this repository's docs/accuracy.png")
     ap.add_argument("--json", default=None, help="also write the raw errors here")
     ap.add_argument("--narrow", action="store_true",
                     help="the bf16/f16-result sweep (bf16 x bf16 -> bf16, f16 -> f16): rewrites "
@@ -608,6 +612,9 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 def _main(argv_list: list) -> int:
     args = _parser().parse_args(argv_list)
+    for out in (args.md, args.png, args.json):  # fail before minutes of measuring, not after
+        if out and not Path(out).resolve().parent.is_dir():
+            raise ToolError(f"falcon-accuracy: error: {out}: no such directory to write into", 2)
     if args.narrow:
         return narrow_main(args, argv_list)
     command = "python3 scripts/accuracy.py" + ("" if not argv_list else " " + shlex.join(argv_list))

@@ -1,0 +1,25 @@
+"""scripts/accuracy.py's command line: where it writes, and a bad output path (no measuring)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[3] / "scripts" / "accuracy.py"
+
+
+def test_defaults_are_the_repository_docs_wherever_it_runs(tmp_path):
+    r = subprocess.run([sys.executable, str(SCRIPT), "--help"], cwd=tmp_path, capture_output=True, text=True)
+    assert r.returncode == 0 and "default: this repository's docs/accuracy.md" in r.stdout
+    import accuracy  # noqa: E402 (scripts/ is on the test path)
+    assert accuracy.DOCS == SCRIPT.parents[1] / "docs" and (accuracy.DOCS / "accuracy.md").is_file()
+
+
+def test_missing_output_folder_is_one_line_before_any_work(tmp_path):
+    r = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--md", str(tmp_path / "no" / "x.md")],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.strip().splitlines() == [f"falcon-accuracy: error: {tmp_path / 'no' / 'x.md'}: "
+                                             "no such directory to write into"]
+    assert not (tmp_path / "no").exists()

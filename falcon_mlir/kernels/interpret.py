@@ -184,7 +184,8 @@ def _child_plans(d: Path) -> int:
         a = _to_torch(np.load(d / f"a{i}.npy"), s["dtype"])
         b = _to_torch(np.load(d / f"b{i}.npy"), s["dtype"])
         a_ops = torch.empty((g["R"], g["bm"], g["bk"]), dtype=tdt[s["operand_dtype"]])
-        b_ops = torch.empty((g["R"], g["bk"], g["bn"]), dtype=tdt[s["operand_dtype"]])
+        b_ops = torch.empty((g["R"], g["bn"], g["bk"]) if s.get("trans_b") else (g["R"], g["bk"], g["bn"]),
+                            dtype=tdt[s["operand_dtype"]])
         prods = torch.empty((g["R"], g["bm"], g["bn"]), dtype=tdt[s["product_dtype"]])
         c = torch.empty((s["M"], s["N"]), dtype=tdt[s["out_dtype"]])
         partials = {}  # a scaled plan: the absmax partials of A and B, read after each combine's input
@@ -201,7 +202,8 @@ def _child_plans(d: Path) -> int:
             _load_generated(d / f"src{i}{role}.py", L["fn"])[(L["programs"],)](x, *extra, y, **L["constexprs"])
         cfg = KernelConfig.from_dict(launch["p"]["config"])
         ps = GemmSpec.from_dict(launch["p"]["spec"])
-        triton_gemm.launch(a_ops, b_ops, prods, f32_mode=ps.f32_mode, num_sms=job_file["num_sms"],
+        triton_gemm.launch(a_ops, b_ops, prods, trans_b=ps.trans_b, f32_mode=ps.f32_mode,
+                           num_sms=job_file["num_sms"],
                            interpret=True, **cfg.to_dict())
         L = launch["c"]
         _load_generated(d / f"src{i}c.py", L["fn"])[(L["programs"],)](prods, *sa, *sb, c, **L["constexprs"])

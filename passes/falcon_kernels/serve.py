@@ -145,10 +145,10 @@ def serve(c: Contraction, f32_mode: str = "ieee", plan=None) -> tuple:
             get_scheme(name)
         except UnknownSchemeError as e:
             return None, f"{e} (falcon.plan)"
-        if batch == 1 and not ta and not tb:
+        if batch == 1 and not ta:
             return Served(PlanSpec(c.M, c.N, c.K, scheme=name, dtype=lhs, out_dtype=acc,
-                                   f32_mode=f32_mode), accumulate), "plan"
-        note = "kernel-form plans take A @ B without batch or transposes; classical kernel"
+                                   f32_mode=f32_mode, trans_b=tb), accumulate), "plan"
+        note = "kernel-form plans take A @ B or A @ B^T without batch or a transposed A; classical kernel"
     spec = GemmSpec(c.M, c.N, c.K, a_dtype=lhs, b_dtype=rhs, out_dtype=acc, batch=batch,
                     trans_a=ta, trans_b=tb, f32_mode=f32_mode)
     reads = [find_transposed(c.op.operands[0]), find_transposed(c.op.operands[1])]

@@ -63,12 +63,12 @@ from .launches import absmax_launch_entry, combine_launch_entry, plan_launches
 from .scale import ABSMAX_FN, NP, AbsmaxConfig, AbsmaxSpec, max_exponent, operand_shifts
 from .reference import combine_c_reference, pad_blocks, reference_stages
 from .source import COMBINE_FN, GENERATOR_VERSION, combine_source, source_file_name
-from .spec import (MAX_BLOCK_ELEMENTS, SCALED_OPERANDS, PlanGeometry, PlanSpec, default_operand_dtype, plan_geometry,
-                   products_spec, resolve_scheme)
+from .spec import (MAX_BLOCK_ELEMENTS, SCALED_OPERANDS, PlanGeometry, PlanSpec, b_ops_shape, default_operand_dtype,
+                   plan_geometry, products_spec, resolve_scheme)
 
 __all__ = [
     "PlanSpec", "PlanGeometry", "plan_geometry", "products_spec", "resolve_scheme", "MAX_BLOCK_ELEMENTS",
-    "SCALED_OPERANDS", "default_operand_dtype",
+    "SCALED_OPERANDS", "default_operand_dtype", "b_ops_shape",
     "NP", "ABSMAX_FN", "AbsmaxSpec", "AbsmaxConfig", "operand_shifts", "max_exponent",
     "absmax_request", "absmax_launch_entry",
     "CombineConfig", "CombineSpec", "combine_specs", "split_coeffs", "merge_coeffs", "output_groups",

@@ -201,7 +201,9 @@ def combine_launch(cs: CombineSpec, config: CombineConfig) -> tuple:
 
 
 def combine_specs(spec: PlanSpec, scheme=None) -> dict:
-    """The three :class:`CombineSpec` of a plan, by role ``"a"``, ``"b"``, ``"c"``."""
+    """The three :class:`CombineSpec` of a plan, by role ``"a"``, ``"b"``, ``"c"``. With ``trans_b`` combine B
+    splits the stored ``N x K`` matrix S (block ``(l, j)`` is ``B_jl`` transposed) with ``V[r, j, l]`` as the
+    coefficient of input ``l * k + j``, so it writes each combined operand transposed."""
     s = scheme if scheme is not None else resolve_scheme(spec.scheme)
     g = plan_geometry(spec, s)
     sa, sb = operand_shifts(s, g.bk) if spec.scaled else (None, None)
@@ -209,8 +211,10 @@ def combine_specs(spec: PlanSpec, scheme=None) -> dict:
     return {
         "a": CombineSpec("a", "split", split_coeffs(s.U), spec.M, spec.K, g.m, g.k, g.bm, g.bk, spec.dtype,
                          ops, (sa,) if spec.scaled else ()),
-        "b": CombineSpec("b", "split", split_coeffs(s.V), spec.K, spec.N, g.k, g.n, g.bk, g.bn, spec.dtype,
-                         ops, (sb,) if spec.scaled else ()),
+        "b": (CombineSpec("b", "split", split_coeffs(np.transpose(s.V, (0, 2, 1))), spec.N, spec.K, g.n, g.k, g.bn,
+                          g.bk, spec.dtype, ops, (sb,) if spec.scaled else ()) if spec.trans_b else
+              CombineSpec("b", "split", split_coeffs(s.V), spec.K, spec.N, g.k, g.n, g.bk, g.bn, spec.dtype,
+                          ops, (sb,) if spec.scaled else ())),
         "c": CombineSpec("c", "merge", merge_coeffs(s.W), spec.M, spec.N, g.m, g.n, g.bm, g.bn,
                          spec.product_dtype, spec.out_dtype, (sa, sb) if spec.scaled else ()),
     }

@@ -224,7 +224,7 @@ def plan_requests(spec: PlanSpec, gemm_config: Optional[KernelConfig] = None,
     reqs["p"] = gemm_request(products_spec(spec, geo), gemm_config, arch, num_sms)
     out = [reqs["a"], reqs["b"], reqs["p"], reqs["c"]]
     if spec.scaled:
-        for rows, cols in ((spec.M, spec.K), (spec.K, spec.N)):
+        for rows, cols in ((spec.M, spec.K), spec.b_shape):
             req, sources["absmax"] = absmax_request(AbsmaxSpec(rows, cols, spec.dtype), arch=arch)
             out.append(req)
     return out, sources, groups

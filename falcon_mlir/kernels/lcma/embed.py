@@ -13,7 +13,7 @@ from ..embed import (DEFAULT_CUDA_FLAGS, cuda_target_attribute, executable_name,
 from ..spec import GemmSpec
 from .compile import CompiledPlan, compile_plan
 from .scale import NP
-from .spec import PlanSpec
+from .spec import PlanSpec, b_ops_shape
 
 
 def _exe_names(plan: CompiledPlan) -> dict:
@@ -61,9 +61,9 @@ def plan_dispatches(plan: CompiledPlan, a: str = "%a", b: str = "%b", prefix: st
     """
     s, g = plan.spec, plan.geometry
     names = _exe_names(plan)
-    a_t, b_t, c_t = types or (tensor_type((s.M, s.K), s.dtype), tensor_type((s.K, s.N), s.dtype),
+    a_t, b_t, c_t = types or (tensor_type((s.M, s.K), s.dtype), tensor_type(s.b_shape, s.dtype),
                               tensor_type((s.M, s.N), s.out_dtype))
-    ao_t, bo_t = tensor_type(g.a_ops_shape, s.operand_dtype), tensor_type(g.b_ops_shape, s.operand_dtype)
+    ao_t, bo_t = tensor_type(g.a_ops_shape, s.operand_dtype), tensor_type(b_ops_shape(s, g), s.operand_dtype)
     p_t = tensor_type(g.products_shape, s.product_dtype)
     ka, kb, kc = plan.combine_a, plan.combine_b, plan.combine_c
     lines, sa, sb = [], [], []
@@ -104,13 +104,13 @@ def plan_module(plan, target_attr: Optional[str] = None, flags: Sequence[str] = 
         plan = compile_plan(plan, **compile_options)
     target_attr = target_attr or cuda_target_attribute(tuple(flags or DEFAULT_CUDA_FLAGS))
     s = plan.spec
-    a_t, b_t, c_t = (tensor_type((s.M, s.K), s.dtype), tensor_type((s.K, s.N), s.dtype),
+    a_t, b_t, c_t = (tensor_type((s.M, s.K), s.dtype), tensor_type(s.b_shape, s.dtype),
                      tensor_type((s.M, s.N), s.out_dtype))
     lines, c = plan_dispatches(plan)
     body = [plan_executables(plan, target_attr),
             f"func.func @{func}(%a: {a_t}, %b: {b_t}) -> {c_t} {{\n" + "".join(f"  {ln}\n" for ln in lines)
             + f"  return {c} : {c_t}\n}}\n"]
     if reference:
-        body.append(reference_func(GemmSpec(s.M, s.N, s.K, s.dtype, s.dtype, s.out_dtype)))
+        body.append(reference_func(GemmSpec(s.M, s.N, s.K, s.dtype, s.dtype, s.out_dtype, trans_b=s.trans_b)))
     text = "\n".join(body)
     return "module {\n" + "\n".join("  " + ln if ln else ln for ln in text.splitlines()) + "\n}\n"

@@ -48,7 +48,7 @@ def plan_launches(spec: PlanSpec, gemm_config: Optional[KernelConfig] = None,
         out[role] = combine_launch_entry(css[role], combine_configs.get(role) or default_combine_config(css[role]))
     if spec.scaled:
         out["ma"] = absmax_launch_entry(AbsmaxSpec(spec.M, spec.K, spec.dtype))
-        out["mb"] = absmax_launch_entry(AbsmaxSpec(spec.K, spec.N, spec.dtype))
+        out["mb"] = absmax_launch_entry(AbsmaxSpec(*spec.b_shape, spec.dtype))
     ps = products_spec(spec, geo)
     out["p"] = {"spec": ps.to_dict(), "config": (gemm_config or choose_config(ps)).to_dict()}
     return out

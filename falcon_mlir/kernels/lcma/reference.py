@@ -15,12 +15,14 @@ def pad_blocks(x: np.ndarray, gr: int, gc: int, br: int, bc: int) -> np.ndarray:
 
 
 def reference_stages(spec: PlanSpec, a: np.ndarray, b: np.ndarray, scheme=None) -> dict:
-    """The plan's stages in float64 from ``a``, ``b`` (no rounding): ``a_ops``, ``b_ops``, ``products``, ``c``."""
+    """The plan's stages in float64 from ``a``, ``b`` (``b`` as stored: ``N x K`` with ``trans_b``; no
+    rounding): ``a_ops``, ``b_ops`` (``R x bk x bn`` whatever the storage), ``products``, ``c``."""
     s = scheme if scheme is not None else resolve_scheme(spec.scheme)
     g = plan_geometry(spec, s)
     U, V, W = (np.asarray(x, dtype=np.float64) for x in (s.U, s.V, s.W))
     ab = pad_blocks(np.asarray(a, dtype=np.float64), g.m, g.k, g.bm, g.bk)
-    bb = pad_blocks(np.asarray(b, dtype=np.float64), g.k, g.n, g.bk, g.bn)
+    b = np.asarray(b, dtype=np.float64)
+    bb = pad_blocks(b.T if spec.trans_b else b, g.k, g.n, g.bk, g.bn)
     a_ops = np.einsum("rij,ijpq->rpq", U, ab)
     b_ops = np.einsum("rjl,jlpq->rpq", V, bb)
     products = a_ops @ b_ops

@@ -26,7 +26,7 @@ class PlanSpec(DictFields):
     """One GEMM ``C = A @ B`` run as a grouped LCMA plan.
 
     Args:
-        M, N, K: C is ``M x N``, A ``M x K``, B ``K x N`` (row-major, no transposes).
+        M, N, K: C is ``M x N``, A ``M x K``, B ``K x N`` (row-major).
         scheme: a catalog name (``"strassen"``, ``"strassen^2"``, ``"2x2x3:11"``, ``"3x3x3:23"``, ...).
         dtype: A and B (``"bf16"``, ``"f16"``, ``"f32"``).
         out_dtype: C (default ``dtype``).
@@ -41,6 +41,9 @@ class PlanSpec(DictFields):
             (default ``operand_dtype``; ``"f32"`` for accuracy at twice the bytes).
         f32_mode: how f32 products multiply (``"ieee"``: FMA; see :class:`GemmSpec`).
         align: the block sizes are rounded up to a multiple of this (elements; >= 16 bytes' worth).
+        trans_b: B is stored transposed, ``N x K`` (``C = A @ S^T``, a linear layer's weight as torch
+            stores it): combine B reads S's blocks with V's coefficients transposed and writes each
+            combined operand transposed (``R x bn x bk``), which the products read with ``trans_b``.
 
     Raises:
         ValueError: bad sizes, dtypes or alignment.
@@ -56,6 +59,7 @@ class PlanSpec(DictFields):
     operand_dtype: Optional[str] = None
     f32_mode: str = "ieee"
     align: int = 16
+    trans_b: bool = False
 
     def __post_init__(self):
         for name in ("M", "N", "K", "align"):
@@ -78,6 +82,8 @@ class PlanSpec(DictFields):
         if any((self.align * DTYPE_BYTES[t]) % 16 for t in (self.dtype, self.operand_dtype, self.product_dtype)):
             raise ValueError(f"PlanSpec.align = {self.align} elements is not a multiple of 16 bytes "
                              f"for {self.dtype} / {self.product_dtype} (TMA needs 16-byte row strides)")
+        if not isinstance(self.trans_b, bool):
+            raise ValueError(f"PlanSpec.trans_b must be a bool, got {self.trans_b!r}")
         if not isinstance(self.scheme, str) or not self.scheme:
             raise ValueError(f"PlanSpec.scheme must be a catalog name, got {self.scheme!r}")
 
@@ -88,9 +94,16 @@ class PlanSpec(DictFields):
         s = f"{sch}_{self.dtype}_{self.M}x{self.N}x{self.K}_p{self.product_dtype}_o{self.out_dtype}"
         if self.scaled:
             s += f"_s{self.operand_dtype}"
+        if self.trans_b:
+            s += "_tb"
         if self.dtype == "f32" and self.f32_mode != "ieee":
             s += f"_{self.f32_mode}"
         return s
+
+    @property
+    def b_shape(self) -> tuple:
+        """B as stored: ``(K, N)``, or ``(N, K)`` with ``trans_b``."""
+        return (self.N, self.K) if self.trans_b else (self.K, self.N)
 
     @property
     def scaled(self) -> bool:
@@ -165,7 +178,12 @@ def plan_geometry(spec: PlanSpec, scheme=None) -> PlanGeometry:
     return g
 
 
+def b_ops_shape(spec: PlanSpec, geo: PlanGeometry) -> tuple:
+    """The combined B operands as stored: ``R x bk x bn``, or ``R x bn x bk`` with ``trans_b``."""
+    return (geo.R, geo.bn, geo.bk) if spec.trans_b else geo.b_ops_shape
+
+
 def products_spec(spec: PlanSpec, geo: PlanGeometry) -> GemmSpec:
-    """The batched GEMM of the R products."""
+    """The batched GEMM of the R products (reading the combined B operands transposed with ``trans_b``)."""
     return GemmSpec(geo.bm, geo.bn, geo.bk, spec.operand_dtype, spec.operand_dtype, spec.product_dtype, batch=geo.R,
-                    f32_mode=spec.f32_mode)
+                    f32_mode=spec.f32_mode, trans_b=spec.trans_b)

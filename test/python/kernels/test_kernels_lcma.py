@@ -193,6 +193,9 @@ def _cases():
     c["strassen-align8"] = (lcma.PlanSpec(61, 35, 43, "strassen", align=8, operand_dtype="bf16"), False)
     c["strassen^2-f32-exact"] = (lcma.PlanSpec(130, 66, 100, "strassen^2", "f32"), True)
     c["2x2x3:11-f32-exact"] = (lcma.PlanSpec(61, 93, 47, "2x2x3:11", "f32"), True)
+    # B stored transposed (N x K, a torch linear layer's weight): combine B writes B_r transposed
+    c["2x2x3:11-f32-exact-transb"] = (lcma.PlanSpec(61, 93, 47, "2x2x3:11", "f32", trans_b=True), True)
+    c["strassen-bf16-scaled-transb"] = (lcma.PlanSpec(90, 70, 100, "strassen", trans_b=True), False)
     return c
 
 
@@ -217,9 +220,9 @@ def _inputs(spec, seed, integers):
     times ``integers`` where that is a number (a scale far from 1: a scaled plan's range test)."""
     rng = np.random.default_rng(seed)
     if integers is True:
-        a, b = rng.integers(-2, 3, (spec.M, spec.K)), rng.integers(-2, 3, (spec.K, spec.N))
+        a, b = rng.integers(-2, 3, (spec.M, spec.K)), rng.integers(-2, 3, spec.b_shape)
     else:
-        a, b = rng.standard_normal((spec.M, spec.K)), rng.standard_normal((spec.K, spec.N))
+        a, b = rng.standard_normal((spec.M, spec.K)), rng.standard_normal(spec.b_shape)
         if integers:
             a = a * integers
     return a.astype(_np_dtype(spec.dtype)), b.astype(_np_dtype(spec.dtype))
@@ -276,12 +279,15 @@ def check_plan(spec, a, b, out, scheme=None):
         fa, fb = 2.0 ** (max_exponent(a) + sa), 2.0 ** (max_exponent(b) + sb)
     acc = 1e-6  # f32 sums of a few terms (combines) or of K products (the GEMM), relative to the scale
     _close(out["a_ops"].astype(np.float64) * fa, st["a_ops"], STORE_REL[spec.operand_dtype], acc, "combine A")
-    _close(out["b_ops"].astype(np.float64) * fb, st["b_ops"], STORE_REL[spec.operand_dtype], acc, "combine B")
-    own = out["a_ops"].astype(np.float64) @ out["b_ops"].astype(np.float64)
+    b_ops = out["b_ops"].astype(np.float64)
+    if spec.trans_b:  # stored R x bn x bk
+        b_ops = b_ops.transpose(0, 2, 1)
+    _close(b_ops * fb, st["b_ops"], STORE_REL[spec.operand_dtype], acc, "combine B")
+    own = out["a_ops"].astype(np.float64) @ b_ops
     _close(out["products"], own, STORE_REL[spec.product_dtype], acc, "products")
     _close(out["c"], lcma.combine_c_reference(spec, out["products"], scheme) * (fa * fb),
            STORE_REL[spec.out_dtype], acc, "combine C")
-    ref = a.astype(np.float64) @ b.astype(np.float64)
+    ref = a.astype(np.float64) @ (b.T if spec.trans_b else b).astype(np.float64)
     err = np.max(np.abs(out["c"].astype(np.float64) - ref)) / np.max(np.abs(ref))
     assert err < (SCALED_TOL if spec.scaled else PLAN_TOL[spec.out_dtype]), f"{spec.name}: plan error {err:.2e}"
     return err
@@ -294,10 +300,12 @@ def test_interpreted_plan(interpreted, key):
     spec, integers = CASES[key]
     assert not isinstance(out, str), f"{key} failed in the interpreter: {out}"
     assert out["a_ops"].shape == lcma.plan_geometry(spec).a_ops_shape and out["c"].shape == (spec.M, spec.N)
+    assert out["b_ops"].shape == lcma.b_ops_shape(spec, lcma.plan_geometry(spec))
     assert out["c"].dtype == _np_dtype(spec.out_dtype)
     check_plan(spec, a, b, out)
     if integers is True:  # integer-valued f32: every sum and product is exact
-        assert np.array_equal(out["c"].astype(np.float64), a.astype(np.float64) @ b.astype(np.float64))
+        bt = b.T if spec.trans_b else b
+        assert np.array_equal(out["c"].astype(np.float64), a.astype(np.float64) @ bt.astype(np.float64))
 
 
 @skip_without("triton", "torch")
@@ -430,3 +438,22 @@ def test_scaled_source_and_shifts():
     assert lcma.operand_shifts(lcma.resolve_scheme("strassen"), 8192) == (0, 0)  # 2 * 2 * 8192 = 2^15
     assert lcma.operand_shifts(lcma.resolve_scheme("strassen^3"), 65536) == (4, 3)  # 8 * 8 * 2^16 = 2^22
     assert [lcma.max_exponent(x) for x in ([0.75], [1.0], [-3.0], [0.0], [np.inf])] == [0, 1, 2, -100, 100]
+
+
+def test_transposed_b_module_text(target):
+    """B stored N x K: the function takes it so, combine B writes R x bn x bk, the products read it transposed."""
+    spec = lcma.PlanSpec(1000, 1032, 776, "strassen", trans_b=True)
+    assert spec.name.endswith("_tb") and spec.b_shape == (1032, 776)
+    text = lcma.plan_module(fake_plan(spec), target_attr=target)
+    assert "func.func @main(%a: tensor<1000x776xbf16>, %b: tensor<1032x776xbf16>) -> tensor<1000x1032xbf16>" in text
+    lines = [ln.strip() for ln in text.splitlines() if "flow.dispatch" in ln]
+    assert "::@falcon_absmax(%b) : (tensor<1032x776xbf16>) ->" in lines[1]
+    assert "::@falcon_combine_b(%b, %lcma_mb#0) : (tensor<1032x776xbf16>, tensor<256xf32>) -> " \
+        "(tensor<7x528x400xf16>," in lines[3]
+    assert "(tensor<7x512x400xf16>, tensor<7x528x400xf16>) -> (tensor<7x512x528xf16>," in lines[4]
+    cb = lcma.combine_specs(spec)["b"]
+    assert (cb.rows, cb.cols, cb.grid_r, cb.grid_c, cb.block_r, cb.block_c) == (1032, 776, 2, 2, 528, 400)
+    # input l * k + j is S's block (l, j) = B_jl transposed, with V[r, j, l]
+    s = lcma.resolve_scheme("strassen")
+    assert cb.coeffs[2] == tuple(Fraction(s.V[2][j][l]) for l in range(2) for j in range(2))
+    assert lcma.products_spec(spec, lcma.plan_geometry(spec)).trans_b

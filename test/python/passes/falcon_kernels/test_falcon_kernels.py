@@ -169,3 +169,34 @@ def test_kernel_form_plan_dispatches(t, dispatches):
     assert "linalg.matmul" not in out
     assert (out.count("@falcon_absmax(") == 2) == (t == "bf16")
     assert krep[0]["plan"]["operands"] == ("f16 (scaled)" if t == "bf16" else "f16")
+
+
+MM_TB = """func.func @mm(%a: tensor<{M}x{K}xbf16>, %b: tensor<{N}x{K}xbf16>) -> tensor<{M}x{N}xbf16> {{
+  %cst = arith.constant 0.0 : bf16
+  %e = tensor.empty() : tensor<{M}x{N}xbf16>
+  %f = linalg.fill ins(%cst : bf16) outs(%e : tensor<{M}x{N}xbf16>) -> tensor<{M}x{N}xbf16>
+  %0 = linalg.generic {{indexing_maps = [affine_map<(m, n, k) -> (m, k)>, affine_map<(m, n, k) -> (n, k)>, affine_map<(m, n, k) -> (m, n)>], iterator_types = ["parallel", "parallel", "reduction"]}} ins(%a, %b : tensor<{M}x{K}xbf16>, tensor<{N}x{K}xbf16>) outs(%f : tensor<{M}x{N}xbf16>) {{
+  ^bb0(%x: bf16, %y: bf16, %z: bf16):
+    %p = arith.mulf %x, %y : bf16
+    %s = arith.addf %z, %p : bf16
+    linalg.yield %s : bf16
+  }} -> tensor<{M}x{N}xbf16>
+  return %0 : tensor<{M}x{N}xbf16>
+}}
+"""
+
+
+@needs_triton
+def test_kernel_form_plan_with_transposed_b():
+    """x @ W^T (W stored N x K, as a torch linear layer keeps it): served as a plan whose combine B reads W
+    as stored, not as the classical kernel."""
+    from falcon_mlir.passes.lcma_rewrite import LcmaOptions, run_lcma_rewrite
+
+    with ir.Context():
+        m = ir.Module.parse(MM_TB.format(M=512, N=384, K=256))
+        rep = run_lcma_rewrite(m.operation, LcmaOptions.parse("scheme=strassen form=kernel"))
+        assert rep[0]["handoff"] == "falcon-kernels"
+        krep = run_falcon_kernels(m.operation, KernelsOptions.parse("min-flops=0"))
+        out = str(m)
+    assert krep[0]["kernel"] == "plan", krep[0]
+    assert "tensor<384x256xbf16>, tensor<256xf32>) -> (tensor<7x192x128xf16>" in out

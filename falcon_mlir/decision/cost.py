@@ -48,7 +48,6 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Dict, Optional, Sequence, Tuple
 
-from .numerics import KERNEL_OPERAND_TYPES
 from .profile import ELEMENT_BYTES, Profile
 
 #: Most products (R_1 * ... * R_L) one contraction may be rewritten into:
@@ -561,12 +560,11 @@ class CostModel:
         """Kernel form (:mod:`falcon_mlir.kernels.lcma`): four dispatches on blocks
         rounded up to the scheme's format (the kernels pad inside): combine A reads
         A once and writes the R combined operands, likewise B; the R products as
-        one batched GEMM in the operand type (the input type; f16 for bf16 inputs,
-        :data:`~falcon_mlir.decision.numerics.KERNEL_OPERAND_TYPES`, 2 bytes either
-        way); combine C reads each product once and writes C. The combines stream
-        at the profile's bandwidth times its ``kernel_combine`` factor; B is
-        combined at run time even when constant. Scaled operands (bf16) add two
-        absmax dispatches that read A and B once more. Where a combine's outputs
+        one batched GEMM in the input type; combine C reads each product once and
+        writes C. The combines stream at the profile's bandwidth times its
+        ``kernel_combine`` factor; B is combined at run time even when constant.
+        (The opt-in scaled f16 operands of bf16 plans, not priced here, add two
+        absmax dispatches that read A and B once more.) Where a combine's outputs
         do not fit one pass, its input blocks are read once per group
         (:func:`kernel_combine_loads`; Strassen^3's 343 operands: A read about
         9 times, measured on the H200 2026-12-01 in bf16: 2.5 ms per combine at
@@ -576,8 +574,6 @@ class CostModel:
         ba, bb, bc = _eb(pb.lhs), _eb(pb.rhs), _eb(pb.acc)
         eff = self.p.form_efficiency("kernel")
         la, lb, lc = kernel_combine_loads(st.name)
-        if pb.lhs in KERNEL_OPERAND_TYPES:
-            self.stream(B * (pb.M * pb.K * ba + pb.K * pb.N * bb), est, "absmax", eff, dispatches=2)
         self.stream(B * (la * Mb * Kb * ba + R * Mb * Kb * ba), est, "combine_a", eff)
         self.stream(B * (lb * Kb * Nb * bb + R * Kb * Nb * bb), est, "combine_b", eff)
         self.gemm(Mb, Nb, Kb, B * R, pb.lhs, pb.lhs, est, "products",

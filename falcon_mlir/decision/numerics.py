@@ -319,10 +319,10 @@ ROUND_SUMS = 0.5
 ROUND_PRODUCTS = 0.3
 #: The same constants under the names the kernel form used first.
 KERNEL_ROUND_OUT, KERNEL_ROUND_SUMS, KERNEL_ROUND_PRODUCTS = ROUND_OUT, ROUND_SUMS, ROUND_PRODUCTS
-#: The combined operands' type of kernel-form plans per input type where it is not the input type:
-#: bf16 plans form them in f16, scaled by powers of two into its range (falcon_mlir.kernels.lcma.scale;
-#: the same table as ``falcon_mlir.kernels.lcma.SCALED_OPERANDS``, which a test holds equal: the
-#: decision does not import the kernels).
+#: The scaled operand type kernel-form plans may use per input type (opt-in, not the decision's
+#: default): bf16 plans can form their operands in f16 scaled by powers of two into its range
+#: (falcon_mlir.kernels.lcma.scale; the same table as ``falcon_mlir.kernels.lcma.SCALED_OPERANDS``,
+#: which a test holds equal: the decision does not import the kernels).
 KERNEL_OPERAND_TYPES = {"bf16": "f16"}
 #: Default budget of a narrow (bf16/f16) result under the kernel form, in u(out).
 KERNEL_NARROW_BUDGET = 4.0
@@ -387,9 +387,8 @@ def kernel_plan_error(schemes: Sequence, K: int, lhs: str, out: str,
     (:mod:`falcon_mlir.kernels`): classical (``schemes == []``) or a grouped plan
     in the kernel form, where every sum and product accumulates in f32, the
     combined operands are rounded once to the operand type (``operands``;
-    default the input type ``lhs``, or :data:`KERNEL_OPERAND_TYPES`: f16 for
-    bf16 inputs, scaled by powers of two into f16's range), the stored
-    products to ``products``
+    default the input type ``lhs``; ``"f16"`` for bf16 inputs is the opt-in
+    scaled form, :data:`KERNEL_OPERAND_TYPES`), the stored products to ``products``
     (default the operand type) and C to ``out``: :func:`rounded_plan_error`
     with ``sums`` the operand type.  The scaling itself is exact; values far
     below max|A| that fall into f16's subnormals err by at most 2^-25 of the
@@ -398,7 +397,7 @@ def kernel_plan_error(schemes: Sequence, K: int, lhs: str, out: str,
     Raises:
         ValueError: K < 1 or a type without a unit roundoff.
     """
-    ops = operands or KERNEL_OPERAND_TYPES.get(_dtype(lhs), lhs)
+    ops = operands or lhs
     return rounded_plan_error(schemes, K, out, sums=ops, products=products or ops)
 
 

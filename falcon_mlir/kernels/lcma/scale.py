@@ -1,4 +1,4 @@
-"""Scaled f16 operands for bf16 plans: the power-of-two scales and the kernel that finds them.
+"""Scaled f16 operands for bf16 plans (opt-in): the power-of-two scales and the kernel that finds them.
 
 A bf16 plan that forms its combined operands and products in bf16 rounds
 each sum and each product to 8 significant bits; Strassen^2's error is then
@@ -22,7 +22,23 @@ inside f16: after scaling ``|A| < 1``, a combined operand is at most
 ``u v bk`` down to ``2^15`` (half of f16's largest power of two, room for the
 rounding). Values far below the maximum fall into f16's subnormals, whose
 absolute error (``2^-25`` of the scaled maximum) is far below the max-norm
-error of the result. Inf or NaN in A or B reach C as they would classically.
+error of the result. The maximum is taken over finite values: an inf or NaN in
+A or B reaches C through the sums as in any LCMA plan (more entries than
+classically), and the finite ones keep their scale. Exponents run over all of
+bf16's range (-126 .. 128; combine C's factor up to 2^300 is applied as three
+normal f32 factors in turn), so A near 3e38 times a tiny B stays finite.
+
+**What one scale per matrix cannot hold** (why this is not the default): an
+element more than about 2^24 below its matrix's largest finite element
+becomes zero in f16 (2^14 below it: a subnormal with fewer bits). The
+max-norm error of C stays small while such elements' contributions are
+small next to max|C| (random data; LLM activations with outlier channels
+of 10^3-10^4 measured fine, docs/accuracy.md), but not in general: with
+``A[0, 0] = B[5, 5] = 2^64`` among O(1) values, ``C[0, 5] = A[0, 0] B[0, 5] +
+A[0, 5] B[5, 5]`` needs the O(1) elements and the plan returns 0 there, where
+bf16 operands are right. Heavy-tailed data at large K (outliers x1000, K =
+2^18, Strassen^3) measured 2e-2 in emulation, over the bf16 budget. Use it
+where the data's range is known.
 
 Emulated in float32/numpy at 1024^3 (random normal bf16, max-norm error
 against float64): classical 3.3e-3; Strassen with bf16 operands and
@@ -57,26 +73,37 @@ def falcon_absmax(x_ptr, y_ptr, N: tl.constexpr, NP: tl.constexpr, BLOCK: tl.con
     m = tl.zeros((BLOCK,), dtype=tl.float32)
     for start in range(pid.to(tl.int64) * BLOCK, N, NP * BLOCK):
         offs = start + tl.arange(0, BLOCK)
-        x = tl.load(x_ptr + offs, mask=offs < N, other=0.0)
-        m = tl.maximum(m, tl.abs(x.to(tl.float32)))
+        x = tl.abs(tl.load(x_ptr + offs, mask=offs < N, other=0.0).to(tl.float32))
+        m = tl.maximum(m, tl.where(x <= 3.4028234663852886e38, x, 0.0))  # finite values only (inf, NaN: 0)
     tl.store(y_ptr + pid, tl.max(m, axis=0))
 '''
 
-#: Triton helpers the scaled combine kernels add to their prelude: the exponent of a matrix's maximum
-#: from its partials, and 2^e as f32 built from its bits (exact).
+#: Triton helpers the scaled combine kernels add to their prelude: the exponent of a matrix's largest
+#: finite magnitude from its partials, 2^e as f32 built from its bits (exact), and x * 2^n for exponents
+#: past f32's normal range (A near bf16's largest values times a tiny B still has a finite product).
 SCALE_HELPERS = '''
 @triton.jit
 def _max_exponent(s_ptr, NP: tl.constexpr):
-    """e with max(partials) = f 2^e, f in [0.5, 1); clamped to [-100, 100] (zero, subnormal, inf, NaN)."""
+    """e with max(partials) = f 2^e, f in [0.5, 1): -126 .. 128 (zero and subnormal maxima: -126)."""
     m = tl.max(tl.load(s_ptr + tl.arange(0, NP)), axis=0)
     e = ((m.to(tl.int32, bitcast=True) >> 23) & 255) - 126
-    return tl.minimum(tl.maximum(e, -100), 100)
+    return tl.minimum(tl.maximum(e, -126), 128)
 
 
 @triton.jit
 def _pow2(e):
     """2^e as f32 (|e| <= 126), exact."""
     return ((e + 127) << 23).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _mul_pow2(x, n):
+    """x * 2^n (|n| <= 300), exact unless the result over- or underflows: three factors of n's sign, each
+    a normal f32, applied in turn, so every partial product lies between x and the result."""
+    p1 = tl.minimum(tl.maximum(n, -100), 100)
+    r = n - p1
+    p2 = tl.minimum(tl.maximum(r, -100), 100)
+    return x * _pow2(p1) * _pow2(p2) * _pow2(r - p2)
 
 '''
 
@@ -139,10 +166,9 @@ def operand_shifts(scheme, bk: int) -> tuple:
 
 
 def max_exponent(x) -> int:
-    """``e`` with ``max|x| = f 2^e``, ``f`` in [0.5, 1), as the kernels compute it (numpy reference;
-    clamped to [-100, 100])."""
+    """``e`` with ``max|x| = f 2^e``, ``f`` in [0.5, 1), over the finite elements of ``x``, as the kernels
+    compute it (numpy reference; -126 when that maximum is zero or subnormal)."""
     import numpy as np
-    m = float(np.max(np.abs(np.asarray(x, dtype=np.float32)), initial=0.0))
-    if not math.isfinite(m):
-        return 100
-    return max(-100, min(100, math.frexp(m)[1] if m >= 2.0**-126 else -126))
+    a = np.abs(np.asarray(x, dtype=np.float32))
+    m = float(np.max(a[np.isfinite(a)], initial=0.0))
+    return max(-126, min(128, math.frexp(m)[1] if m >= 2.0**-126 else -126))

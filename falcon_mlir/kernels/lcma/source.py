@@ -112,7 +112,7 @@ def scale_pointers(cs: CombineSpec) -> list:
 
 def _kernel_head(fn: str, cs: CombineSpec) -> list:
     """The kernel's signature, its tile position (rows ``p`` and columns ``q`` of every block) and, scaled,
-    the factor ``scale`` every output is multiplied by before its store."""
+    the power of two ``shift`` every output is multiplied by before its store."""
     ptrs = ", ".join(["x_ptr"] + scale_pointers(cs) + ["y_ptr"])
     L = [
         "@triton.jit",
@@ -125,10 +125,10 @@ def _kernel_head(fn: str, cs: CombineSpec) -> list:
         "    q = (pid % TILES_C) * TC + tl.arange(0, TC)",
     ]
     if cs.scale and cs.direction == "split":
-        L.append(f"    scale = _pow2(-(_max_exponent(s_ptr, {NP}) + {cs.scale[0]}))")
+        L.append(f"    shift = -(_max_exponent(s_ptr, {NP}) + {cs.scale[0]})")
     elif cs.scale:
-        L.append(f"    scale = _pow2(_max_exponent(sa_ptr, {NP}) + {cs.scale[0]}) * "
-                 f"_pow2(_max_exponent(sb_ptr, {NP}) + {cs.scale[1]})")
+        L.append(f"    shift = (_max_exponent(sa_ptr, {NP}) + {cs.scale[0]}) + "
+                 f"(_max_exponent(sb_ptr, {NP}) + {cs.scale[1]})")
     return L
 
 
@@ -147,7 +147,7 @@ def _split_group(cs: CombineSpec, g: Sequence[int]) -> list:
         expr = "".join(_term(c, nm, i == 0) for i, (c, nm) in enumerate(terms)) if terms else \
             "tl.zeros((TR, TC), dtype=tl.float32)"
         if cs.scale:
-            expr = f"({expr}) * scale"
+            expr = f"_mul_pow2({expr}, shift)"
         L.append(f"    _plane_store(y_ptr, p, q, {t}, {expr}, BR, BC, EVEN)")
     return L
 
@@ -171,7 +171,7 @@ def _merge_group(cs: CombineSpec, g: Sequence[int]) -> list:
     for t in g:
         if t not in started:
             L.append(f"    acc{t} = tl.zeros((TR, TC), dtype=tl.float32)")
-        val = f"acc{t} * scale" if cs.scale else f"acc{t}"
+        val = f"_mul_pow2(acc{t}, shift)" if cs.scale else f"acc{t}"
         L.append(f"    _block_store(y_ptr, p, q, {t // gc}, {t % gc}, {val}, ROWS, COLS, BR, BC, EVEN)")
     return L
 

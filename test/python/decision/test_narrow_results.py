@@ -44,8 +44,8 @@ def test_rounded_plan_error_names_each_rounding():
         numerics.predicted_error(["strassen"], K, "f32")
     assert numerics.kernel_plan_error(["strassen"], K, "bf16", "bf16", "f32", operands="bf16") == \
         numerics.rounded_plan_error(["strassen"], K, "bf16", sums="bf16")
-    # bf16 kernel plans default to scaled f16 operands and products
-    assert numerics.kernel_plan_error(["strassen"], K, "bf16", "bf16") == \
+    # scaled f16 operands and products (opt-in) are f16 roundings
+    assert numerics.kernel_plan_error(["strassen"], K, "bf16", "bf16", operands="f16") == \
         numerics.rounded_plan_error(["strassen"], K, "bf16", sums="f16", products="f16")
     # per-product levels round the sums once each: Strassen^2 with bf16 sums
     G2 = numerics.growth_factor(["strassen"] * 2)

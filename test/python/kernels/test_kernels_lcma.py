@@ -35,7 +35,8 @@ def test_spec_and_geometry():
     s = lcma.PlanSpec(1000, 1032, 776, "strassen", operand_dtype="bf16")
     assert (s.out_dtype, s.product_dtype, s.scaled) == ("bf16", "bf16", False) and s.flops == 2 * 1000 * 1032 * 776
     assert s.name == "strassen_bf16_1000x1032x776_pbf16_obf16"
-    scaled = lcma.PlanSpec(1000, 1032, 776, "strassen")  # bf16 plans default to scaled f16 operands and products
+    assert lcma.PlanSpec(1000, 1032, 776, "strassen") == s  # bf16 operands are the default
+    scaled = lcma.PlanSpec(1000, 1032, 776, "strassen", operand_dtype="f16")  # opt-in: products f16 too
     assert (scaled.operand_dtype, scaled.product_dtype, scaled.scaled) == ("f16", "f16", True)
     assert scaled.name == "strassen_bf16_1000x1032x776_pf16_obf16_sf16"
     assert lcma.products_spec(scaled, lcma.plan_geometry(scaled)).a_dtype == "f16"
@@ -88,7 +89,7 @@ def _parse_source(text: str, cs: lcma.CombineSpec) -> list:
             m = re.match(r"\s+acc(\d+) = (?:acc\d+)?(.+)$", line)
             if m and "tl.zeros" not in line:
                 add(int(m.group(1)), m.group(2), lambda nm: current)
-        for i, j, t in re.findall(r"_block_store\(y_ptr, p, q, (\d+), (\d+), acc(\d+)(?: \* scale)?,", text):
+        for i, j, t in re.findall(r"_block_store\(y_ptr, p, q, (\d+), (\d+), (?:_mul_pow2\()?acc(\d+)(?:, shift\))?,", text):
             assert (int(i), int(j)) == divmod(int(t), cs.grid_c)
     return rows
 
@@ -113,7 +114,8 @@ def test_generated_source_computes_the_scheme(scheme):
 def test_parser_sees_a_wrong_index():
     """The read-back check has teeth: swapping two block indices in the text is caught."""
     for spec, old, new in ((lcma.PlanSpec(64, 64, 64, "strassen", operand_dtype="bf16"), "0, x0 + x3,", "0, x0 + x2,"),
-                           (lcma.PlanSpec(64, 64, 64, "strassen"), "0, (x0 + x3) * scale,", "0, (x0 + x2) * scale,")):
+                           (lcma.PlanSpec(64, 64, 64, "strassen", operand_dtype="f16"), "0, _mul_pow2(x0 + x3, shift),",
+         "0, _mul_pow2(x0 + x2, shift),")):
         cs = lcma.combine_specs(spec)["a"]
         text = lcma.combine_source(cs, lcma.output_groups(cs, 16))
         wrong = text.replace(f"_plane_store(y_ptr, p, q, {old}", f"_plane_store(y_ptr, p, q, {new}")
@@ -183,19 +185,20 @@ def _cases():
         for dtype, prod in (("bf16", "bf16"), ("f32", "f32")):
             c[f"{scheme}-{dtype}"] = (lcma.PlanSpec(M, N, K, scheme, dtype, product_dtype=prod, operand_dtype=dtype),
                                       False)
-        if scheme != "3x3x3:23":  # bf16 inputs, scaled f16 operands and products (the default)
-            c[f"{scheme}-bf16-scaled"] = (lcma.PlanSpec(M, N, K, scheme), False)
+        if scheme != "3x3x3:23":  # bf16 inputs, scaled f16 operands and products (opt-in)
+            c[f"{scheme}-bf16-scaled"] = (lcma.PlanSpec(M, N, K, scheme, operand_dtype="f16"), False)
     c["strassen-bf16-f32products"] = (lcma.PlanSpec(90, 70, 100, "strassen", product_dtype="f32",
                                                     operand_dtype="bf16"), False)
-    c["strassen^2-bf16-scaled-tiny"] = (lcma.PlanSpec(130, 66, 100, "strassen^2"), 1e-6)  # f16 would underflow
-    c["strassen^2-bf16-scaled-huge"] = (lcma.PlanSpec(130, 66, 100, "strassen^2"), 3e4)  # and overflow
+    c["strassen^2-bf16-scaled-tiny"] = (lcma.PlanSpec(130, 66, 100, "strassen^2", operand_dtype="f16"), 1e-6)
+    c["strassen^2-bf16-scaled-huge"] = (lcma.PlanSpec(130, 66, 100, "strassen^2", operand_dtype="f16"), 3e4)
     c["strassen-f16"] = (lcma.PlanSpec(90, 70, 100, "strassen", "f16"), False)
     c["strassen-align8"] = (lcma.PlanSpec(61, 35, 43, "strassen", align=8, operand_dtype="bf16"), False)
     c["strassen^2-f32-exact"] = (lcma.PlanSpec(130, 66, 100, "strassen^2", "f32"), True)
     c["2x2x3:11-f32-exact"] = (lcma.PlanSpec(61, 93, 47, "2x2x3:11", "f32"), True)
     # B stored transposed (N x K, a torch linear layer's weight): combine B writes B_r transposed
     c["2x2x3:11-f32-exact-transb"] = (lcma.PlanSpec(61, 93, 47, "2x2x3:11", "f32", trans_b=True), True)
-    c["strassen-bf16-scaled-transb"] = (lcma.PlanSpec(90, 70, 100, "strassen", trans_b=True), False)
+    c["strassen-bf16-scaled-transb"] = (lcma.PlanSpec(90, 70, 100, "strassen", trans_b=True, operand_dtype="f16"),
+                                        False)
     return c
 
 
@@ -375,7 +378,7 @@ def test_huge_plan_compiles(target):
 @skip_without("triton")
 def test_real_plan_compiles(target):
     """Compile a small odd scaled plan for sm_90a (six kernels, one Triton child), then the module with IREE."""
-    spec = lcma.PlanSpec(1000, 1032, 776, "strassen")
+    spec = lcma.PlanSpec(1000, 1032, 776, "strassen", operand_dtype="f16")
     plan = lcma.compile_plan(spec)
     assert len(plan.kernels) == 6 and plan.absmax_a.num_programs == lcma.NP
     for k in plan.kernels:
@@ -397,7 +400,7 @@ def test_real_plan_compiles(target):
 def test_scaled_plan_module_text(target):
     """A scaled bf16 plan: six dispatches; the absmax partials feed combine A (B) after A (B) and combine C
     after the products; combined operands and products are f16."""
-    spec = lcma.PlanSpec(1000, 1032, 776, "strassen")
+    spec = lcma.PlanSpec(1000, 1032, 776, "strassen", operand_dtype="f16")
     plan = fake_plan(spec)
     text = lcma.plan_module(plan, target_attr=target)
     assert text.count("hal.executable.source private @") == 6 and text.count("flow.dispatch @") == 6
@@ -424,25 +427,27 @@ def test_scaled_plan_module_text(target):
 def test_scaled_source_and_shifts():
     """The scaled kernels' source: the partials pointers, the power of two from the exponent, every output
     multiplied once; shifts grow with the products' depth so products stay under 2^15."""
-    spec = lcma.PlanSpec(16384, 16384, 16384, "strassen^2")
+    spec = lcma.PlanSpec(16384, 16384, 16384, "strassen^2", operand_dtype="f16")
     css = lcma.combine_specs(spec)
     assert (css["a"].scale, css["b"].scale, css["c"].scale) == ((1,), (0,), (1, 0))  # 4 * 4 * 4096 = 2^16
     src_a = lcma.combine_source(css["a"], lcma.output_groups(css["a"], 16))
     assert "def falcon_combine_a(x_ptr, s_ptr, y_ptr," in src_a
-    assert "scale = _pow2(-(_max_exponent(s_ptr, 256) + 1))" in src_a
-    assert src_a.count(") * scale, BR, BC, EVEN)") == 49
+    assert "shift = -(_max_exponent(s_ptr, 256) + 1)" in src_a
+    assert src_a.count(", shift), BR, BC, EVEN)") == 49 and src_a.count("    _plane_store(y_ptr, p, q, ") == 49
     src_c = lcma.combine_source(css["c"], lcma.output_groups(css["c"], 16))
     assert "def falcon_combine_c(x_ptr, sa_ptr, sb_ptr, y_ptr," in src_c
-    assert "scale = _pow2(_max_exponent(sa_ptr, 256) + 1) * _pow2(_max_exponent(sb_ptr, 256) + 0)" in src_c
-    assert src_c.count(" * scale, ROWS, COLS, BR, BC, EVEN)") == 16
+    assert "shift = (_max_exponent(sa_ptr, 256) + 1) + (_max_exponent(sb_ptr, 256) + 0)" in src_c
+    assert src_c.count(", shift), ROWS, COLS, BR, BC, EVEN)") == 16
     assert lcma.operand_shifts(lcma.resolve_scheme("strassen"), 8192) == (0, 0)  # 2 * 2 * 8192 = 2^15
     assert lcma.operand_shifts(lcma.resolve_scheme("strassen^3"), 65536) == (4, 3)  # 8 * 8 * 2^16 = 2^22
-    assert [lcma.max_exponent(x) for x in ([0.75], [1.0], [-3.0], [0.0], [np.inf])] == [0, 1, 2, -100, 100]
+    # finite values only; zero or subnormal maxima give -126; bf16's largest values 128
+    assert [lcma.max_exponent(x) for x in ([0.75], [1.0], [-3.0], [0.0], [np.inf, 3.0], [np.nan], [2.0**-130],
+                                           [3e38])] == [0, 1, 2, -126, 2, -126, -126, 128]
 
 
 def test_transposed_b_module_text(target):
     """B stored N x K: the function takes it so, combine B writes R x bn x bk, the products read it transposed."""
-    spec = lcma.PlanSpec(1000, 1032, 776, "strassen", trans_b=True)
+    spec = lcma.PlanSpec(1000, 1032, 776, "strassen", trans_b=True, operand_dtype="f16")
     assert spec.name.endswith("_tb") and spec.b_shape == (1032, 776)
     text = lcma.plan_module(fake_plan(spec), target_attr=target)
     assert "func.func @main(%a: tensor<1000x776xbf16>, %b: tensor<1032x776xbf16>) -> tensor<1000x1032xbf16>" in text
@@ -457,3 +462,41 @@ def test_transposed_b_module_text(target):
     s = lcma.resolve_scheme("strassen")
     assert cb.coeffs[2] == tuple(Fraction(s.V[2][j][l]) for l in range(2) for j in range(2))
     assert lcma.products_spec(spec, lcma.plan_geometry(spec)).trans_b
+
+
+
+@skip_without("triton", "torch")
+def test_scaled_plan_extreme_inputs():
+    """Found by a break-it pass: an inf in A made every finite entry of C zero (the scale came from the inf),
+    combine C's factor overflowed f32 when max|A| max|B| > 2^128 though C was finite, and exponents past
+    +-100 were clamped. Now: the scale comes from the finite values, C's factor is applied in normal f32
+    steps, and bf16's whole range scales exactly (Strassen, 32^3, Triton's interpreter). What scaling
+    cannot fix (one outlier 2^40 above the rest: the rest underflow in f16) is why scaled operands are
+    not the default (docs/kernels.md)."""
+    import ml_dtypes
+    from falcon_mlir.kernels.interpret import run_plans_interpreted
+
+    spec = lcma.PlanSpec(32, 32, 32, "strassen", operand_dtype="f16")
+    rng = np.random.default_rng(7)
+    na, nb = rng.standard_normal((32, 32)), rng.standard_normal((32, 32))
+    a_inf = na.copy()
+    a_inf[3, 3] = np.inf
+    cases = {"inf in A": (a_inf, nb),
+             "A 2^120, B 2^-120": (na * 2.0**120, nb * 2.0**-120),
+             "A 2^-110, B 2^100": (na * 2.0**-110, nb * 2.0**100),
+             "A 2^100, B 2^-110": (na * 2.0**100, nb * 2.0**-110)}
+    bf = ml_dtypes.bfloat16
+    jobs = [(lcma.plan_launches(spec, SMALL_GEMM, SMALL_COMBINE), a.astype(bf), b.astype(bf)) for a, b in cases.values()]
+    for (name, (a, b)), out in zip(cases.items(), run_plans_interpreted(jobs)):
+        assert not isinstance(out, str), f"{name}: {out}"
+        a64, b64 = a.astype(bf).astype(np.float64), b.astype(bf).astype(np.float64)
+        with np.errstate(invalid="ignore"):
+            ref = a64 @ b64
+        c = out["c"].astype(np.float64)
+        finite = np.isfinite(ref) & np.isfinite(c)
+        if name == "inf in A":  # row 3 of C is inf classically; the plan spreads it through its sums
+            assert not np.isfinite(c[3]).any() and finite.sum() >= 32 * 32 * 3 // 4
+        else:
+            assert finite.all(), name
+        err = np.max(np.abs(c[finite] - ref[finite])) / np.max(np.abs(ref[finite]))
+        assert err < SCALED_TOL, f"{name}: error {err:.2e}"

@@ -6,7 +6,8 @@ estimate counts them per form as :mod:`falcon_mlir.passes.lcma_rewrite`
 emits them (one-level per-product: R contractions, one combine per
 combined operand, one combine-C op per output block; several per-product
 levels: stacked, one batched contraction and per level one combine per
-operand and one combine-C op; grouped: the composed scheme's combines and
+operand and one combine-C op, or on CPU where that compiles fast by
+recursion, :func:`recursive_ops`; grouped: the composed scheme's combines and
 one batched contraction; kernel: four dispatches; counted as on CPU, where
 one-level plans combine C per output block) and
 weighs them with seconds per op measured on the 2-core x86 development

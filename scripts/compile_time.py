@@ -9,8 +9,11 @@ forced at L levels::
     python scripts/compile_time.py --tokens 256 --levels 2 [--schemes a,b] [--timeout 300]
 
 Prints one Markdown row per scheme: products per contraction (R^L), the
-compile-cost estimate of the model (seconds, the nine contractions), wall
-seconds, peak RSS, and how many contractions were rewritten (or why none).
+compile-cost estimate of the model for the stacked form (seconds, the nine
+contractions), wall seconds, peak RSS, and how many contractions were
+rewritten (or why none) and how many of them by recursion (``stack=auto``
+takes recursion for a large contraction whose recursion compiles fast,
+within a module budget: :class:`falcon_mlir.passes.lcma_rewrite._Emission`).
 Development script; not installed.
 """
 
@@ -56,7 +59,8 @@ def _rewritten(report_path: str) -> str:
         entries = [e for e in json.load(f) if e.get("kind") not in ("not a contraction",)]
     done = [e for e in entries if e.get("plan") != "classical"]
     if done:
-        return f"{len(done)}/{len(entries)} rewritten"
+        rec = sum(e.get("emission") == "recursive" for e in done)
+        return f"{len(done)}/{len(entries)} rewritten" + (f", {rec} by recursion" if rec else "")
     return "classical: " + entries[0]["reason"].split(";")[0] if entries else "no contraction"
 
 

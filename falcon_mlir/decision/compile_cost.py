@@ -6,7 +6,8 @@ estimate counts them per form as :mod:`falcon_mlir.passes.lcma_rewrite`
 emits them (one-level per-product: R contractions, one combine per
 combined operand, one combine-C op per output block; several per-product
 levels: stacked, one batched contraction and per level one combine per
-operand and one combine-C op; grouped: the composed scheme's combines and
+operand and one combine-C op, or on CPU where that compiles fast by
+recursion, :func:`recursive_ops`; grouped: the composed scheme's combines and
 one batched contraction; kernel: four dispatches; counted as on CPU, where
 one-level plans combine C per output block) and
 weighs them with seconds per op measured on the 2-core x86 development
@@ -22,8 +23,8 @@ from typing import NamedTuple, Sequence
 
 __all__ = ["EmittedOps", "emitted_ops", "compile_seconds", "compile_cost",
            "SECONDS_PER_CONTRACTION", "SECONDS_PER_COMBINE", "SECONDS_PER_TABLE_COMBINE",
-           "LONG_COMPILE_SECONDS",
-           "LONG_MODULE_SECONDS"]
+           "LONG_COMPILE_SECONDS", "LONG_MODULE_SECONDS", "recursive_ops",
+           "recursive_compile_seconds", "RECURSIVE_SECONDS", "RECURSIVE_MODULE_SECONDS", "STACKED_BYTES", "stacked_bytes"]
 
 #: Seconds IREE (llvm-cpu) spends per contraction the rewrite emits (2-core x86 host).
 SECONDS_PER_CONTRACTION = 0.15
@@ -38,6 +39,23 @@ LONG_COMPILE_SECONDS = 30.0
 #: Forced plans of one module predicted to add more than this in all get one
 #: warning line (when none of them was warned about alone).
 LONG_MODULE_SECONDS = 120.0
+#: A multi-level per-product plan is emitted by recursion (R^L contractions)
+#: instead of stacked on CPU profiles when recursion is predicted to compile
+#: in at most this many seconds (:func:`recursive_compile_seconds`; in
+#: practice the 7-product schemes at two levels), and ...
+RECURSIVE_SECONDS = 20.0
+#: ... while the recursive plans of one module add at most this much to its
+#: predicted compile time over their stacked form (so a Llama-3-8B block
+#: with a 7-product scheme forced at two levels takes recursion for its first
+#: contraction only, and stays under a minute; docs/compile-time.md).
+RECURSIVE_MODULE_SECONDS = 15.0
+#: ... and only where the stacked form's combined operands take at least this
+#: many bytes (:func:`stacked_bytes`): above glibc's largest mmap threshold
+#: (32 MiB) IREE's transients are mapped fresh on every call, and the page
+#: faults, not the arithmetic, make the stacked form slow on CPU; under it
+#: the stacked form's few dispatches run faster than the R^L of recursion
+#: (strassen^2 on 256 x 512 x 512: 5.4 ms stacked, 9.7 ms recursive).
+STACKED_BYTES = 32 * 2 ** 20
 
 
 class EmittedOps(NamedTuple):
@@ -84,6 +102,46 @@ def emitted_ops(schemes: Sequence[str], form: str = "per-product",
         combines += _chunks(st.used_a, MAX_GROUPED_TERMS) + _chunks(st.used_b, MAX_GROUPED_TERMS)
         combines += 1
     return EmittedOps(1 + strips, combines, combines)
+
+
+def recursive_ops(schemes: Sequence[str], edges: bool = False) -> EmittedOps:
+    """Ops the recursive emission of a per-product plan emits: R_1 * ... * R_L
+    contractions, and at every node of the recursion one combine per combined
+    operand and one combine-C op per output block (each level peels its own
+    edges: up to three strips per node where ``edges``)."""
+    from .cost import scheme_stats
+
+    schemes = tuple(schemes)
+    nodes, combines, strips = 1, 0, 0
+    for name in schemes:
+        st = scheme_stats(name)
+        combines += nodes * (len(st.comb_a) + len(st.comb_b) + len(st.comb_c))
+        strips += nodes * (3 if edges else 0)
+        nodes *= st.R
+    return EmittedOps(nodes + strips, combines)
+
+
+def stacked_bytes(schemes: Sequence[str], M: int, N: int, K: int, batch: int = 1,
+                  elem_bytes: int = 4) -> int:
+    """Bytes of the combined operands the stacked form materialises for an
+    ``M x K`` by ``K x N`` contraction (``batch`` copies): at every level l,
+    ``R_1 * ... * R_l`` blocks of A and of B of that level (the sizes rounded
+    down to the composed blocks, as the peeled core)."""
+    from .cost import scheme_stats
+
+    total, S, mb, kb, nb = 0, 1, M, K, N
+    for name in schemes:
+        st = scheme_stats(name)
+        S, mb, kb, nb = S * st.R, mb // st.m, kb // st.k, nb // st.n
+        total += S * (mb * kb + kb * nb)
+    return total * batch * elem_bytes
+
+
+def recursive_compile_seconds(schemes: Sequence[str], edges: bool = False) -> float:
+    """Rough seconds IREE spends compiling the recursive emission of a
+    per-product plan (:func:`recursive_ops`) for one contraction."""
+    ops = recursive_ops(schemes, edges)
+    return ops.contractions * SECONDS_PER_CONTRACTION + ops.combines * SECONDS_PER_COMBINE
 
 
 def compile_seconds(schemes: Sequence[str], form: str = "per-product",

@@ -31,6 +31,7 @@ Public names: :func:`run_lcma_rewrite`, :class:`LcmaOptions`,
 
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 from iree.compiler import ir
@@ -147,12 +148,16 @@ def _warn_long_compile(plan, entry: dict, options: LcmaOptions) -> None:
     ``warning``."""
     import sys
 
-    from falcon_mlir.decision.compile_cost import LONG_COMPILE_SECONDS, emitted_ops
+    from falcon_mlir.decision.compile_cost import LONG_COMPILE_SECONDS, emitted_ops, recursive_ops
 
-    secs = (entry.get("predicted_time") or {}).get("compile_seconds")
+    pt = entry.get("predicted_time") or {}
+    secs = pt.get("compile_seconds")
     if secs is None or secs <= LONG_COMPILE_SECONDS:
         return
-    ops = emitted_ops(plan.schemes, plan.form)
+    if entry.get("emission") == "recursive":
+        ops = recursive_ops(plan.schemes, bool((pt.get("parts") or {}).get("edges")))
+    else:
+        ops = emitted_ops(plan.schemes, plan.form)
     entry["warning"] = (f"{entry['location']}: warning: lcma-rewrite: plan "
                         f"{'+'.join(plan.schemes)} ({plan.form}) emits {ops.contractions} "
                         f"contractions and {ops.combines} combine ops; IREE is predicted to compile "
@@ -178,6 +183,59 @@ def _warn_long_module(forced: list) -> None:
                 f"(over {LONG_MODULE_SECONDS:.0f} s)")
         forced[0]["warning"] = line
         print(line, file=sys.stderr, flush=True)
+
+
+class _Emission:
+    """How each multi-level per-product plan of a module is emitted
+    (``LcmaOptions.stack``): stacked, or by recursion where that compiles
+    fast (:func:`falcon_mlir.decision.compile_cost.recursive_compile_seconds`
+    within ``RECURSIVE_SECONDS``, and the module's recursive plans within
+    ``RECURSIVE_MODULE_SECONDS`` more than stacked, in the order the
+    contractions come), on profiles without a fused combine C (CPU).
+
+    Why: on llvm-cpu the stacked form materialises all R^L combined operands
+    at once (strassen^2 on a 4096 x 4096 B: 49 x 1024 x 1024 f32 = 205 MB,
+    its packed copy as much, the level above 117 MB). IREE serves such
+    transients from one allocation per call, which glibc maps fresh (page
+    faults, zeroing, unmapping: 60% of the stacked module's time in the
+    kernel); the recursion's products live a few MB at a time, in cache.
+    docs/compile-time.md.
+    """
+
+    def __init__(self, options: LcmaOptions, fuse_c: bool):
+        self.options, self.fuse_c, self.spent = options, fuse_c, 0.0
+
+    def stacked(self, plan, entry: dict, c) -> bool:
+        """Whether ``plan`` is emitted stacked; records the choice in ``entry``
+        (``emission``; a recursive plan's ``predicted_time.compile_seconds``)."""
+        from falcon_mlir.decision.compile_cost import (RECURSIVE_MODULE_SECONDS,
+                                                       RECURSIVE_SECONDS, STACKED_BYTES,
+                                                       recursive_compile_seconds, stacked_bytes)
+
+        if plan is None or plan.form != "per-product" or len(plan.schemes) < 2:
+            return True
+        choice = self.options.stack
+        if choice is None:
+            pt = entry.get("predicted_time") or {}
+            edges = bool((pt.get("parts") or {}).get("edges"))
+            rec = recursive_compile_seconds(plan.schemes, edges)
+            extra = rec - (pt.get("compile_seconds") or 0.0)
+            sizes = [c.M, c.N, c.K] + list(c.batch)
+            small = any(not isinstance(x, int) or x < 0 for x in sizes) or stacked_bytes(
+                plan.schemes, c.M, c.N, c.K, int(math.prod(c.batch))) < STACKED_BYTES
+            choice = (self.fuse_c or small or rec > RECURSIVE_SECONDS
+                      or self.spent + extra > RECURSIVE_MODULE_SECONDS)
+            if not choice:
+                self.spent += extra
+        if not choice:
+            entry["emission"] = "recursive"
+            pt = entry.get("predicted_time")
+            if pt:
+                pt["compile_seconds"] = recursive_compile_seconds(
+                    plan.schemes, bool((pt.get("parts") or {}).get("edges")))
+        else:
+            entry["emission"] = "stacked"
+        return choice
 
 
 def _hand_off(c, plan, entry: dict) -> None:
@@ -211,7 +269,8 @@ def run_lcma_rewrite(module_op, options: LcmaOptions) -> list:
         (seconds from the cost model, :mod:`falcon_mlir.decision`:
         ``{"profile", "classical", "plan", "alternatives": [{"plan", "seconds"}],
         "dispatches", "temp_bytes", "parts", "compile_seconds"}``; ``None`` where unsupported),
-        ``warning`` (a forced plan predicted to compile for long: the line
+        ``emission`` (a per-product plan of several levels: ``"stacked"``
+        or ``"recursive"``, :class:`_Emission`), ``warning`` (a forced plan predicted to compile for long: the line
         printed on stderr before IREE compiles, :func:`_warn_long_compile`), ``remark``
         (whether the user should be told), and for rewritten ones
         ``products`` and ``combines`` (the number of contractions and combine
@@ -233,6 +292,7 @@ def run_lcma_rewrite(module_op, options: LcmaOptions) -> list:
         fuse_c = decision.load_profile(options.profile).fused_combine_c
     except decision.ProfileError:
         fuse_c = False
+    emission = _Emission(options, fuse_c)
     for c in contractions:
         folded = None
         if c.unsupported == FOLD_REASON:  # e.g. batch_matmul with a broadcast B: a matmul
@@ -250,6 +310,7 @@ def run_lcma_rewrite(module_op, options: LcmaOptions) -> list:
             folded.describe(entry)
         if c.dynamic:
             dynamic_entry(entry, c, disp, options)
+        stacked = emission.stacked(disp.plan if disp is not None else plan, entry, c)
         if plan is not None and (options.forced_schemes() is not None
                                  or PLAN_ATTR in c.op.attributes):
             _warn_long_compile(plan, entry, options)
@@ -262,7 +323,7 @@ def run_lcma_rewrite(module_op, options: LcmaOptions) -> list:
             eplan = disp.plan if disp is not None else plan
             esums = sums_type(c, eplan, options)
             em = Emitter(c, barriers=bool(options.barriers), fuse_c=fuse_c, sums=esums,
-                         products=products_type(c, eplan, options, esums))
+                         products=products_type(c, eplan, options, esums), stacked=stacked)
             with c.op.location, ir.InsertionPoint(c.op):
                 if disp is not None:
                     emit_dispatch(c, disp, em)

@@ -9,7 +9,8 @@ For a plan of scheme <m,k,n;R> the op is replaced by:
   (same indexing maps, batch dimensions kept); a plan of several levels is
   emitted stacked (:mod:`.stacked`: one combine op per operand and level,
   one batched contraction for all R_1 * ... * R_L products), or by recursion
-  where the composed blocks do not fit the sizes,
+  where the composed blocks do not fit the sizes or the emitter is told to
+  (``stacked=False``: R_1 * ... * R_L contractions, faster on CPU),
 * combine C: ``C_il = C0_il + sum_r W[r,i,l] P_r`` (one ``linalg.generic`` per
   block of C, reading the live accumulator C0), inserted into C; on GPU
   profiles one op over all blocks (:mod:`.grouped`).
@@ -67,6 +68,8 @@ class Emitter(GroupedForm, StackedForm):
         products: for a bf16/f16 result with f32 sums, ``"f32"``: blocks read
             alone by a product are extended to f32 once (every product
             ``f32 x f32``); else (``"mixed"``, ``None``) they stay as they are.
+        stacked: emit per-product plans of several levels stacked (else by
+            recursion: R_1 * ... * R_L contractions; ``LcmaOptions.stack``).
 
     Attributes:
         products: contractions emitted so far (the report's ``products``).
@@ -74,8 +77,9 @@ class Emitter(GroupedForm, StackedForm):
     """
 
     def __init__(self, c: Contraction, barriers: bool = False, fuse_c: bool = False,
-                 sums: Optional[str] = None, products: Optional[str] = None):
+                 sums: Optional[str] = None, products: Optional[str] = None, stacked: bool = True):
         self.c = c
+        self.stacked = stacked
         self.barriers = barriers
         self.fuse_c = fuse_c
         self.kind = c.kind
@@ -159,7 +163,7 @@ class Emitter(GroupedForm, StackedForm):
             # All levels at once: the Kronecker product of the levels' schemes.
             s = get_scheme("*".join(plan.schemes))
             level, inner = self.level_grouped, None
-        elif len(plan.schemes) > 1 and self._stack_fits(a, b, plan.schemes):
+        elif len(plan.schemes) > 1 and self.stacked and self._stack_fits(a, b, plan.schemes):
             # Several per-product levels: stacked (.stacked), one contraction in all.
             s = composed_blocks(plan.schemes)
             level, inner = (lambda a, b, init, s, inner, schemes=plan.schemes:

@@ -62,6 +62,16 @@ class LcmaOptions:
             IREE's pipeline (falcon-compile and the Python API apply it as a
             visible default, :mod:`falcon_mlir.pipeline.assemble`), off in
             falcon-opt so its output stays upstream-only.
+        stack: how a per-product plan of several levels is emitted: ``True``
+            stacked (:mod:`.stacked`: one batched contraction over all
+            R_1 * ... * R_L products; IREE compiles it in seconds), ``False``
+            by recursion (R^L contractions; faster at run time on llvm-cpu,
+            where the stacked operands are hundreds of MB of transients that
+            glibc maps fresh on every call). ``None`` (auto): recursion where
+            the profile has no fused combine C (CPU) and
+            :func:`falcon_mlir.decision.compile_cost.recursive_compile_seconds`
+            is within ``RECURSIVE_SECONDS`` and the module's budget
+            ``RECURSIVE_MODULE_SECONDS``, else stacked.
         max_error: error budget (max-norm relative) per contraction, or
             ``None`` (auto): plans whose predicted error
             (:func:`falcon_mlir.decision.numerics.predicted_error`) exceeds it
@@ -123,6 +133,11 @@ class LcmaOptions:
         None, type=bool, auto=True,
         help="put bare block operands and products behind util.optimization_barrier (IREE data "
              "tiling needs it); auto: on inside IREE's pipeline (falcon-compile, API), off here")
+    stack: Optional[bool] = option(
+        None, type=bool, auto=True,
+        help="multi-level per-product plans: true stacked (one batched contraction, compiles "
+             "fast), false by recursion (R^L contractions, runs faster on CPU); auto: recursion "
+             "on CPU profiles where the compile-cost model predicts it compiles fast, else stacked")
     max_error: Optional[float] = option(
         None, type=float, auto=True, range=(0, None), above=True,
         expect="auto or a relative error > 0 such as 1e-4",

@@ -32,6 +32,14 @@ levels, not with R^L. Sizes not divisible by the composed
 blocks (``m_1 * ... * m_L`` along M, likewise K and N) are peeled or padded
 once, around the whole stack (:meth:`.emit.Emitter.emit`).
 
+On CPU profiles the pass still emits some plans by recursion
+(``LcmaOptions.stack``, :class:`falcon_mlir.passes.lcma_rewrite._Emission`):
+the stacked operands of a large contraction are hundreds of MB of IREE
+transients, allocated anew on every call (glibc maps them fresh: strassen^2
+on 256x4096x4096 f32 spent 61% of its time in page faults and ran 3x slower
+than the recursion), so where the recursion is predicted to compile fast
+it is taken instead (docs/compile-time.md).
+
 :class:`StackedForm` is a mixin of :class:`.emit.Emitter` (it uses ``c``,
 ``acc``, the table ops and ``fused_combine_c`` of :class:`.grouped.GroupedForm`,
 ``batched_product`` and ``fence_product``).

@@ -72,3 +72,58 @@ def test_auto_never_picks_a_plan_that_compiles_for_long():
     assert forced.choice.compile_seconds > LONG_COMPILE_SECONDS
     # the flat profile ranks 6x6x6:153 (fewest products per block) above the choice
     assert forced.choice.seconds < d.choice.seconds
+
+
+# -- recursive or stacked emission of multi-level per-product plans -----------
+
+@pytest.mark.parametrize("options, schemes", [
+    ("scheme=strassen levels=2 stack=false", ("strassen", "strassen")),
+    ("scheme=strassen,2x3x4:20 levels=2 stack=false", ("strassen", "2x3x4:20")),
+])
+def test_recursive_ops_count_what_the_recursion_emits(options, schemes):
+    from falcon_mlir.decision.compile_cost import recursive_compile_seconds, recursive_ops
+
+    text, _ = contraction_mlir(144, 144, 144)
+    _, report = rewrite(text, options)
+    ops = recursive_ops(schemes)
+    assert report[0]["emission"] == "recursive"
+    assert (report[0]["products"], report[0]["combines"]) == (ops.contractions, ops.combines)
+    assert report[0]["predicted_time"]["compile_seconds"] == pytest.approx(
+        recursive_compile_seconds(schemes))
+
+
+def test_stacked_bytes():
+    from falcon_mlir.decision.compile_cost import stacked_bytes
+
+    # strassen^2 on 256 x 4096 x 4096: level 1 7 x (128x2048 + 2048x2048), level 2
+    # 49 x (64x1024 + 1024x1024), f32
+    want = 4 * (7 * (128 * 2048 + 2048 * 2048) + 49 * (64 * 1024 + 1024 * 1024))
+    assert stacked_bytes(("strassen", "strassen"), 256, 4096, 4096) == want
+    assert stacked_bytes(("strassen", "strassen"), 256, 4096, 4096, batch=3) == 3 * want
+
+
+def test_auto_emission_recursion_where_it_compiles_fast_and_the_stack_is_large():
+    from falcon_mlir.decision.compile_cost import (RECURSIVE_MODULE_SECONDS, RECURSIVE_SECONDS,
+                                                   recursive_compile_seconds)
+
+    big, _ = contraction_mlir(256, 2048, 2048)
+    small, _ = contraction_mlir(256, 512, 512)
+    assert recursive_compile_seconds(("strassen",) * 2) <= RECURSIVE_SECONDS
+    _, rep = rewrite(big, "scheme=strassen levels=2")
+    assert (rep[0]["emission"], rep[0]["products"]) == ("recursive", 49)
+    _, rep = rewrite(small, "scheme=strassen levels=2")  # 7 MB stacked: fewer dispatches win
+    assert (rep[0]["emission"], rep[0]["products"]) == ("stacked", 1)
+    _, rep = rewrite(big, "scheme=2x2x4:14 levels=2")  # 196 products: would compile long
+    assert recursive_compile_seconds(("2x2x4:14",) * 2) > RECURSIVE_SECONDS
+    assert (rep[0]["emission"], rep[0]["products"]) == ("stacked", 1)
+    _, rep = rewrite(big, "scheme=strassen levels=2 stack=true")
+    assert (rep[0]["emission"], rep[0]["products"]) == ("stacked", 1)
+    _, rep = rewrite(big, "scheme=strassen levels=2 profile=h200-iree")  # GPU: stacked
+    assert rep[0]["emission"] == "stacked"
+    # the module's budget: the first contraction takes recursion, the next
+    # would pass RECURSIVE_MODULE_SECONDS and stays stacked
+    two = big.replace("func.func @f", "func.func @g") + big
+    _, rep = rewrite(two, "scheme=strassen levels=2")
+    extra = rep[0]["predicted_time"]["compile_seconds"] - rep[1]["predicted_time"]["compile_seconds"]
+    assert 2 * extra > RECURSIVE_MODULE_SECONDS
+    assert [e["emission"] for e in rep] == ["recursive", "stacked"]

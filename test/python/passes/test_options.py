@@ -56,9 +56,9 @@ def test_to_text_round_trips():
     assert parse_options(Toy, to_text(t)) == t
     assert to_text(Toy()) == ""
     opts = LcmaOptions.parse("scheme=strassen,winograd levels=2 form=grouped profile=h200 "
-                             "max-error=1e-3 barriers=true dispatch=false chunk=512")
+                             "max-error=1e-3 barriers=true dispatch=false chunk=512 stack=false")
     assert to_text(opts) == ("scheme=strassen,winograd levels=2 form=grouped barriers=true "
-                             "max-error=0.001 profile=h200 chunk=512 dispatch=false")
+                             "stack=false max-error=0.001 profile=h200 chunk=512 dispatch=false")
     assert LcmaOptions.parse(to_text(opts)) == opts
     tiles = TilesOptions.parse("target=none prefer=simt64x64,mma64x64 combine-max=32")
     assert to_text(tiles) == "table=none prefer=simt64x64,mma64x64 combine-max=32"
@@ -72,7 +72,7 @@ def test_help_is_generated_from_the_declarations():
     lcma = "\n".join(format_help(LcmaOptions))
     for key in ("scheme=", "levels=auto|1..4", "edge=auto|peel|pad", "form=auto|per-product|grouped",
                 "barriers=auto|true|false", "max-error=", "profile=", "also target=", "chunk=",
-                "dispatch=auto|true|false"):
+                "dispatch=auto|true|false", "stack=auto|true|false"):
         assert key in lcma
     assert "table=cuda-sm80|none|auto" in "\n".join(format_help(TilesOptions))
 

@@ -89,6 +89,30 @@ def test_stacked_levels(M, N, K, options, schemes, kw):
     check(M, N, K, options, schemes=schemes, expect_products=1, **kw)
 
 
+# The same plans emitted by recursion (stack=false: R^2 contractions, what
+# auto takes on CPU for large 7-product plans) and stacked (stack=true): both
+# within the bound of the float64 product, and equal to each other up to
+# rounding (the same products and sums; the kernels may order K differently).
+@pytest.mark.parametrize("M, N, K, scheme, products", [
+    (64, 72, 80, "strassen", 49),
+    (48, 48, 56, "strassen,2x2x3:11", 77),
+])
+def test_recursive_and_stacked_emission_agree(M, N, K, scheme, products):
+    schemes = scheme.split(",") if "," in scheme else [scheme] * 2
+    text, shapes = contraction_mlir(M, N, K)
+    a, b, c = random_inputs(shapes, ["f32"] * 3, seed=1)
+    ref = reference(a, b, c)
+    got = {}
+    for stack, count in (("false", products), ("true", 1)):
+        new, report = rewrite(text, f"scheme={scheme} levels=2 stack={stack}")
+        assert report[0]["plan"]["schemes"] == schemes
+        assert report[0]["products"] == count
+        assert report[0]["emission"] == ("recursive" if stack == "false" else "stacked")
+        got[stack] = run_mlir(new, "f", a, b, c, flags=CPU_FLAGS)
+        assert rel_err(got[stack], ref) <= tolerance("f32", K, schemes)
+    assert rel_err(got["false"], got["true"].astype(np.float64)) <= 8 * EPS["f32"] * K
+
+
 def test_transposed_b_winograd():
     check(65, 47, 81, "scheme=winograd levels=1", schemes=["winograd"], transpose_b=True)
 

@@ -6,7 +6,8 @@ The step (:mod:`falcon_mlir.models.train_step`: loss, ``jax.value_and_grad``,
 SGD) is exported to StableHLO once and compiled twice with the main job's
 functions (:func:`~falcon_mlir.models.main_job.compile_classical`, and
 :func:`~falcon_mlir.models.main_job.compile_falcon`, i.e.
-``falcon_mlir.api.compile_str`` with ``lcma``), with the same flags. Both
+``falcon_mlir.api.compile_str`` with ``lcma``), with the same flags (the
+main job's, plus :data:`TRAIN_FLAGS`). Both
 modules start from the same params; step ``s`` feeds both the same batch
 (:meth:`TrainStep.random_batch`) and each module its own returned params (kept
 on the device). The two modules' steps are interleaved (step ``s`` classical,
@@ -30,7 +31,26 @@ from falcon_mlir.files import write_files_atomic
 from falcon_mlir.models.main_job import (BASE_FLAGS, DATA_TILING_FLAGS, compile_classical, compile_falcon,
                                          fmt_s, plan_text)
 
-__all__ = ["TrainJob", "run_train_job", "run_steps", "weights_bound", "print_train_contractions",
+#: Added to both builds of the training step: plain IREE 3.13 with data
+#: tiling refuses the k/v weight gradients of the full-size block
+#: (``dot_general`` contracting batch x tokens, result 8x128x4096, its
+#: operand's producer fused into the packing: "One or more operations with
+#: large vector sizes (32768 bytes) were found", and in another run of the
+#: same compile "exceeded stack allocation limit of 32768 bytes for
+#: function. Got 131072 bytes"; the q and o gradients, 32x128x4096, want
+#: 524288 bytes) unless told not to fail on large vectors and given a 2 MiB
+#: stack limit; the task workers then get :data:`WORKER_STACK_FLAGS` (IREE's
+#: default worker stack is 128 KiB). A global LLVM option: on iree-compile's command line for
+#: the classical build, set process-wide (:func:`falcon_mlir.pipeline.capi.set_global_flags`)
+#: for falcon's in-process build, whose session flags cannot carry it.
+TRAIN_FLAGS = ("--iree-llvmcpu-fail-on-large-vector=false", "--iree-llvmcpu-stack-allocation-limit=2097152")
+
+#: Runtime flags for the task workers running the training step (both
+#: modules, one process): stacks of 8 MiB for :data:`TRAIN_FLAGS`' stack limit.
+WORKER_STACK_FLAGS = ("--task_worker_stack_size=8388608",)
+_runtime_flags_set = False
+
+__all__ = ["TRAIN_FLAGS", "WORKER_STACK_FLAGS", "TrainJob", "run_train_job", "run_steps", "weights_bound", "print_train_contractions",
            "train_result_lines"]
 
 
@@ -53,6 +73,9 @@ def run_steps(vmfbs: Sequence[bytes], params: Sequence[np.ndarray], batches: Cal
     """Runs ``steps`` training steps of each module in ``vmfbs`` (interleaved
     per step), each from ``params``.
 
+    The process's IREE runtime flags get :data:`WORKER_STACK_FLAGS` first
+    (they apply to devices made afterwards).
+
     ``batches(s)`` gives step ``s``'s ``(x, target)`` (numpy float32);
     the modules' ``main(*params, x, target)`` return ``(loss, *new_params,
     *rest)``; ``n_out_params`` defaults to ``len(params)``.
@@ -64,8 +87,14 @@ def run_steps(vmfbs: Sequence[bytes], params: Sequence[np.ndarray], batches: Cal
     Raises:
         RuntimeError: a non-finite loss.
     """
+    import iree.runtime as rt
+
     from falcon_mlir.runner import Module
 
+    global _runtime_flags_set
+    if not _runtime_flags_set:  # before the first local-task device of this call's modules
+        rt.flags.parse_flags(*WORKER_STACK_FLAGS)
+        _runtime_flags_set = True
     n = len(params) if n_out_params is None else n_out_params
     mods = [Module(vm) for vm in vmfbs]
     state = [m.on_device(*params) for m in mods]
@@ -153,9 +182,12 @@ def run_train_job(*, tokens: int = 1024, steps: int = 20, layers: int = 1, lr: f
     params = ts.random_params(seed + 1)
 
     t0 = time.perf_counter()
-    vm_c = compile_classical(text, flags)
+    vm_c = compile_classical(text, flags + list(TRAIN_FLAGS))
     t_cc = time.perf_counter() - t0
     log(f"classical compile {t_cc:.1f} s")
+    from falcon_mlir.pipeline.capi import set_global_flags
+
+    set_global_flags(TRAIN_FLAGS)
     t0 = time.perf_counter()
     vm_f, report = compile_falcon(text, spec, flags)
     t_cf = time.perf_counter() - t0
@@ -175,7 +207,7 @@ def run_train_job(*, tokens: int = 1024, steps: int = 20, layers: int = 1, lr: f
     res = {
         "model": cfg.name, "config": {k: getattr(cfg, k) for k in (
             "hidden", "intermediate", "heads", "kv_heads", "head_dim", "tokens", "batch")},
-        "layers": layers, "lr": lr, "steps": steps, "lcma": lcma, "flags": flags,
+        "layers": layers, "lr": lr, "steps": steps, "lcma": lcma, "flags": flags + list(TRAIN_FLAGS),
         "compile_s": {"classical": t_cc, "falcon": t_cf},
         "step_s": {"classical": statistics.median(t_c), "falcon": statistics.median(t_f)},
         "steps_s": {"classical": t_c, "falcon": t_f},

@@ -190,3 +190,20 @@ def test_every_backward_contraction_reported(compiled):
     # dW: the reduction runs over the tokens (K = batch x tokens)
     dw = [r for r, c in zip(report, classes) if c["role"].startswith("dW")]
     assert len(dw) == 7 and all(r["K"] == CFG.tokens * CFG.batch for r in dw)
+
+
+def test_run_model_train_bad_arguments(capsys):
+    """run_model.py --train with a bad step count or rate: one line, exit 2."""
+    import importlib.util
+
+    from repo_paths import ROOT
+
+    spec = importlib.util.spec_from_file_location("run_model_train", ROOT / "tools" / "run_model.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    for argv, msg in ((["--train", "--steps", "0"], "--steps and --layers must be >= 1"),
+                      (["--train", "--lr", "-1"], "--lr must be > 0")):
+        rc = mod.main(argv)
+        err = capsys.readouterr().err
+        assert rc == 2 and msg in err, err
+        assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err

@@ -230,6 +230,7 @@ _LAYER_NAMES = {
 
 
 def _short(name: str) -> str:
+    """``layer0/.../query/kernel`` -> ``layer0 q_proj``."""
     parts = name.split("/")
     key = parts[-2] if len(parts) >= 2 else name
     short = _LAYER_NAMES.get(key, key)
@@ -250,9 +251,10 @@ def classify_contractions(report: Sequence[dict], text: str, debug_text: str,
     ``transpose(`` when autodiff derived it: that op is ``backward``, any
     other ``forward``. Roles: a forward op reading a param is that
     projection (``q_proj``); a backward op reading a param is ``dX via
-    <proj>`` (the weight transposed); a backward op whose result has a
-    param's shape and reads none is ``dW <proj>`` (reduction over tokens);
-    other ops are ``attention`` products. Entries whose line is no
+    <proj>`` (the weight transposed); a backward op whose result reaches a
+    param's SGD update (:func:`_updated_params`) is ``dW <proj>`` (reduction
+    over batch x tokens); other ops are ``attention`` products (``attention
+    (grad)`` backward). Entries whose line is no
     dot_general get ``phase`` ``"?"``.
 
     Returns one dict per report entry: ``{"phase": "forward"|"backward"|"?",

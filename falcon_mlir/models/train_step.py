@@ -259,6 +259,9 @@ def classify_contractions(report: Sequence[dict], text: str, debug_text: str,
 
     Returns one dict per report entry: ``{"phase": "forward"|"backward"|"?",
     "role": str}``.
+
+    Raises:
+        ValueError: the two texts hold different numbers of dot_general ops.
     """
     lines = text.splitlines()
     dot_lines = [i + 1 for i, ln in enumerate(lines) if _DOT.search(ln)]

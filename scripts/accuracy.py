@@ -52,14 +52,16 @@ from falcon_mlir.files import write_atomic
 DEFAULT_SIZES = (64, 128, 256, 512)
 DEFAULT_PLANS = ("classical", "strassen", "winograd", "3x3x3:23", "2x3x4:20", "4x4x4:49",
                  "4x4x4:48", "strassen^2", "strassen^3", "winograd^2", "winograd^3")
-DEFAULT_DTYPES = ("f32", "f16", "bf16", "f64")
+#: f16 -> f16 left the default sweep when plans on bf16/f16 results began to
+#: accumulate in f32 (the narrow-result section, ``--narrow``, covers it).
+DEFAULT_DTYPES = ("f32", "bf16", "f64")
 QUICK = {"sizes": (64, 128), "plans": ("classical", "strassen", "strassen^2", "3x3x3:23"),
          "seeds": 3}
 
 #: name -> (input element type, accumulator element type)
 DTYPES = {"f32": ("f32", "f32"), "f16": ("f16", "f16"), "bf16": ("bf16", "f32"),
           "f64": ("f64", "f64")}
-DTYPE_LABEL = {"f32": "f32", "f16": "f16 (f16 accumulate)", "bf16": "bf16 inputs -> f32",
+DTYPE_LABEL = {"f32": "f32", "f16": "f16 -> f16 (classical: IREE's f16 accumulation; plans: f32, see --narrow)", "bf16": "bf16 inputs -> f32",
                "f64": "f64"}
 
 
@@ -77,13 +79,14 @@ def plan_schemes(plan: str) -> List[str]:
     return plan.split("*")
 
 
-def rewrite(text: str, schemes: List[str]) -> str:
-    """Run lcma-rewrite with the given per-level schemes; checks one contraction was rewritten."""
+def rewrite(text: str, schemes: List[str], extra: str = "") -> str:
+    """Run lcma-rewrite with the given per-level schemes (and ``extra`` options);
+    checks one contraction was rewritten."""
     from iree.compiler import ir
 
     from falcon_mlir.passes.lcma_rewrite import LcmaOptions, run_lcma_rewrite
 
-    opts = LcmaOptions.parse(f"scheme={','.join(schemes)} levels={len(schemes)}")
+    opts = LcmaOptions.parse(f"scheme={','.join(schemes)} levels={len(schemes)} {extra}".strip())
     with ir.Context():
         module = ir.Module.parse(text)
         report = run_lcma_rewrite(module.operation, opts)
@@ -129,6 +132,257 @@ def measure(dtype: str, size: int, plan: str, seeds: int) -> dict:
             "seconds": time.perf_counter() - t0}
 
 
+#: iree-compile flag sets of the narrow-result sweep: IREE's defaults for the
+#: host CPU, and with data tiling and microkernels (the main job's default,
+#: falcon_mlir.models.main_job.DATA_TILING_FLAGS).
+NARROW_FLAGS = {"default": (), "data-tiling": ("--iree-opt-data-tiling=true",
+                                               "--iree-llvmcpu-enable-ukernels=all")}
+NARROW_SHAPES = ((128, 256, 256), (128, 682, 256), (128, 683, 256), (128, 1024, 256),
+                 (128, 4096, 256), (1024, 4096, 1024))
+NARROW_PLANS = ("classical", "strassen", "strassen/input", "winograd", "winograd/input",
+                "3x3x3:23", "2x4x4:26", "4x4x4:49", "strassen^2", "strassen^2/input", "strassen^3")
+NARROW_TYPES = ("bf16", "f16")
+
+
+def _narrow_errors(module, M: int, K: int, N: int, out: str, seeds: int) -> list:
+    """Max-norm relative error of ``module``'s ``@f(A, B, 0)`` against float64, one per seed
+    (random normal A (M x K), B (K x N) in the result type ``out``)."""
+    errs = []
+    for seed in range(seeds):
+        rng = np.random.default_rng([seed, M, K, N])
+        a = rng.standard_normal((M, K)).astype(np_type(out))
+        b = rng.standard_normal((K, N)).astype(np_type(out))
+        c = np.zeros((M, N), dtype=np_type(out))
+        errs.append(rel_err(module("f", a, b, c), a.astype(np.float64) @ b.astype(np.float64)))
+    return errs
+
+
+def measure_narrow(out: str, shape: tuple, plan: str, flags: str, seeds: int) -> dict:
+    """One cell of the narrow-result sweep: ``out x out -> out`` (bf16 or f16) of
+    ``shape = (M, K, N)`` through ``plan`` (``NAME[^L][/input]``: ``/input`` forms
+    the combined operands in the input type, else f32), compiled with the
+    ``flags`` set of :data:`NARROW_FLAGS`; max-norm relative errors against a
+    float64 product of the same rounded inputs, zero accumulator."""
+    from falcon_mlir.ir.matmul_text import matmul_mlir
+    from falcon_mlir.runner import CPU_FLAGS, Module, compile_mlir
+
+    M, K, N = shape
+    t0 = time.perf_counter()
+    text = matmul_mlir(M, N, K, out, out, func="f", init="arg")
+    name, _, sums = plan.partition("/")
+    schemes = plan_schemes(name)
+    if schemes:
+        # barriers: data tiling needs them (falcon-compile's default inside IREE)
+        text = rewrite(text, schemes, f"sums={'input' if sums else 'f32'} barriers=true")
+    module = Module(compile_mlir(text, CPU_FLAGS + NARROW_FLAGS[flags]))
+    errs = _narrow_errors(module, M, K, N, out, seeds)
+    return {"out": out, "shape": list(shape), "plan": plan, "flags": flags, "errors": errs,
+            "seconds": time.perf_counter() - t0}
+
+
+def narrow_predicted(out: str, shape, plan: str) -> float:
+    """:func:`falcon_mlir.decision.numerics.rounded_plan_error` of a narrow-sweep cell."""
+    from falcon_mlir.decision import numerics
+
+    name, _, sums = plan.partition("/")
+    schemes = plan_schemes(name)  # per-product form: one rounding of the sums per level
+    return numerics.rounded_plan_error(schemes, shape[1], out, sums=out if sums else "f32",
+                                       sum_roundings=len(schemes))
+
+
+def _narrow_star(args):
+    return measure_narrow(*args)
+
+
+#: Markers of the narrow-result section in ``--md`` (``--narrow`` rewrites
+#: only what lies between them; the main sweep keeps it).
+NARROW_BEGIN = "<!-- narrow-results: begin (python3 scripts/accuracy.py --narrow) -->"
+NARROW_END = "<!-- narrow-results: end -->"
+
+
+def _splice(path: str, section: str) -> str:
+    """The text of ``path`` with its narrow-result section replaced by
+    ``section`` (appended where it has none; ``section`` alone if no file)."""
+    old = open(path).read() if os.path.exists(path) else ""
+    if NARROW_BEGIN in old and NARROW_END in old:
+        head, rest = old.split(NARROW_BEGIN, 1)
+        return head + section + rest.split(NARROW_END, 1)[1]
+    return old.rstrip("\n") + "\n\n" + section + "\n"
+
+
+def _kept_narrow(path: str) -> str:
+    """The narrow-result section of ``path`` with its markers ("" if none)."""
+    old = open(path).read() if os.path.exists(path) else ""
+    if NARROW_BEGIN in old and NARROW_END in old:
+        return NARROW_BEGIN + old.split(NARROW_BEGIN, 1)[1].split(NARROW_END, 1)[0] + NARROW_END
+    return ""
+
+
+def narrow_markdown(results: List[dict], command: str, wall: float, seeds: int) -> str:
+    """The narrow-result section: per result type a table of plans x shapes,
+    each cell ``max measured / predicted (max / classical's max)``, classical
+    under both flag sets, plans with data tiling; and the workload rows
+    (``auto`` on workloads.md shapes) when present."""
+    from falcon_mlir.decision import numerics
+
+    cells = {(r["out"], tuple(r["shape"]), r["plan"], r["flags"]): r for r in results}
+    L = [NARROW_BEGIN, "", "## bf16 and f16 results (bf16 x bf16 -> bf16, f16 x f16 -> f16)", "",
+         f"Generated by `{command}` ({wall / 60:.1f} min wall, {os.cpu_count()} CPUs); "
+         "re-run the command to update this section (the rest of the file is the main sweep's).",
+         "",
+         "A plan on a bf16/f16 result accumulates its products in f32, runs combine C in f32 "
+         "and rounds C once at the end; its combined operands are f32 (`plan`) or rounded once "
+         "to the input type (`plan/input`, option `sums=input`). Each cell: **max** over "
+         f"{seeds} seeds of `max|C - C_ref| / max|C_ref|` (normal inputs, zero C, float64 "
+         "reference of the same rounded inputs) / **predicted** "
+         "`numerics.rounded_plan_error(plan, K, out, sums)`, and in brackets the ratio to "
+         "classical's max with data tiling on the same shape. `default`: IREE's default "
+         "llvm-cpu flags for the host; `data-tiling`: with `--iree-opt-data-tiling=true "
+         "--iree-llvmcpu-enable-ukernels=all` (the main job's default). Plans run under "
+         "`data-tiling` (the plans' numbers do not depend on the flags: their products have "
+         "f32 results). `(!)` marks a plan cell over its prediction (classical under `default` is not the modelled code: there IREE keeps the bf16/f16 accumulator between K tiles, so its error grows with K). The default budget of auto "
+         "plans is `numerics.narrow_max_error` = 1.5 x classical's prediction.", ""]
+    for out in NARROW_TYPES:
+        shapes = sorted({tuple(r["shape"]) for r in results if r["out"] == out
+                         and r["plan"] != "auto"}, key=lambda t: (t[0] * t[2], t[1]))
+        if not shapes:
+            continue
+        u = numerics.unit_roundoff(out)
+        L += ["", f"### {out} x {out} -> {out}  (u = {u:.3g})", "",
+              "| plan | flags | " + " | ".join(f"{m}x{k}x{n}" for m, k, n in shapes) + " |",
+              "|---|---|" + "---|" * len(shapes)]
+        rows = [("classical", "default"), ("classical", "data-tiling")] + \
+            [(p, "data-tiling") for p in NARROW_PLANS if p != "classical"]
+        for plan, fl in rows:
+            line = []
+            for sh in shapes:
+                r = cells.get((out, sh, plan, fl))
+                if r is None:
+                    line.append("")
+                    continue
+                mx = max(r["errors"])
+                pred = narrow_predicted(out, sh, plan)
+                c = cells.get((out, sh, "classical", "data-tiling"))
+                ratio = f" ({mx / max(c['errors']):.2f}x)" if c else ""
+                flag = " (!)" if mx > pred and not (plan == "classical" and fl == "default") else ""
+                line.append(f"{mx:.2g} / {pred:.2g}{ratio}{flag}")
+            if any(line):
+                L.append(f"| {plan} | {fl} | " + " | ".join(line) + " |")
+    auto = [r for r in results if r["plan"] == "auto"]
+    if auto:
+        L += ["", "### auto on workloads.md shapes (M = 1024, data tiling)", "",
+              "The plan lcma-rewrite's `auto` picks on the host profile for the bf16 -> bf16 "
+              "contraction, and for its f32 version; measured max error over the seeds of the "
+              "plan and of classical (both data tiling) and the plan's predicted error.", "",
+              "| M x K x N | f32 plan | bf16 plan (sums) | predicted | measured | classical | ratio |",
+              "|---|---|---|---|---|---|---|"]
+        for r in auto:
+            c = cells.get((r["out"], tuple(r["shape"]), "classical", "data-tiling"))
+            cm = max(c["errors"]) if c else float("nan")
+            m, k, n = r["shape"]
+            L.append(f"| {m}x{k}x{n} | {r['f32_plan']} | {r['auto_plan']} ({r.get('sums')}) | "
+                     f"{r['predicted']:.2g} | {max(r['errors']):.2g} | {cm:.2g} | "
+                     f"{max(r['errors']) / cm:.2f} |")
+    L += ["", "The main sweep's f16 table above (if present) was measured when plans on f16 "
+          "results accumulated in f16; plans now accumulate in f32 as this section shows.",
+          "", NARROW_END]
+    return "\n".join(L)
+
+
+def measure_auto(out: str, shape: tuple, seeds: int) -> dict:
+    """A workload cell: the ``auto`` plan of ``out x out -> out`` (data tiling,
+    barriers on, as falcon-compile emits it) and the plan ``auto`` picks for
+    the f32 version of the same shape (``"classical"`` where none)."""
+    from iree.compiler import ir
+
+    from falcon_mlir.ir.matmul_text import matmul_mlir
+    from falcon_mlir.passes.lcma_rewrite import LcmaOptions, run_lcma_rewrite
+    from falcon_mlir.runner import CPU_FLAGS, Module, compile_mlir
+
+    M, K, N = shape
+    t0 = time.perf_counter()
+    names = {}
+    texts = {}
+    for t in ("f32", out):
+        with ir.Context():
+            module = ir.Module.parse(matmul_mlir(M, N, K, t, t, func="f", init="arg"))
+            rep = run_lcma_rewrite(module.operation, LcmaOptions.parse("barriers=true"))[0]
+            plan = rep["plan"]
+            names[t] = "classical" if plan == "classical" else "+".join(plan["schemes"])
+            texts[t] = str(module)
+            if t == out:
+                pred = rep["predicted_error"].get("plan", rep["predicted_error"]["classical"])
+                sums = (rep.get("rounding") or {}).get("sums")
+    module = Module(compile_mlir(texts[out], CPU_FLAGS + NARROW_FLAGS["data-tiling"]))
+    errs = _narrow_errors(module, M, K, N, out, seeds)
+    return {"out": out, "shape": list(shape), "plan": "auto", "flags": "data-tiling",
+            "errors": errs, "auto_plan": names[out], "f32_plan": names["f32"], "sums": sums,
+            "predicted": pred, "seconds": time.perf_counter() - t0}
+
+
+#: (K, N) of docs' workloads (workloads.md: GPT-2, Llama-3-8B, Qwen2.5-7B,
+#: Llama-3-70B, DeepSeek-V3), distinct pairs; M = 1024 in the sweep.
+WORKLOAD_KN = ((768, 2304), (768, 768), (768, 3072), (3072, 768), (4096, 4096), (4096, 1024),
+               (4096, 14336), (14336, 4096), (3584, 3584), (3584, 512), (3584, 18944),
+               (18944, 3584), (8192, 8192), (8192, 1024), (8192, 28672), (28672, 8192),
+               (7168, 1536), (1536, 24576), (7168, 576), (512, 32768), (16384, 7168),
+               (7168, 18432), (18432, 7168), (7168, 2048), (2048, 7168))
+
+
+def _auto_star(args):
+    return measure_auto(*args)
+
+
+def narrow_main(args, argv_list: list) -> int:
+    """``--narrow``: the narrow-result sweep, spliced into ``--md``."""
+    command = "python3 scripts/accuracy.py" + " " + shlex.join(argv_list)
+    seeds = args.seeds or 3
+    types = args.dtypes or list(NARROW_TYPES)
+    plans = args.plans or list(NARROW_PLANS)
+    shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes] if args.shapes \
+        else list(NARROW_SHAPES)
+    tasks = []
+    for out in types:
+        if out not in NARROW_TYPES:
+            raise ToolError(f"falcon-accuracy: error: --narrow types are bf16, f16 (got {out!r})", 2)
+        for sh in shapes:
+            tasks.append((out, sh, "classical", "default", seeds))
+            for p in ["classical"] + [p for p in plans if p != "classical"]:
+                tasks.append((out, sh, p, "data-tiling", seeds))
+    kn = WORKLOAD_KN if args.workloads in (None, "all") else \
+        [tuple(int(x) for x in w.split("x")) for w in _csv(args.workloads)]
+    auto = [("bf16", (1024, k, n), 1) for k, n in kn] if args.workloads else []
+    t0 = time.perf_counter()
+    results = []
+    if args.from_json:
+        with open(args.from_json) as f:
+            data = json.load(f)
+        results, command, wall = data["results"], data["command"], data["wall_s"]
+    else:
+        with ProcessPoolExecutor(args.jobs) as pool:
+            for r in list(pool.map(_narrow_star, tasks)) + list(pool.map(_auto_star, auto)):
+                results.append(r)
+            for r in results:
+                print(f"{r['out']:5} {'x'.join(map(str, r['shape'])):16} {r['plan']:18} "
+                      f"{r['flags']:12} max {max(r['errors']):.3g} ({r['seconds']:.1f} s)",
+                      flush=True)
+        if args.workloads:  # classical of each workload shape, the auto rows' reference
+            with ProcessPoolExecutor(args.jobs) as pool:
+                results += list(pool.map(_narrow_star, [("bf16", sh, "classical", "data-tiling", 1)
+                                                        for _, sh, _ in auto]))
+        wall = time.perf_counter() - t0
+        if args.json:
+            write_atomic(args.json, json.dumps({"command": command, "wall_s": wall,
+                                                "results": results}, indent=1).encode())
+    section = narrow_markdown(results, command, wall, seeds)
+    write_atomic(args.md, _splice(args.md, section).encode())
+    over = [r for r in results if r["plan"] not in ("classical", "auto")
+            and max(r["errors"]) > narrow_predicted(r["out"], r["shape"], r["plan"])]
+    print(f"wrote the narrow-result section of {args.md} in {wall:.0f} s; "
+          f"{len(over)} plan cell(s) over the prediction")
+    return 0
+
+
 def _measure_star(args):
     return measure(*args)
 
@@ -145,7 +399,10 @@ def model_numbers(plan: str, K: int, dtype: str) -> dict:
     E = 1
     for s in schemes:
         E *= numerics.scheme_factors(s)["E"]
-    pred = numerics.predicted_error(schemes, K, acc, lhs)
+    if schemes and numerics.is_narrow_result(acc):  # plans accumulate in f32 (--narrow)
+        pred = numerics.rounded_plan_error(schemes, K, acc)
+    else:
+        pred = numerics.predicted_error(schemes, K, acc, lhs)
     return {"pred": pred, "unit": pred / numerics.CALIBRATION, "E_L": E,
             "E": numerics.scheme_factors(schemes[0])["E"] if schemes else 1,
             "G_L": numerics.growth_factor(schemes), "levels": len(schemes)}
@@ -246,6 +503,9 @@ def write_markdown(path: str, results: List[dict], command: str, wall: float, ar
         pred = model_numbers(r["plan"], r["size"], r["dtype"])["pred"]
         L.append(f"| {r['dtype']} | {r['plan']} | {r['size']} | {statistics.median(r['errors']):.3g} | "
                  f"{max(r['errors']):.3g} | {pred:.3g} | {r['seconds']:.1f} |")
+    kept = _kept_narrow(path)  # the --narrow section survives a main sweep
+    if kept:
+        L += ["", kept]
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     write_atomic(path, ("\n".join(L) + "\n").encode())
 
@@ -320,6 +580,13 @@ def _parser() -> ArgumentParser:
     ap.add_argument("--md", default="docs/accuracy.md")
     ap.add_argument("--png", default="docs/accuracy.png")
     ap.add_argument("--json", default=None, help="also write the raw errors here")
+    ap.add_argument("--narrow", action="store_true",
+                    help="the bf16/f16-result sweep (bf16 x bf16 -> bf16, f16 -> f16): rewrites "
+                         "only that section of --md (--dtypes bf16,f16; --shapes MxKxN,...)")
+    ap.add_argument("--shapes", type=_csv, default=None, help="--narrow: MxKxN,...")
+    ap.add_argument("--workloads", nargs="?", const="all", default=None, metavar="KxN,...",
+                    help="--narrow: also auto on the workloads.md shapes at M = 1024 (bf16); "
+                         "all of them, or the (K, N) listed")
     ap.add_argument("--from-json", default=None,
                     help="re-render the report from a --json file of an earlier run (no compiling)")
     return ap
@@ -333,6 +600,8 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 def _main(argv_list: list) -> int:
     args = _parser().parse_args(argv_list)
+    if args.narrow:
+        return narrow_main(args, argv_list)
     command = "python3 scripts/accuracy.py" + ("" if not argv_list else " " + shlex.join(argv_list))
     args.sizes = args.sizes or list(QUICK["sizes"] if args.quick else DEFAULT_SIZES)
     args.plans = args.plans or list(QUICK["plans"] if args.quick else DEFAULT_PLANS)

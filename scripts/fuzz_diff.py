@@ -8,7 +8,12 @@ Each case (drawn by hypothesis, seeded) is one contraction ``@f(A, B, C) -> C + 
 * transposed A and/or B, batch 0 or 1..3, a live (random) accumulator C,
 * op form ``linalg.matmul``/``batch_matmul`` or ``linalg.generic``,
 * lcma-rewrite options: a forced scheme, levels 1..2 (3 with probability
-  0.1), edge peel|pad, form per-product|grouped.
+  0.1), edge peel|pad, form per-product|grouped,
+* IREE flags: with probability ``data_tiling`` (``--data-tiling``, 0.4) both modules
+  compile with IREE's best CPU flags, data tiling and microkernels on
+  (``--iree-opt-data-tiling=true --iree-llvmcpu-enable-ukernels=all``) and the rewrite
+  puts blocks behind barriers (``barriers=true``, as falcon-compile does); the case
+  prints as ``dt=1`` and its ``flags`` go into the saved case.json.
 
 The ORIGINAL and the REWRITTEN module are compiled for the host CPU
 (:func:`falcon_mlir.runner.run_mlir`) and run on the same random inputs, and
@@ -31,9 +36,10 @@ dropping levels (compile time grows ~13 ms per product: 2-level 4x4x4:49 is
 Usage::
 
     python3 scripts/fuzz_diff.py [--cases N] [--seed S] [--long] [--max-size 80]
-                               [--max-products 600] [--shrink 40] [--save-dir DIR]
+                               [--max-products 600] [--data-tiling 0.4] [--shrink 40]
+                               [--save-dir DIR]
 
-Prints one summary line (cases, rewritten, classical, failures); each failing
+Prints one summary line (cases, rewritten, classical, data-tiled, failures); each failing
 case is saved under ``--save-dir`` (MLIR before/after, options, seed, error),
 after a greedy shrink towards a minimal input. Exit status 1 on any failure.
 """
@@ -87,10 +93,18 @@ class Case:
     edge: str          # peel | pad
     layout: str        # rewrite form: per-product | grouped
     seed: int          # input seed
+    data_tiling: bool = False  # compile with IREE's best CPU flags (data tiling + ukernels)
+
+    @property
+    def flags(self) -> tuple:
+        """The IREE flags both modules of this case compile with."""
+        return _flags(self.acc, self.data_tiling)
 
     @property
     def options(self) -> str:
-        return f"scheme={self.scheme} levels={self.levels} edge={self.edge} form={self.layout}"
+        # Under data tiling, as falcon-compile and the API rewrite (their pipeline default).
+        return (f"scheme={self.scheme} levels={self.levels} edge={self.edge} form={self.layout}"
+                + (" barriers=true" if self.data_tiling else ""))
 
     def mlir(self) -> tuple:
         return contraction_mlir(self.M, self.N, self.K, lhs=self.lhs, acc=self.acc, batch=self.batch,
@@ -126,11 +140,13 @@ def pick_size(rnd, max_size: int) -> int:
     return rnd.randint(1, max_size)
 
 
-def case_strategy(max_size: int = 80, max_products: int = 0, rnd=None):
+def case_strategy(max_size: int = 80, max_products: int = 0, rnd=None, data_tiling: float = 0.0):
     """Cases; sizes come from ``rnd`` (a ``random.Random`` the caller seeds), the rest from
     hypothesis. Hypothesis's own integer draws lean hard to the bounds (1 in ~25% of the
     draws, and its mutations repeat earlier draws), which would leave most cases too small
-    for the schemes; an external Random keeps the size distribution as designed."""
+    for the schemes; an external Random keeps the size distribution as designed.
+    ``data_tiling`` is the probability of a case compiled with data tiling on (drawn from
+    ``rnd`` too; 0 draws nothing, keeping older seeds' cases)."""
     import random
 
     from falcon_mlir.catalog import get_scheme
@@ -148,12 +164,15 @@ def case_strategy(max_size: int = 80, max_products: int = 0, rnd=None):
             while levels > 1 and R ** levels > max_products:
                 levels -= 1
         batch = draw(st.sampled_from([0, 0, 0, 1, 2, 3]))
+        # From rnd, not hypothesis: its first examples are its simplest (integers(0, 19)
+        # gave 0, tiled, in 19 of the first 25 cases for a 40% share).
+        tiled = data_tiling > 0 and rnd.random() < data_tiling
         return Case(M=M, N=N, K=K, lhs=lhs, acc=acc, transpose_a=draw(st.booleans()),
                     transpose_b=draw(st.booleans()), batch=batch,
                     form=draw(st.sampled_from(["matmul", "generic"])), scheme=scheme,
                     levels=levels, edge=draw(st.sampled_from(["peel", "pad"])),
                     layout=draw(st.sampled_from(["per-product", "grouped"])),
-                    seed=rnd.randrange(2 ** 31))
+                    seed=rnd.randrange(2 ** 31), data_tiling=bool(tiled))
 
     return case()
 
@@ -162,11 +181,16 @@ def case_strategy(max_size: int = 80, max_products: int = 0, rnd=None):
 # One case
 # --------------------------------------------------------------------------
 
-def _flags(acc: str):
+#: What data tiling adds to CPU_FLAGS: IREE's best CPU flags (runner.BEST_CPU_FLAGS).
+DATA_TILING_FLAGS = ("--iree-opt-data-tiling=true", "--iree-llvmcpu-enable-ukernels=all")
+
+
+def _flags(acc: str, data_tiling: bool = False) -> tuple:
     from falcon_mlir.runner import CPU_FLAGS
 
+    flags = CPU_FLAGS + (DATA_TILING_FLAGS if data_tiling else ())
     # IREE demotes f64 to f32 by default; keep f64 real (as test_rewrite_numerics does).
-    return CPU_FLAGS + ("--iree-input-demote-f64-to-f32=false",) if acc == "f64" else CPU_FLAGS
+    return flags + ("--iree-input-demote-f64-to-f32=false",) if acc == "f64" else flags
 
 
 def _count_contractions(text: str) -> int:
@@ -208,7 +232,7 @@ def run_case(case: Case) -> Outcome:
         elif is_int and rational:
             pass  # expected: kept classical
         a, b, c = random_inputs(shapes, [case.lhs, case.lhs, case.acc], seed=case.seed)
-        flags = _flags(case.acc)
+        flags = case.flags
         got_orig = run_mlir(text, "f", a, b, c, flags=flags)
         got_new = run_mlir(new, "f", a, b, c, flags=flags)
         ref = reference(a, b, c, batch=case.batch, transpose_a=case.transpose_a,
@@ -240,8 +264,12 @@ def run_case(case: Case) -> Outcome:
                                   f"classical module {err_orig:.3e}, plan {plan['schemes']})")
         return replace(out, status="rewritten")
     except Exception as e:  # noqa: BLE001 -- any exception is a failure
+        # A compiler error's first diagnostic says what failed; the traceback's tail is
+        # mostly the target attribute and the command line.
+        first = next((ln.strip() for ln in str(e).splitlines() if "error:" in ln), "")
         return replace(out, signature=f"exception:{type(e).__name__}",
-                       detail="".join(traceback.format_exception(e))[-4000:])
+                       detail=(first[:400] + "\n" if first else "")
+                       + "".join(traceback.format_exception(e))[-4000:])
 
 
 # --------------------------------------------------------------------------
@@ -266,7 +294,8 @@ def shrink(case: Case, signature: str, budget: int) -> tuple:
                   replace(best, transpose_b=False), replace(best, form="matmul"),
                   replace(best, levels=best.levels - 1) if best.levels > 1 else best,
                   replace(best, edge="peel"), replace(best, layout="per-product"),
-                  replace(best, lhs="f32", acc="f32"), replace(best, seed=0)]
+                  replace(best, lhs="f32", acc="f32"), replace(best, seed=0),
+                  replace(best, data_tiling=False)]
         for cand in cands:
             if cand == best or tries >= budget:
                 continue
@@ -285,10 +314,12 @@ def save(save_dir: str, idx: int, case: Case, out: Outcome, run_seed: int, minim
     os.makedirs(d, exist_ok=True)
     files = [("original.mlir", out.original), ("rewritten.mlir", out.rewritten)]
     info = {"run_seed": run_seed, "case": asdict(case), "options": case.options,
+            "flags": list(case.flags),
             "signature": out.signature, "detail": out.detail, "report": out.report}
     if minimal is not None:
         mcase, mout = minimal
-        info["minimal"] = {"case": asdict(mcase), "options": mcase.options, "detail": mout.detail}
+        info["minimal"] = {"case": asdict(mcase), "options": mcase.options,
+                           "flags": list(mcase.flags), "detail": mout.detail}
         files += [("minimal.mlir", mout.original), ("minimal.rewritten.mlir", mout.rewritten)]
     files.append(("case.json", json.dumps(info, indent=2, default=str)))
     write_files_atomic([(os.path.join(d, name), text.encode()) for name, text in files])
@@ -301,23 +332,25 @@ def save(save_dir: str, idx: int, case: Case, out: Outcome, run_seed: int, minim
 
 def fuzz(cases: int = 150, seed: int = 0, max_size: int = 80, max_products: int = 600,
          save_dir: Optional[str] = None, shrink_budget: int = 0, time_budget: float = 0,
-         verbose: bool = False, log=print) -> dict:
-    """Run ``cases`` hypothesis-drawn cases with ``seed``; returns the summary dict."""
-    stats = {"cases": 0, "rewritten": 0, "classical": 0, "failures": 0, "failed": [],
-             "by_scheme": {}}
+         verbose: bool = False, log=print, data_tiling: float = 0.0) -> dict:
+    """Run ``cases`` hypothesis-drawn cases with ``seed``, a ``data_tiling`` fraction of
+    them compiled with data tiling on; returns the summary dict."""
+    stats = {"cases": 0, "rewritten": 0, "classical": 0, "data_tiled": 0, "failures": 0,
+             "failed": [], "by_scheme": {}}
     t_start = time.time()
     rnd = random.Random(seed)
 
     @hyp_seed(seed)
     @settings(max_examples=cases, deadline=None, database=None, phases=[Phase.generate],
               suppress_health_check=list(HealthCheck), derandomize=False)
-    @given(case=case_strategy(max_size, max_products, rnd))
+    @given(case=case_strategy(max_size, max_products, rnd, data_tiling))
     def one(case: Case):
         if time_budget and time.time() - t_start > time_budget:
             return
         t0 = time.time()
         out = run_case(case)
         stats["cases"] += 1
+        stats["data_tiled"] += case.data_tiling
         if out.status == "fail":
             stats["failures"] += 1
             rec = {"case": case, "options": case.options, "signature": out.signature,
@@ -332,7 +365,7 @@ def fuzz(cases: int = 150, seed: int = 0, max_size: int = 80, max_products: int 
             if save_dir:
                 rec["saved"] = save(save_dir, stats["failures"], case, out, seed, minimal)
             stats["failed"].append(rec)
-            log(f"FAIL [{out.signature}] {case}\n  {out.detail.splitlines()[-1] if out.detail else ''}"
+            log(f"FAIL [{out.signature}] {case}\n  {out.detail.splitlines()[0] if out.detail else ''}"
                 + (f"\n  minimal: {rec['minimal']}" if "minimal" in rec else ""))
         else:
             stats[out.status] += 1
@@ -341,7 +374,8 @@ def fuzz(cases: int = 150, seed: int = 0, max_size: int = 80, max_products: int 
         if verbose:
             log(f"{stats['cases']:5d} {out.status:10s} {time.time() - t0:5.1f}s {case.options} "
                 f"{case.M}x{case.N}x{case.K} {case.lhs}->{case.acc} b{case.batch} "
-                f"ta{int(case.transpose_a)} tb{int(case.transpose_b)} {case.form}")
+                f"ta{int(case.transpose_a)} tb{int(case.transpose_b)} {case.form} "
+                f"dt={int(case.data_tiling)}")
 
     one()
     stats["seconds"] = time.time() - t_start
@@ -350,7 +384,8 @@ def fuzz(cases: int = 150, seed: int = 0, max_size: int = 80, max_products: int 
 
 def summary_line(stats: dict) -> str:
     return (f"fuzz_diff: {stats['cases']} cases run, {stats['rewritten']} rewritten, "
-            f"{stats['classical']} classical, {stats['failures']} failures "
+            f"{stats['classical']} classical, {stats['data_tiled']} data-tiled, "
+            f"{stats['failures']} failures "
             f"({stats['seconds']:.0f} s)")
 
 
@@ -367,6 +402,8 @@ def _main(argv: list) -> int:
     p.add_argument("--max-size", type=int, default=80)
     p.add_argument("--max-products", type=int, default=600,
                    help="cap R_1*...*R_L of drawn plans by dropping levels (0: no cap)")
+    p.add_argument("--data-tiling", type=float, default=0.4,
+                   help="fraction of cases compiled with data tiling + ukernels on (0..1)")
     p.add_argument("--shrink", type=int, default=40, help="shrink attempts per failure (0: off)")
     p.add_argument("--time-budget", type=float, default=0, help="stop drawing after this many s")
     p.add_argument("--save-dir", default="/tmp/falcon-fuzz-diff")
@@ -375,7 +412,7 @@ def _main(argv: list) -> int:
     n = 2000 if args.long else args.cases
     stats = fuzz(cases=n, seed=args.seed, max_size=args.max_size, max_products=args.max_products,
                  save_dir=args.save_dir, shrink_budget=args.shrink, time_budget=args.time_budget,
-                 verbose=args.verbose)
+                 verbose=args.verbose, data_tiling=args.data_tiling)
     print(summary_line(stats))
     return 1 if stats["failures"] else 0
 

@@ -28,7 +28,8 @@ Tuning jobs (what ``tune`` runs there, cheapest first): ``--tune-shapes``
 (16-bit, default: the Llama shapes, two DeepSeek-V3 shapes with awkward N and
 16384^3), ``--tune-f32-shapes`` (default the squares; IEEE candidates plus,
 unless ``--no-tf32x3``, 3xTF32 candidates and cuBLAS TF32 for information),
-``--tune-dtypes``, ``--no-tune``. The candidates come per output-size class
+``--tune-dtypes``, ``--tune-configs LABEL ...`` (these candidates for every
+job), ``--no-tune``. The candidates come per output-size class
 (``gpu_kernels_pick.MN_CLASSES``); each is compiled here once first (``--no-tune-check`` skips
 that) and dropped if it fails or does not fit, its registers and stack noted.
 
@@ -145,7 +146,9 @@ def tune_jobs(args, known: dict) -> list:
     for dtype in args.tune_dtypes:
         shapes = args.tune_f32_shapes if dtype == "f32" else args.tune_shapes
         for (M, N, K) in shapes:
-            if dtype == "f32":
+            if args.tune_configs:
+                cands = [cand(c) for c in args.tune_configs]
+            elif dtype == "f32":
                 cands = [cand(c) for c in TUNE_F32] + ([cand(c, "tf32x3") for c in TUNE_TF32X3]
                                                        if args.tf32x3 else [])
             else:
@@ -440,6 +443,9 @@ def main(argv=None) -> int:
     pp.add_argument("--tune-dtypes", nargs="+", choices=DTYPES, default=list(DTYPES))
     pp.add_argument("--no-tf32x3", dest="tf32x3", action="store_false",
                     help="leave 3xTF32 and cuBLAS TF32 (information) out of the f32 tuning jobs")
+    pp.add_argument("--tune-configs", nargs="+", metavar="LABEL",
+                    help="tuning candidates (KernelConfig labels) for every tuning job, in place of the "
+                         "per-class lists (TUNE_16BIT, TUNE_F32)")
     pp.add_argument("--no-tune", action="store_true", help="no tuning jobs")
     pp.add_argument("--no-tune-check", action="store_true", help="do not compile the tuning candidates here")
     pp.add_argument("--no-checks", action="store_true", help="leave out the small correctness modules")

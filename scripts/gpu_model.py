@@ -4,7 +4,7 @@ falcon (its generated sm_90a kernels) and through JAX/XLA, on one CUDA device.
 
 Two halves, like ``scripts/gpu_check.py``:
 
-* ``prepare DIR [--tokens 4096] [--dtypes bfloat16 float16]`` runs HERE
+* ``prepare DIR [--tokens 4096] [--dtypes bfloat16 float16] [--kernels OPTIONS]`` runs HERE
   (falcon_mlir, IREE's compiler, jax, keras-hub): it exports keras-hub's block
   (:mod:`falcon_mlir.models.llama_block`) to StableHLO lowered for CUDA, and
   for each dtype compiles
@@ -74,7 +74,7 @@ def flops(cfg) -> float:
     return float(proj + attn)
 
 
-def _compile_variant(dir_: Path, name: str, text: str, dtype: str, entry: dict) -> None:
+def _compile_variant(dir_: Path, name: str, text: str, dtype: str, entry: dict, kernels: str = "auto") -> None:
     import falcon_mlir
     from iree.compiler import compile_str
 
@@ -86,7 +86,7 @@ def _compile_variant(dir_: Path, name: str, text: str, dtype: str, entry: dict) 
         else:
             vmfb, report = falcon_mlir.compile_str(text, input_type="stablehlo",
                                                    extra_args=list(IREE_FLAGS), return_report=True,
-                                                   input_name=f"llama_{dtype}.mlir")
+                                                   input_name=f"llama_{dtype}.mlir", kernels=kernels)
     except Exception as e:  # noqa: BLE001 - recorded, the other variants go on
         lines = [ln for ln in str(e).splitlines() if "error" in ln] or [str(e)]
         entry[name] = {"error": " ".join(lines[0].split())[:400]}
@@ -100,11 +100,11 @@ def _compile_variant(dir_: Path, name: str, text: str, dtype: str, entry: dict) 
     _log(f"{name} {dtype}: compiled in {entry[name]['compile_s']} s")
 
 
-def prepare(dir_: Path, tokens: int, dtypes: list) -> None:
+def prepare(dir_: Path, tokens: int, dtypes: list, kernels: str = "auto") -> None:
     from falcon_mlir.models.llama_block import LLAMA3_8B, LlamaBlock
 
     dir_.mkdir(parents=True, exist_ok=True)
-    manifest = {"format": 1, "tokens": tokens, "iree_flags": list(IREE_FLAGS), "variants": {}}
+    manifest = {"format": 1, "tokens": tokens, "iree_flags": list(IREE_FLAGS), "kernels": kernels, "variants": {}}
     for dtype in dtypes:
         cfg = dataclasses.replace(LLAMA3_8B.with_tokens(tokens), dtype=dtype)
         block = LlamaBlock(cfg)
@@ -113,7 +113,7 @@ def prepare(dir_: Path, tokens: int, dtypes: list) -> None:
                  "weights": [[n, list(s)] for n, s in block.weight_specs()],
                  "flops": flops(cfg)}
         for name in ("iree", "falcon"):
-            _compile_variant(dir_, name, text, dtype, entry)
+            _compile_variant(dir_, name, text, dtype, entry, kernels)
         jax_file = f"jax_{dtype}.bin"
         write_atomic(str(dir_ / jax_file), block.export_serialized(("cuda",)))
         entry["jax"] = {"file": jax_file}
@@ -133,10 +133,13 @@ def _body(argv) -> int:
     q.add_argument("--tokens", type=int, default=4096)
     q.add_argument("--dtypes", nargs="+", default=["bfloat16", "float16"],
                    choices=["bfloat16", "float16", "float32"])
+    q.add_argument("--kernels", default="auto",
+                   help="falcon-kernels options of the falcon variant, as falcon-compile's --falcon-kernels= "
+                        "(default auto)")
     args = p.parse_args(argv)
     if args.tokens < 1:
         raise ToolError(f"{PROG}: error: --tokens must be >= 1")
-    prepare(Path(args.dir), args.tokens, args.dtypes)
+    prepare(Path(args.dir), args.tokens, args.dtypes, args.kernels)
     return 0
 
 

@@ -1,6 +1,6 @@
 """Run a real transformer block through plain IREE and through falcon's rewrite.
 
-    python tools/run_model.py [--tokens 1024] [--lcma auto] [--repeat 3]
+    python tools/run_model.py [--tokens 1024] [--lcma auto] [--repeat 3] [--dtype bfloat16]
     python tools/run_model.py --train [--steps 20] [--tokens 1024] [--layers 1] [--lr 0.5]
 
 Exports keras-hub's Llama decoder block at Llama-3-8B sizes (hidden 4096, MLP
@@ -69,6 +69,9 @@ def parse_args(argv=None):
                                                          "default 1)")
     p.add_argument("--lr", type=float, default=0.5, help="SGD learning rate (--train; default 0.5)")
     p.add_argument("--seed", type=int, default=0, help="seed of inputs (weights use seed+1)")
+    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"),
+                   help="the layer's dtype (weights, activations, arguments; default float32); "
+                        "bfloat16: JAX exports the projections as bf16 x bf16 -> bf16")
     p.add_argument("--small", action="store_true",
                    help="small test block (hidden 256, MLP 512, 4 heads, 2 kv heads)")
     p.add_argument("--no-data-tiling", dest="data_tiling", action="store_false",
@@ -88,6 +91,8 @@ def parse_args(argv=None):
         p.error("--steps and --layers must be >= 1")
     if not args.lr > 0:
         p.error("--lr must be > 0")
+    if args.train and args.dtype != "float32":
+        p.error("--train runs in float32 only (--dtype float32)")
     return args
 
 
@@ -107,7 +112,8 @@ def run(args) -> dict:
         return res
     job = run_main_job(tokens=args.tokens, lcma=args.lcma, repeat=args.repeat, seed=args.seed,
                        small=args.small, data_tiling=args.data_tiling, iree_flags=args.iree_flag,
-                       reference=not args.no_reference, save_dir=args.save_dir, log=_log)
+                       reference=not args.no_reference, save_dir=args.save_dir, log=_log,
+                       dtype=args.dtype)
     res = job.data
     print_contractions(res["report"], job.layers)
     print("\n".join(result_lines(res)))

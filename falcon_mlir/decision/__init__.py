@@ -16,13 +16,18 @@ predicted plan that meets the error budget, or classical:
    composed; only where the composed combines read at most
    ``MAX_GROUPED_TERMS`` blocks);
 4. the predicted error (:func:`falcon_mlir.decision.numerics.predicted_error`, the
-   scheme's stability factor and levels) must be within the budget;
+   scheme's stability factor and levels; for a bf16/f16 result
+   :func:`~falcon_mlir.decision.numerics.rounded_plan_error`, f32 accumulation
+   and one rounding) must be within the budget;
 5. plans whose blocks are not exact multiples of the profile's ``align`` (or,
    where the profile says so, not powers of two, ``pow2_blocks``, or with K
    blocks under ``min_block_k``) at
    every level are not considered (on the x86 host IREE's microkernels lose
    on odd blocks and peeled strips: measured, docs/benchmarks.md);
-6. a plan is chosen only when it is predicted at least the profile's
+6. plans predicted to add more than ``LONG_COMPILE_SECONDS`` of IREE
+   compile time (:mod:`falcon_mlir.decision.compile_cost`, a count of the
+   ops the rewrite emits) are not chosen;
+7. a plan is chosen only when it is predicted at least the profile's
    ``min_gain`` (default :data:`MIN_GAIN`) faster than classical: the
    model's measured uncertainty on that target (x86 host: 20%).
 
@@ -40,6 +45,7 @@ from typing import Dict, List, Optional, Sequence
 
 from falcon_mlir.dialects.plan import EDGES, FORMS  # the plan's edge strategies and forms
 
+from .compile_cost import LONG_COMPILE_SECONDS
 from .cost import (MAX_GROUPED_TERMS, MAX_PRODUCTS, CostModel, Estimate, Problem, scheme_stats,
                    single_level_names)
 from .profile import Profile, ProfileError, load_profile, preset_names
@@ -116,6 +122,8 @@ def _error(schemes: Sequence[str], pb: Problem, form: str = "per-product") -> Op
     try:
         if form == "kernel":
             return numerics.kernel_plan_error(list(schemes), pb.K, pb.lhs, pb.acc)
+        if numerics.is_narrow_result(pb.acc):  # f32 sums, products, combine C; one rounding
+            return numerics.rounded_plan_error(list(schemes), pb.K, pb.acc)
         return numerics.predicted_error(list(schemes), pb.K, pb.acc)
     except ValueError:
         return None
@@ -319,9 +327,12 @@ def _pick(dec: Decision, cands: list, pb: Problem, profile: Profile, budget, min
     classical = dec.classical
     align = profile.align
     ok = []
-    over = 0
+    over = slow = 0
     budget, per_form = budget
     for e in cands:
+        if e.compile_seconds > LONG_COMPILE_SECONDS:
+            slow += 1  # would compile for minutes (compile_cost); never chosen by auto
+            continue
         e.error = _error(e.schemes, pb, e.form)
         b = per_form.get(e.form, budget)
         if b is not None and (e.error is None or e.error > b):
@@ -331,6 +342,10 @@ def _pick(dec: Decision, cands: list, pb: Problem, profile: Profile, budget, min
         ok.append(e)
         if len(ok) == 4:
             break
+    if not ok and slow and not over:
+        dec.reason = (f"auto: every fitting plan would compile for over {LONG_COMPILE_SECONDS:.0f} s "
+                      f"({slow} plans); classical")
+        return
     if not ok:
         dec.reason = (f"auto: no plan meets max-error {over_budget:.1e} ({over} over it); classical"
                       if over else

@@ -1,5 +1,8 @@
 """Analytical cost model: predicted seconds of classical GEMM and of LCMA plans.
 
+(About 520 lines: one class, one method per emitted form - per-product,
+stacked levels, grouped, kernel - so a form's cost sits next to the others'.)
+
 Source: the decision module of the FalconGEMM paper (arXiv 2605.06057): a
 contraction whose arithmetic intensity ``2MNK / (MK + KN + MN)`` (FLOP per
 element moved) is at most the machine balance ``FLOP/s / (bytes/s / element
@@ -8,8 +11,9 @@ compared, under a roofline, with the time of the ``R`` smaller products plus
 combine A, combine B and combine C. Extended here to what
 :mod:`falcon_mlir.passes.lcma_rewrite` emits:
 
-* several levels, mixed schemes per level (per-product form: the recursion
-  of the emitter, level by level), or all levels composed into one
+* several levels, mixed schemes per level (per-product form: level by
+  level, each level's operands stacked into one combine op per operand and
+  one batched product for all levels, as the emitter does), or all levels composed into one
   Kronecker-product scheme (grouped form: one combine op per operand, one
   batched product, combine C per output block; on GPU profiles combine C is
   one dispatch over all blocks and a grouped combine reads each block once,
@@ -100,6 +104,8 @@ class Estimate:
         temp_bytes: predicted peak temporary memory of the plan beyond A, B
             and C (bytes): combined operands and products alive at once.
         error: predicted max-norm relative error (floats), set by the decision.
+        compile_seconds: rough seconds IREE spends compiling what the plan
+            emits (:func:`falcon_mlir.decision.compile_cost.compile_seconds`).
     """
 
     schemes: Tuple[str, ...]
@@ -110,6 +116,7 @@ class Estimate:
     parts: Dict[str, float] = field(default_factory=dict)
     temp_bytes: float = 0.0
     error: Optional[float] = None
+    compile_seconds: float = 0.0
 
     @property
     def is_classical(self) -> bool:
@@ -230,6 +237,23 @@ def single_level_names() -> Tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
+@dataclass(frozen=True)
+class _Composed:
+    """The composed block format of stacked levels (what the edges see)."""
+
+    m: int
+    k: int
+    n: int
+
+
+def _composed(schemes) -> _Composed:
+    m = k = n = 1
+    for name in schemes:
+        st = scheme_stats(name)
+        m, k, n = m * st.m, k * st.k, n * st.n
+    return _Composed(m, k, n)
+
+
 # ------------------------------------------------------------------ the model
 class CostModel:
     """Predicted times on one :class:`Profile` (see the module docstring).
@@ -297,6 +321,8 @@ class CostModel:
             falcon_mlir.catalog.UnknownSchemeError: unknown scheme name.
         """
         schemes = tuple(schemes)
+        if form != "kernel" and str(pb.acc) in ("bf16", "f16"):
+            return self._narrow_plan(pb, schemes, edge, form)
         est = Estimate(schemes, edge, form)
         if form == "kernel":
             self._kernel_plan(pb, scheme_stats("*".join(schemes)), est)
@@ -304,9 +330,72 @@ class CostModel:
             st = scheme_stats("*".join(schemes)) if len(schemes) > 1 else scheme_stats(schemes[0])
             self._edges(pb.M, pb.N, pb.K, pb, st, edge, est, lambda M, N, K:
                         self._grouped_level(M, N, K, pb, st, est), pb.lhs, pb.rhs)
+        elif len(schemes) > 1 and self._stack_fits(pb, schemes):
+            comp = _composed(schemes)
+            self._edges(pb.M, pb.N, pb.K, pb, comp, edge, est, lambda M, N, K:
+                        self._stacked(M, N, K, pb, schemes, est), pb.lhs, pb.rhs)
         else:
             self._level(pb.M, pb.N, pb.K, pb, schemes, edge, est, pb.lhs, pb.rhs)
+        from .compile_cost import compile_seconds
+
+        est.compile_seconds = compile_seconds(schemes, form, edges=bool(est.parts.get("edges")))
         return est
+
+    def _narrow_plan(self, pb: Problem, schemes: tuple, edge: str, form: str) -> Estimate:
+        """A plan on a bf16/f16 result: emitted with an f32 accumulator (sums,
+        products and combine C in f32, the rewrite's narrow-result emission),
+        so costed as the f32-accumulator problem, plus one elementwise pass
+        that reads the f32 result and C0 and writes C rounded (``combine_c``).
+        Sums rounded to the input type (where the error budget allows) would
+        be cheaper; the estimate keeps the f32 sums' bytes (an upper bound)."""
+        import dataclasses
+
+        est = self.plan(dataclasses.replace(pb, acc="f32"), schemes, edge, form)
+        bc = _eb(pb.acc)
+        self.stream(pb.batch * pb.M * pb.N * (4 + 2 * bc), est, "combine_c",
+                    self.p.form_efficiency("per-product"), flops=pb.batch * pb.M * pb.N,
+                    acc="f32")
+        return est
+
+    @staticmethod
+    def _stack_fits(pb: Problem, schemes) -> bool:
+        """Whether the rewrite emits ``schemes`` stacked (the composed blocks fit)."""
+        comp = _composed(schemes)
+        return pb.M >= comp.m and pb.N >= comp.n and pb.K >= comp.k
+
+    def _stacked(self, M, N, K, pb, schemes, est) -> None:
+        """Several per-product levels, stacked (:mod:`falcon_mlir.passes.lcma_rewrite.stacked`):
+        per level one combine op per operand over all stacked operands (the
+        grouped form's table ops), one batched product of all R_1 * ... * R_L,
+        then combine C level by level from the inside out, one op over all
+        output blocks per level."""
+        B, eacc = pb.batch, pb.acc
+        bc = _eb(eacc)
+        eff = self.p.form_efficiency("grouped")
+        fused = self.p.fused_combine_c
+        ea, eb = pb.lhs, pb.rhs
+        S, levels = 1, []
+        for name in schemes:
+            st = scheme_stats(name)
+            Mb, Nb, Kb = M // st.m, N // st.n, K // st.k
+            reads_a = st.used_a * _eb(ea) * (1 if fused else st.R)
+            self.stream(B * S * Mb * Kb * (reads_a + st.R * bc), est, "combine_a", eff,
+                        flops=2.0 * B * S * st.R * st.used_a * Mb * Kb, acc=eacc,
+                        dispatches=-(-st.used_a // MAX_GROUPED_TERMS))
+            if not pb.const_rhs:
+                reads_b = st.used_b * _eb(eb) * (1 if fused else st.R)
+                self.stream(B * S * Kb * Nb * (reads_b + st.R * bc), est, "combine_b", eff,
+                            flops=2.0 * B * S * st.R * st.used_b * Kb * Nb, acc=eacc,
+                            dispatches=-(-st.used_b // MAX_GROUPED_TERMS))
+            levels.append((st, S, Mb, Nb))
+            S *= st.R
+            M, N, K, ea, eb = Mb, Nb, Kb, eacc, eacc
+        self.gemm(M, N, K, B * S, eacc, eacc, est, "products",
+                  scale=self.p.product_factor("grouped"))
+        for st, above, Mb, Nb in reversed(levels):  # one op over all blocks, every target
+            self._combine_c(B * above, Mb, Nb, bc, st, est,
+                            self.p.form_efficiency("per-product"), eacc, fused=True)
+        est.temp_bytes = max(est.temp_bytes, B * S * (M * K + K * N + M * N) * bc)
 
     def _edges(self, M, N, K, pb, st: SchemeStats, edge, est, core, ein, erhs) -> None:
         """Edge handling around a divisible ``core(M0, N0, K0)`` (peel or pad)."""
@@ -376,11 +465,13 @@ class CostModel:
                      + (0 if pb.const_rhs else len(st.comb_b)) * Kb * Nb * bc)
         est.temp_bytes = max(est.temp_bytes, temps + sub.temp_bytes)
 
-    def _combine_c(self, B, Mb, Nb, bc, st: SchemeStats, est, eff, eacc) -> None:
+    def _combine_c(self, B, Mb, Nb, bc, st: SchemeStats, est, eff, eacc,
+                   fused: bool = False) -> None:
         """Combine C: one dispatch per output block, reading its products and C0;
-        on profiles with :attr:`Profile.fused_combine_c` (GPU) one dispatch over
-        all blocks that reads each product once (and forms every block's terms)."""
-        if self.p.fused_combine_c:
+        on profiles with :attr:`Profile.fused_combine_c` (GPU), or with ``fused``
+        (stacked levels), one dispatch over all blocks that reads each product
+        once (and forms every block's terms)."""
+        if self.p.fused_combine_c or fused:
             blocks = st.m * st.n
             self.stream(B * Mb * Nb * (st.R + 2 * blocks) * bc, est, "combine_c", eff,
                         flops=2.0 * B * st.R * blocks * Mb * Nb, acc=eacc, dispatches=1)

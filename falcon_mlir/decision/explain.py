@@ -91,6 +91,10 @@ def explain_entry(e: dict) -> str:
         if "plan" in pe:
             line += f", this plan {pe['plan']:.1e}"
         lines.append(line)
+    rd = e.get("rounding")
+    if rd and isinstance(plan, dict):
+        lines.append(f"  rounding: sums in {rd['sums']}, products and combine C in "
+                     f"{rd['products']}, result rounded to {rd['result']}")
     return "\n".join(lines)
 
 
@@ -101,7 +105,11 @@ def _kernel_line(k: dict) -> str:
         return (f"  kernels: plan {p.get('scheme')} (R = {p.get('R')}, products in "
                 f"{p.get('products')}, GEMM {p.get('gemm_config')}) as 4 {k.get('arch')} dispatches")
     if k.get("kernel") == "classical":
-        extra = f"; {k['reason']}" if k.get("reason", "").startswith("kernel-form") else ""
+        # What the reason adds to the plain kernel: a kernel-form plan served classically, an
+        # operand read through the transpose that made it.
+        plain, reason = "falcon's classical GEMM kernel", k.get("reason", "")
+        note = reason[len(plain) + 2:] if reason.startswith(plain + "; ") else "" if reason == plain else reason
+        extra = f"; {note}" if note else ""
         return (f"  kernels: falcon's classical GEMM {k.get('config')} ({k.get('arch')}, "
                 f"{k.get('programs')} programs){extra}")
     return f"  kernels: none ({k.get('reason')})"

@@ -19,7 +19,7 @@ from iree.compiler.dialects import arith, linalg, tensor
 __all__ = ["tensor_type", "bit_width", "is_float", "cast", "constant", "index", "zeros",
            "slice_along", "slice_accumulator", "insert_along", "pad_along",
            "dynamic_slice", "dynamic_insert", "parallel_generic", "weighted_sum",
-           "optimization_barrier", "defining_op_name"]
+           "optimization_barrier", "defining_op_name", "reassociation_attr"]
 
 
 def tensor_type(v: ir.Value) -> ir.RankedTensorType:
@@ -223,3 +223,10 @@ def defining_op_name(v: ir.Value) -> str:
     if isinstance(owner, ir.Block):
         return ""
     return getattr(owner, "name", "")
+
+
+def reassociation_attr(groups: Sequence[Sequence[int]]) -> ir.ArrayAttr:
+    """The ``reassociation`` attribute of ``tensor.collapse_shape``/``expand_shape``:
+    one ``[i64, ...]`` array of source dimensions per result dimension."""
+    i64 = ir.IntegerType.get_signless(64)
+    return ir.ArrayAttr.get([ir.ArrayAttr.get([ir.IntegerAttr.get(i64, p) for p in g]) for g in groups])

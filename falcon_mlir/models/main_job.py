@@ -30,7 +30,7 @@ from falcon_mlir.files import write_files_atomic
 
 __all__ = ["BASE_FLAGS", "DATA_TILING_FLAGS", "MainJob", "run_main_job", "compile_classical",
            "compile_falcon", "analyze_only", "plan_text", "what_is", "print_contractions", "result_lines",
-           "fmt_s"]
+           "error_text", "fmt_s"]
 
 #: Host CPU code for both builds.
 BASE_FLAGS = ("--iree-hal-target-device=local",
@@ -136,18 +136,35 @@ def fmt_s(t: float) -> str:
     return f"{t * 1e3:.1f} ms" if t < 1.0 else f"{t:.2f} s"
 
 
+def error_text(entry: dict) -> str:
+    """The report entry's predicted max-norm relative error: ``plan (classical)``
+    for a rewritten contraction, classical's alone otherwise, ``-`` for
+    integers; a bf16/f16 result adds where the plan rounds (``sums f32``)."""
+    pe = entry.get("predicted_error")
+    if not pe:
+        return "-"
+    if "plan" not in pe:
+        return f"{pe['classical']:.1e}"
+    text = f"{pe['plan']:.1e} ({pe['classical']:.1e})"
+    rd = entry.get("rounding")
+    return text + (f", sums {rd['sums']}, f32 acc" if rd else "")
+
+
 def print_contractions(report: List[dict], layers: Sequence[str], file=None) -> None:
     """Print one row per contraction (falcon's report, ``layers`` from
     :func:`what_is`): a rich table when ``rich`` is installed, else plain columns."""
     file = file or sys.stdout
-    headers = ["#", "location", "layer", "kind", "M", "N", "K", "batch", "plan", "reason"]
+    headers = ["#", "location", "layer", "kind", "M", "N", "K", "batch", "types", "plan",
+               "pred. error", "reason"]
     body = []
     for i, (r, layer) in enumerate(zip(report, layers), 1):
         batch = r.get("batch") or []
+        et = r.get("element_types") or {}
+        types = f"{et.get('lhs')}->{et.get('acc')}" if et else "-"
         body.append([str(i), str(r.get("location", "")), layer,
                      str(r.get("kind", "")), str(r.get("M", "")), str(r.get("N", "")),
-                     str(r.get("K", "")), "x".join(str(b) for b in batch) or "-",
-                     plan_text(r.get("plan")), str(r.get("reason", ""))])
+                     str(r.get("K", "")), "x".join(str(b) for b in batch) or "-", types,
+                     plan_text(r.get("plan")), error_text(r), str(r.get("reason", ""))])
     try:
         from rich.console import Console
         from rich.table import Table
@@ -188,10 +205,13 @@ class MainJob:
     layers: List[str] = field(default_factory=list)
 
 
-def _export(small: bool, tokens: int, seed: int, log: Callable):
+def _export(small: bool, tokens: int, seed: int, log: Callable, dtype: str = "float32"):
+    import dataclasses
+
     from falcon_mlir.models.llama_block import LLAMA3_8B, SMALL, LlamaBlock, library_versions
 
-    cfg = (SMALL if small else LLAMA3_8B).with_tokens(tokens)
+    cfg = dataclasses.replace((SMALL if small else LLAMA3_8B).with_tokens(tokens), dtype=dtype)
+    cfg.validate()
     t0 = time.perf_counter()
     block = LlamaBlock(cfg)
     text = block.export_mlir()
@@ -201,7 +221,12 @@ def _export(small: bool, tokens: int, seed: int, log: Callable):
     t0 = time.perf_counter()
     x = block.random_inputs(seed)
     weights = block.random_weights(seed + 1)
-    log(f"random inputs and weights in {time.perf_counter() - t0:.1f} s")
+    if dtype != "float32":  # the block's arguments are in its dtype (bf16: via ml_dtypes)
+        from falcon_mlir.dtypes import np_type
+
+        t = np_type({"bfloat16": "bf16", "float16": "f16"}[dtype])
+        x, weights = x.astype(t), [w.astype(t) for w in weights]
+    log(f"random inputs and weights ({dtype}) in {time.perf_counter() - t0:.1f} s")
     return cfg, block, text, x, weights
 
 
@@ -229,15 +254,20 @@ def _time_both(vm_classical: bytes, vm_falcon: bytes, inputs: list, repeat: int)
 def run_main_job(*, tokens: int = 1024, lcma: Optional[str] = "auto", repeat: int = 3, seed: int = 0,
                  small: bool = False, data_tiling: bool = True, iree_flags: Sequence[str] = (),
                  reference: bool = True, save_dir: Optional[str] = None,
-                 log: Optional[Callable[[str], None]] = None) -> MainJob:
+                 log: Optional[Callable[[str], None]] = None, dtype: str = "float32") -> MainJob:
     """Export, compile both ways, run, time and compare the block.
 
     ``tokens``: sequence length M; ``lcma``: falcon's option string, None or
     ``"none"``/``"off"`` (no rewrite), or ``"analyze"``; ``small``: the small
     test block; ``save_dir``: also write block.mlir, classical.vmfb,
-    falcon.vmfb and report.json there (atomically).
+    falcon.vmfb and report.json there (atomically); ``dtype``: the layer's
+    dtype, ``"float32"``, ``"bfloat16"`` or ``"float16"`` (weights,
+    activations and the arguments; JAX exports the projections as
+    ``dot_general`` with a result in that dtype; the float64 reference uses
+    the same rounded inputs).
 
     Raises:
+        ValueError: an unknown ``dtype``.
         RuntimeError: non-finite values in an output; anything the export,
             compilers or runtime raise.
     """
@@ -245,7 +275,7 @@ def run_main_job(*, tokens: int = 1024, lcma: Optional[str] = "auto", repeat: in
     spec = (lcma or "").strip()
     spec = None if spec.lower() in ("none", "off", "") else spec
     flags = list(BASE_FLAGS) + (list(DATA_TILING_FLAGS) if data_tiling else []) + list(iree_flags)
-    cfg, block, text, x, weights = _export(small, tokens, seed, log)
+    cfg, block, text, x, weights = _export(small, tokens, seed, log, dtype)
 
     t0 = time.perf_counter()
     vm_classical = compile_classical(text, flags)
@@ -268,7 +298,7 @@ def run_main_job(*, tokens: int = 1024, lcma: Optional[str] = "auto", repeat: in
         raise RuntimeError("non-finite values in the output")
     res = {
         "model": cfg.name, "config": {k: getattr(cfg, k) for k in (
-            "hidden", "intermediate", "heads", "kv_heads", "head_dim", "tokens", "batch")},
+            "hidden", "intermediate", "heads", "kv_heads", "head_dim", "tokens", "batch", "dtype")},
         "lcma": lcma, "flags": flags,
         "compile_s": {"classical": t_cc, "falcon": t_cf},
         "time_s": {"classical": statistics.median(times_c), "falcon": statistics.median(times_f)},
@@ -283,7 +313,8 @@ def run_main_job(*, tokens: int = 1024, lcma: Optional[str] = "auto", repeat: in
         log(f"float64 reference in {time.perf_counter() - t0:.1f} s")
     tc, tf = res["time_s"]["classical"], res["time_s"]["falcon"]
     rewritten = sum(1 for r in report if r.get("plan") not in (None, "classical"))
-    res["summary"] = (f"{cfg.name} block, {cfg.tokens} tokens: falcon {fmt_s(tf)} vs classical {fmt_s(tc)} "
+    res["summary"] = (f"{cfg.name} block{'' if cfg.dtype == 'float32' else f' ({cfg.dtype})'}, "
+                      f"{cfg.tokens} tokens: falcon {fmt_s(tf)} vs classical {fmt_s(tc)} "
                       f"({tc / tf:.2f}x), rel. error {res['rel_err_vs_classical']:.1e}, "
                       f"{rewritten} of {len(report)} contractions rewritten")
     names = [n for n, _ in block.weight_specs()]

@@ -115,6 +115,10 @@ def _choose(contractions, options: KernelsOptions) -> list:
             entry["kernel"] = kind
             entry["reason"] = served.note or ("kernel-form plan" if kind == "plan"
                                               else "falcon's classical GEMM kernel")
+            through = [r for r, t in zip("AB", served.reads) if t is not None]
+            if through:
+                entry["reason"] += f"; {' and '.join(through)} read through the transpose that made " \
+                                   f"{'it' if len(through) == 1 else 'them'}"
         out.append((c, served, entry))
     return out
 
@@ -174,6 +178,7 @@ def _splice(root, chosen: list, compiled: list, options: KernelsOptions, arch: s
     from falcon_mlir.kernels.embed import cuda_target_attribute
 
     from .splice import Splicer
+    from .transposed import find_transposed, materialize
 
     flags = ("--iree-hal-target-device=cuda",) + (
         (f"--iree-cuda-target={options.cuda_target}",) if options.cuda_target else ())
@@ -203,9 +208,17 @@ def _splice(root, chosen: list, compiled: list, options: KernelsOptions, arch: s
         if isinstance(k, Exception):
             raise PassError(f"falcon-kernels: {k}", location=entry["location"])
         sp = splicer(c.op)
-        # The call takes A, B and C as the op holds them: a batch of 1 keeps its
-        # unit dimension there, which the kernel's spec drops (same buffers).
-        types = tuple(str(v.type) for v in (c.op.operands[0], c.op.operands[1], c.op.results[0]))
+        # The call takes A, B and C as the op holds them (a batch of 1 keeps its
+        # unit dimension there, which the kernel's spec drops: same buffers), or
+        # an operand's transpose source viewed as the kernel reads it.
+        # The sources are found again on the op as it is now: one found by serve() may be the result
+        # of a contraction replaced (erased) above, its Value gone; the permutation still reads its
+        # replacement, of the same type, so the view is the same.
+        reads = [find_transposed(v) if r is not None else None for r, v in zip(served.reads, c.op.operands[:2])]
+        assert [r and r.shape for r in reads] == [r and r.shape for r in served.reads], entry["location"]
+        with c.op.location, ir.InsertionPoint(c.op):
+            a, b = (materialize(r) if r is not None else v for r, v in zip(reads, c.op.operands[:2]))
+        types = tuple(str(v.type) for v in (a, b, c.op.results[0]))
         if entry["kernel"] == "plan":
             fn = sp.plan_function(k, types)
             entry["plan"] = {"scheme": k.scheme_name, "R": k.geometry.R,
@@ -218,4 +231,4 @@ def _splice(root, chosen: list, compiled: list, options: KernelsOptions, arch: s
             entry["programs"] = k.num_programs
         entry["arch"] = arch
         entry["accumulate"] = served.accumulate
-        sp.replace(c.op, fn, served.accumulate)
+        sp.replace(c.op, fn, served.accumulate, operands=(a, b))

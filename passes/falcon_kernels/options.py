@@ -18,13 +18,15 @@ F32_MODES = ("ieee", "tf32", "tf32x3")
 MIN_FLOPS = 2 ** 27
 #: Classical contractions whose arithmetic intensity (FLOP per byte of A, B and
 #: C moved once) is below this stay IREE's: they are memory-bound, and IREE
-#: fuses their elementwise consumers (scale, mask, softmax) into or next to its
-#: own dispatch, which an external kernel cannot. 200 FLOP/byte is the
-#: h200-falcon profile's balance (720 TFLOP/s over 3.6 TB/s). Measured on the
-#: H200 (ncu, 2026-12-01): the Llama-3-8B block's attention scores (K = 128,
-#: 62 FLOP/byte) on falcon's kernel took 0.69 ms, then 2.5 ms of scale/mask and
-#: 9.1 ms of softmax, against 1.4 + 1.9 ms with IREE's own batch matmul.
-MIN_INTENSITY = 200.0
+#: fuses their elementwise consumers (scale, mask) into its own dispatch, which
+#: an external kernel cannot. Set between two measured points (H200, ncu,
+#: Llama-3-8B block at 4096 tokens, 2026-12-01): the attention scores (K = 128,
+#: f32 result, 62 FLOP/byte) take 1.4-1.6 ms as IREE's batch matmul with the
+#: scale and mask fused, and 0.69 ms on falcon's kernel plus 2.5 ms of a
+#: separate scale/mask pass; P·V (K = tokens, 120 FLOP/byte) takes 1.23 ms as
+#: IREE's and 0.29 ms on falcon's kernel (with P read through its transpose,
+#: ``transposed.py``): the f16 block went from 7.91 to 7.40 ms at 100.
+MIN_INTENSITY = 100.0
 #: The ``--iree-cuda-target`` falcon compiles CUDA modules with
 #: (:data:`falcon_mlir.kernels.embed.DEFAULT_CUDA_FLAGS`): falcon-opt's output
 #: then compiles with falcon's documented flags. With IREE's own default

@@ -17,7 +17,7 @@ and operands whose row strides TMA can read (:func:`falcon_mlir.kernels.supports
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional, Union
 
 from iree.compiler import ir
@@ -25,6 +25,8 @@ from iree.compiler import ir
 from falcon_mlir.ir.builders import defining_op_name
 from falcon_mlir.ir.contraction import Contraction
 from falcon_mlir.kernels import GemmSpec, PlanSpec, supports
+
+from .transposed import find_transposed
 
 __all__ = ["Served", "serve", "zero_init", "intensity", "iree_cannot", "TYPES"]
 
@@ -42,11 +44,14 @@ class Served:
             added to it (an elementwise op IREE fuses with its consumers).
         note: what was changed from what was asked (e.g. a kernel-form plan
             served by the classical kernel), or ``""``.
+        reads: for A and B, the :class:`~.transposed.Transposed` source the
+            kernel reads in place of the op's operand (its transpose), or None.
     """
 
     spec: Union[GemmSpec, PlanSpec]
     accumulate: bool
     note: str = ""
+    reads: tuple = (None, None)
 
 
 def zero_init(v: ir.Value) -> bool:
@@ -146,6 +151,14 @@ def serve(c: Contraction, f32_mode: str = "ieee", plan=None) -> tuple:
         note = "kernel-form plans take A @ B without batch or transposes; classical kernel"
     spec = GemmSpec(c.M, c.N, c.K, a_dtype=lhs, b_dtype=rhs, out_dtype=acc, batch=batch,
                     trans_a=ta, trans_b=tb, f32_mode=f32_mode)
+    reads = [find_transposed(c.op.operands[0]), find_transposed(c.op.operands[1])]
+    for a, b in ((True, True), (True, False), (False, True)):  # read through both transposes if the kernel can
+        if (a and not reads[0]) or (b and not reads[1]) or not (a or b):
+            continue
+        through = replace(spec, trans_a=spec.trans_a ^ a, trans_b=spec.trans_b ^ b)
+        if supports(through) is None:
+            return Served(through, accumulate, note, (reads[0] if a else None, reads[1] if b else None)), \
+                "classical"
     why = supports(spec)
     if why:
         return None, why

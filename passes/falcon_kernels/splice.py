@@ -132,10 +132,12 @@ class Splicer:
         return self.wrappers[key]
 
     # -- the call ----------------------------------------------------------------
-    def replace(self, op, function: str, accumulate: bool) -> None:
+    def replace(self, op, function: str, accumulate: bool, operands: Optional[tuple] = None) -> None:
         """Replace contraction ``op`` (operands A, B, C0) by a call of ``function``
-        (plus ``C0 +`` the result when ``accumulate``)."""
-        a, b, init = op.operands[0], op.operands[1], op.operands[2]
+        (plus ``C0 +`` the result when ``accumulate``); ``operands``: the call's
+        A and B (default the op's)."""
+        a, b = operands or (op.operands[0], op.operands[1])
+        init = op.operands[2]
         rtype = op.results[0].type
         with op.location, ir.InsertionPoint(op):
             if self.util:

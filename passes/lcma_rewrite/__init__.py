@@ -45,7 +45,7 @@ from .dispatch import DYNAMIC_CHUNK_CANDIDATES, DYNAMIC_CHUNK_M, dynamic_choice,
 from .emit import Emitter
 from .fold import Folded
 from .options import MAX_LEVELS, LcmaOptions, OptionError
-from .planning import plan_for, predicted_errors, predicted_time
+from .planning import plan_for, predicted_errors, predicted_time, rounding_entry, sums_type
 
 __all__ = ["run_lcma_rewrite", "LcmaOptions", "plan_for", "OptionError", "RewriteError",
            "DYNAMIC_CHUNK_M", "DYNAMIC_CHUNK_CANDIDATES", "MAX_LEVELS"]
@@ -120,9 +120,12 @@ def _entry(c, plan, reason: str, options: LcmaOptions) -> dict:
                           "acc": str(c.acc_type)},
         "plan": plan.to_json() if plan else "classical",
         "reason": reason,
-        "predicted_error": predicted_errors(c, plan),
+        "predicted_error": predicted_errors(c, plan, sums_type(c, plan, options)),
         "predicted_time": predicted_time(c, options, plan),
     }
+    sums = sums_type(c, plan, options)
+    if sums is not None:  # a bf16/f16 result: where the plan rounds
+        entry["rounding"] = rounding_entry(c, sums)
     if c.group_sizes:  # several loop dims in one role: the sizes each is made of
         marker = ir.ShapedType.get_dynamic_size()
         entry["dims"] = {r: [None if x == marker else x for x in xs]
@@ -133,6 +136,47 @@ def _entry(c, plan, reason: str, options: LcmaOptions) -> dict:
                                         or options.forced_schemes() is not None
                                         or PLAN_ATTR in c.op.attributes)
     return entry
+
+
+def _warn_long_compile(plan, entry: dict, options: LcmaOptions) -> None:
+    """Warn up front (stderr, one line, before IREE compiles anything) when a
+    plan the user forced (option or attached ``falcon.plan``; ``auto`` never
+    picks one) is predicted to compile for long
+    (:mod:`falcon_mlir.decision.compile_cost`); the line is also the entry's
+    ``warning``."""
+    import sys
+
+    from falcon_mlir.decision.compile_cost import LONG_COMPILE_SECONDS, emitted_ops
+
+    secs = (entry.get("predicted_time") or {}).get("compile_seconds")
+    if secs is None or secs <= LONG_COMPILE_SECONDS:
+        return
+    ops = emitted_ops(plan.schemes, plan.form)
+    entry["warning"] = (f"{entry['location']}: warning: lcma-rewrite: plan "
+                        f"{'+'.join(plan.schemes)} ({plan.form}) emits {ops.contractions} "
+                        f"contractions and {ops.combines} combine ops; IREE is predicted to compile "
+                        f"them for about {secs:.0f} s (over {LONG_COMPILE_SECONDS:.0f} s)")
+    print(entry["warning"], file=sys.stderr, flush=True)
+
+
+def _warn_long_module(forced: list) -> None:
+    """One more warning line when the forced plans of the whole module
+    (``forced``: their report entries) are predicted to add over
+    ``LONG_MODULE_SECONDS`` of compile time although no single one was warned
+    about (many contractions, each moderately long)."""
+    import sys
+
+    from falcon_mlir.decision.compile_cost import LONG_MODULE_SECONDS
+
+    if not forced or any(e.get("warning") for e in forced):
+        return
+    total = sum((e.get("predicted_time") or {}).get("compile_seconds") or 0 for e in forced)
+    if total > LONG_MODULE_SECONDS:
+        line = (f"{forced[0]['location']}: warning: lcma-rewrite: the {len(forced)} forced plans "
+                f"of this module are predicted to add about {total:.0f} s of IREE compile time "
+                f"(over {LONG_MODULE_SECONDS:.0f} s)")
+        forced[0]["warning"] = line
+        print(line, file=sys.stderr, flush=True)
 
 
 def _hand_off(c, plan, entry: dict) -> None:
@@ -165,7 +209,9 @@ def run_lcma_rewrite(module_op, options: LcmaOptions) -> list:
         float contractions, see :mod:`falcon_mlir.decision.numerics`), ``predicted_time``
         (seconds from the cost model, :mod:`falcon_mlir.decision`:
         ``{"profile", "classical", "plan", "alternatives": [{"plan", "seconds"}],
-        "dispatches", "temp_bytes", "parts"}``; ``None`` where unsupported), ``remark``
+        "dispatches", "temp_bytes", "parts", "compile_seconds"}``; ``None`` where unsupported),
+        ``warning`` (a forced plan predicted to compile for long: the line
+        printed on stderr before IREE compiles, :func:`_warn_long_compile`), ``remark``
         (whether the user should be told), and for rewritten ones
         ``products`` and ``combines`` (the number of contractions and combine
         ops emitted). Dynamic sizes are ``None``; a contraction with a
@@ -179,7 +225,7 @@ def run_lcma_rewrite(module_op, options: LcmaOptions) -> list:
             :meth:`LcmaOptions.parse` for text options).
     """
     root = module_op.operation if hasattr(module_op, "operation") else module_op
-    report = []
+    report, forced = [], []
     contractions = find_contractions(root)
     _strip_stray_plans(root, report, options)
     try:  # GPU targets: one combine-C dispatch (Profile.fused_combine_c)
@@ -203,12 +249,17 @@ def run_lcma_rewrite(module_op, options: LcmaOptions) -> list:
             folded.describe(entry)
         if c.dynamic:
             dynamic_entry(entry, c, disp, options)
+        if plan is not None and (options.forced_schemes() is not None
+                                 or PLAN_ATTR in c.op.attributes):
+            _warn_long_compile(plan, entry, options)
+            forced.append(entry)
         if PLAN_ATTR in c.op.attributes:
             del c.op.attributes[PLAN_ATTR]
         if plan is not None and plan.form == "kernel":
             _hand_off(c, plan, entry)
         elif disp is not None or plan is not None:
-            em = Emitter(c, barriers=bool(options.barriers), fuse_c=fuse_c)
+            em = Emitter(c, barriers=bool(options.barriers), fuse_c=fuse_c,
+                         sums=sums_type(c, disp.plan if disp is not None else plan, options))
             with c.op.location, ir.InsertionPoint(c.op):
                 if disp is not None:
                     emit_dispatch(c, disp, em)
@@ -226,6 +277,7 @@ def run_lcma_rewrite(module_op, options: LcmaOptions) -> list:
             else:
                 folded.discard()
         report.append(entry)
+    _warn_long_module(forced)
     if not contractions:
         none = _none_found(root, options)
         if none is not None:

@@ -32,7 +32,7 @@ from falcon_mlir.ir.contraction import DYNAMIC_REASON, Contraction
 
 from .emit import Emitter
 from .options import LcmaOptions
-from .planning import decision_for, plan_for, predicted_errors
+from .planning import decision_for, plan_for, predicted_errors, rounding_entry, sums_type
 
 __all__ = ["DYNAMIC_CHUNK_M", "DYNAMIC_CHUNK_CANDIDATES", "Dispatch", "dynamic_choice",
            "not_dispatchable", "emit_dispatch", "dynamic_entry"]
@@ -237,7 +237,10 @@ def dynamic_entry(entry: dict, c: Contraction, disp: Optional[Dispatch],
     if disp is not None:
         entry["plan"] = disp.plan.to_json()
         entry["dispatch"] = disp.to_json()
-        entry["predicted_error"] = predicted_errors(disp.view, disp.plan)
+        sums = sums_type(disp.view, disp.plan, options)
+        entry["predicted_error"] = predicted_errors(disp.view, disp.plan, sums)
+        if sums is not None:  # a bf16/f16 result: where the chunks' plan rounds
+            entry["rounding"] = rounding_entry(disp.view, sums)
         entry["remark"] = False
     elif not not_dispatchable(c):  # servable, but the chunk's plan is classical
         entry["remark"] = options.forced_schemes() is not None or PLAN_ATTR in c.op.attributes

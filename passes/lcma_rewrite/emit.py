@@ -6,11 +6,20 @@ For a plan of scheme <m,k,n;R> the op is replaced by:
   A (one ``linalg.generic`` per combined operand, in the accumulator type),
 * combine B likewise with V,
 * products: ``P_r = A_r B_r``, a contraction of the same kind as the original
-  (same indexing maps, batch dimensions kept), itself rewritten again for the
-  next level if the plan has one,
+  (same indexing maps, batch dimensions kept); a plan of several levels is
+  emitted stacked (:mod:`.stacked`: one combine op per operand and level,
+  one batched contraction for all R_1 * ... * R_L products), or by recursion
+  where the composed blocks do not fit the sizes,
 * combine C: ``C_il = C0_il + sum_r W[r,i,l] P_r`` (one ``linalg.generic`` per
   block of C, reading the live accumulator C0), inserted into C; on GPU
   profiles one op over all blocks (:mod:`.grouped`).
+
+A bf16 or f16 result (``bf16 x bf16 -> bf16``) is not accumulated in its own
+type: the plan runs with an f32 accumulator (products accumulate in f32,
+combine C in f32, from a zero f32 C) and one final op adds C0 and rounds
+once (``arith.truncf``) to the result type; the combined operands are formed
+in f32 and kept in f32 or rounded once to the input type, as the planning
+says (:func:`.planning.sums_type`).
 
 Sizes not divisible by (m, k, n) are peeled (the divisible core through the
 scheme, the strips classical) or padded (zero-padded operands, result sliced
@@ -36,11 +45,12 @@ from falcon_mlir.ir.builders import (cast, defining_op_name, insert_along, is_fl
 from falcon_mlir.ir.contraction import Contraction
 
 from .grouped import GroupedForm
+from .stacked import StackedForm, composed_blocks
 
 __all__ = ["Emitter"]
 
 
-class Emitter(GroupedForm):
+class Emitter(GroupedForm, StackedForm):
     """Emits one contraction's plan in front of the original op.
 
     Args:
@@ -48,18 +58,26 @@ class Emitter(GroupedForm):
         barriers: put bare block operands and products behind
             ``util.optimization_barrier`` (see ``LcmaOptions.barriers``).
         fuse_c: combine C as one op over all output blocks (GPU profiles).
+        sums: for a bf16/f16 result, the element type name of the combined
+            operands (``"f32"`` or the input type; ``None``: f32), in both forms.
 
     Attributes:
         products: contractions emitted so far (the report's ``products``).
         combines: combine ops emitted so far (the report's ``combines``).
     """
 
-    def __init__(self, c: Contraction, barriers: bool = False, fuse_c: bool = False):
+    def __init__(self, c: Contraction, barriers: bool = False, fuse_c: bool = False,
+                 sums: Optional[str] = None):
         self.c = c
         self.barriers = barriers
         self.fuse_c = fuse_c
         self.kind = c.kind
         self.acc = c.acc_type
+        #: the narrow result type (bf16/f16) that plans round to once at the end, else None
+        self.out = None
+        if is_float(c.acc_type) and str(c.acc_type) in ("bf16", "f16"):
+            self.out, self.acc = c.acc_type, ir.F32Type.get()
+        self.sums = ir.Type.parse(sums) if sums and self.out is not None else self.acc
         self.n_loops = 3 + len(c.batch_dims)
         self.maps = [ir.AffineMap.get(self.n_loops, 0, [ir.AffineDimExpr.get(d) for d in dims])
                      for dims in (c.lhs_dims, c.rhs_dims, c.out_dims)]
@@ -84,7 +102,9 @@ class Emitter(GroupedForm):
         return self.generic_contraction(a, b, init, self.maps, batch_prefix=0)
 
     def generic_contraction(self, a, b, init, maps, batch_prefix: int) -> ir.Value:
-        """``init + a * b`` as a ``linalg.generic`` contraction, computed in the accumulator type.
+        """``init + a * b`` as a ``linalg.generic`` contraction, computed in ``init``'s
+        element type (the accumulator type; the original result type for a
+        classical op on a bf16/f16 result).
 
         ``maps`` index ``batch_prefix`` extra leading parallel loops followed by
         the original op's loops (its K loop is the reduction).
@@ -99,7 +119,7 @@ class Emitter(GroupedForm):
         block = op.regions[0].blocks.append(tensor_type(a).element_type,
                                             tensor_type(b).element_type,
                                             tensor_type(init).element_type)
-        acc = self.acc
+        acc = tensor_type(init).element_type
         with ir.InsertionPoint(block):
             x, y, o = block.arguments
             fl = is_float(acc)
@@ -119,6 +139,8 @@ class Emitter(GroupedForm):
             res = self.classical(a, b, init)
             res.owner.attributes[PLAN_ATTR] = plan.to_attribute()
             return res
+        if self.out is not None and tensor_type(init).element_type == self.out:
+            return self._rounded(a, b, init, plan)
         from falcon_mlir.catalog import get_scheme
 
         c = self.c
@@ -126,6 +148,11 @@ class Emitter(GroupedForm):
             # All levels at once: the Kronecker product of the levels' schemes.
             s = get_scheme("*".join(plan.schemes))
             level, inner = self.level_grouped, None
+        elif len(plan.schemes) > 1 and self._stack_fits(a, b, plan.schemes):
+            # Several per-product levels: stacked (.stacked), one contraction in all.
+            s = composed_blocks(plan.schemes)
+            level, inner = (lambda a, b, init, s, inner, schemes=plan.schemes:
+                            self.level_stacked(a, b, init, schemes)), None
         else:
             s = get_scheme(plan.schemes[0])
             level, inner = self.level, plan.inner()
@@ -143,6 +170,27 @@ class Emitter(GroupedForm):
             res = level(ap, bp, cp, s, inner)
             return slice_along(res, c.out_dims, {md: (0, M), nd: (0, N)})
         return self._peeled(a, b, init, s, level, inner, (M, K, N))
+
+    def _rounded(self, a: ir.Value, b: ir.Value, init: ir.Value, plan: Plan) -> ir.Value:
+        """A plan on a bf16/f16 result: ``plan`` from a zero f32 accumulator (every
+        product, combine C and the peeled strips in f32), then one op
+        ``C = truncf(extf(C0) + P)``: the only rounding to the result type."""
+        shape = list(tensor_type(init).shape)
+        wide = self.emit(a, b, zeros(shape, self.acc), plan)
+        acc, out = self.acc, self.out
+        self.combines += 1
+        return mark_combine(parallel_generic(
+            [wide], init, lambda args: cast(arith.addf(cast(args[1], acc), args[0]), out)))
+
+    def _stack_fits(self, a: ir.Value, b: ir.Value, schemes) -> bool:
+        """Whether the composed blocks of ``schemes`` fit in ``a``, ``b`` (else the
+        levels are emitted by recursion, each level peeling its own edges)."""
+        c = self.c
+        s = composed_blocks(schemes)
+        M = tensor_type(a).shape[c.lhs_dims.index(c.m_dim)]
+        K = tensor_type(a).shape[c.lhs_dims.index(c.k_dim)]
+        N = tensor_type(b).shape[c.rhs_dims.index(c.n_dim)]
+        return M >= s.m and K >= s.k and N >= s.n
 
     def _peeled(self, a, b, init, s, level, inner, sizes) -> ir.Value:
         """Peeling: the divisible core through ``level``, the K, row and column strips classical."""
@@ -194,8 +242,28 @@ class Emitter(GroupedForm):
         """A product's result behind ``util.optimization_barrier`` when barriers are on."""
         return optimization_barrier(p) if self.barriers else p
 
+    def fence_unit_lhs(self, x: ir.Value, Mb: int, Kb: int) -> ir.Value:
+        """A combined A operand behind ``util.optimization_barrier`` when its block is
+        1 x 1 (``Mb == Kb == 1``) and barriers are on.
+
+        IREE 3.13's data tiling fails on a matmul whose LHS is 1 x 1, N > 1,
+        and made by an elementwise op: the producer fused into
+        the LHS packing gives "tiling factors must be less than or equal to
+        the input rank for pack" (test_data_tiling.py keeps a plain module
+        that shows it).
+        Such blocks come only from forced schemes on tiny operands (2 x 2 A
+        under Strassen); the fence costs one 1-element dispatch. The grouped
+        form's batched product (R x 1 x 1 combined A) compiles without it.
+        """
+        fenced = defining_op_name(x) == "util.optimization_barrier"
+        if self.barriers and Mb == 1 and Kb == 1 and not fenced:
+            return optimization_barrier(x)
+        return x
+
     def _combine(self, terms: list) -> ir.Value:
-        """``sum c * X`` over ``terms = [(c, block)]`` as a tensor in the accumulator type.
+        """``sum c * X`` over ``terms = [(c, block)]``, summed in the accumulator type,
+        as a tensor of the sums type (the accumulator type, or for a bf16/f16
+        result the type :func:`.planning.sums_type` chose: one rounding).
 
         A single block with coefficient 1 is used as it is; with the
         ``barriers`` option it is put behind ``util.optimization_barrier``:
@@ -208,11 +276,12 @@ class Emitter(GroupedForm):
             return self._fence(terms[0][1])
         self.combines += 1
         first = terms[0][1]
-        init = tensor.empty(list(tensor_type(first).shape), self.acc)
-        acc = self.acc
+        init = tensor.empty(list(tensor_type(first).shape), self.sums)
+        acc, sums = self.acc, self.sums
         return mark_combine(parallel_generic(
             [x for _, x in terms], init,
-            lambda args: weighted_sum([(coef, x) for (coef, _), x in zip(terms, args[:-1])], acc)))
+            lambda args: cast(weighted_sum([(coef, x) for (coef, _), x in zip(terms, args[:-1])],
+                                           acc), sums)))
 
     def level(self, a, b, init, s, inner: Optional[Plan]) -> ir.Value:
         """One per-product level of scheme ``s`` on divisible operands (``inner``:
@@ -244,7 +313,7 @@ class Emitter(GroupedForm):
                   if s.U[r][i][j] != 0]
             tb = [(Fraction(s.V[r][j][l]), B(j, l)) for j in range(s.k) for l in range(s.n)
                   if s.V[r][j][l] != 0]
-            ar, br = self._combine(ta), self._combine(tb)
+            ar, br = self.fence_unit_lhs(self._combine(ta), Mb, Kb), self._combine(tb)
             p = self.emit(ar, br, zeros(blk_shape, self.acc), inner)
             products.append(self.fence_product(p))
         return self.combine_c(products.__getitem__, s, init, Mb, Nb)

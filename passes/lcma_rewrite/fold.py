@@ -26,16 +26,10 @@ from iree.compiler import ir
 from iree.compiler.dialects import linalg, tensor
 
 from falcon_mlir.dialects.plan import PLAN_ATTR
-from falcon_mlir.ir.builders import index, tensor_type
+from falcon_mlir.ir.builders import index, reassociation_attr, tensor_type
 from falcon_mlir.ir.contraction import Contraction, analyze
 
 __all__ = ["Folded"]
-
-
-def _reassoc_attr(groups: list) -> ir.ArrayAttr:
-    i64 = ir.IntegerType.get_signless(64)
-    return ir.ArrayAttr.get([ir.ArrayAttr.get([ir.IntegerAttr.get(i64, p) for p in g])
-                             for g in groups])
 
 
 def _folded_shape(t: ir.RankedTensorType, groups: list) -> list:
@@ -103,7 +97,7 @@ class Folded:
             return v
         t = tensor_type(v)
         rt = ir.RankedTensorType.get(_folded_shape(t, groups), t.element_type)
-        out = tensor.CollapseShapeOp(rt, v, _reassoc_attr(groups)).result
+        out = tensor.CollapseShapeOp(rt, v, reassociation_attr(groups)).result
         self._ops.append(out.owner)
         return out
 
@@ -119,7 +113,7 @@ class Folded:
                 d = tensor.DimOp(like, index(p)).result
                 self._ops += [d.owner.operands[1].owner, d.owner]
                 dyn.append(d)
-        out = tensor.ExpandShapeOp(t, v, _reassoc_attr(groups), dyn, list(t.shape)).result
+        out = tensor.ExpandShapeOp(t, v, reassociation_attr(groups), dyn, list(t.shape)).result
         self._ops.append(out.owner)
         return out
 

@@ -107,7 +107,8 @@ class GroupedForm:
         """All-parallel ``linalg.generic`` over ``inputs`` = (block, coefficient
         table) pairs with ``maps`` (inputs', then the output's): yields
         ``sum w * x`` over the pairs in the accumulator type, plus the output's
-        value with ``accumulate``. Float terms whose coefficient is 0 are
+        value with ``accumulate``, cast to ``init``'s element type (the sums
+        type of a bf16/f16 result's combined operands: one rounding). Float terms whose coefficient is 0 are
         selected away (no ``0 * inf``) when accumulating over all R products."""
         n = maps[-1].n_dims
         iters = ir.ArrayAttr.get([ir.Attribute.parse("#linalg.iterator_type<parallel>")] * n)
@@ -127,14 +128,15 @@ class GroupedForm:
                 if zero is not None:
                     term = arith.select(arith.cmpf(arith.CmpFPredicate.OEQ, w, zero), zero, term)
                 total = term if total is None else (arith.addf if fl else arith.addi)(total, term)
-            linalg.YieldOp([total])
+            linalg.YieldOp([cast(total, tensor_type(init).element_type)])
         return op.result
 
     def group_combine(self, blocks: dict, coef, R: int) -> ir.Value:
         """One op writing all R combined operands: ``G[r] = sum_b coef(r, b) * block_b``.
 
         ``blocks`` maps a block index to its slice; ``coef(r, idx)`` is the
-        Fraction coefficient. Result: ``tensor<R x block x acc>``.
+        Fraction coefficient. Result: ``tensor<R x block x T>``, T the sums
+        type (the accumulator type; for a bf16/f16 result f32 or the input type).
         """
         self.combines += 1
         used = [(idx, x) for idx, x in blocks.items() if any(coef(r, idx) != 0 for r in range(R))]
@@ -154,7 +156,7 @@ class GroupedForm:
         for idx, x in used:
             inputs += [x, self.table([coef(r, idx) for r in range(R)])]
             maps += [blk_map, tab_map]
-        init = tensor.empty([R] + shape, self.acc)
+        init = tensor.empty([R] + shape, self.sums)
         res = self.table_generic(inputs, maps + [out_map], init, accumulate=False)
         return mark_combine(res, [rank - 1])
 

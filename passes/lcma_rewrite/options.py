@@ -81,6 +81,12 @@ class LcmaOptions:
             (auto) means on (falcon-compile and the API turn it off for
             CUDA, where IREE 3.13 cannot bufferize the dispatch's dynamic
             slices; shown in the report's ``defaults``).
+        sums: for a bf16/f16 result, the type the combined operands are
+            formed in: ``"f32"``, ``"input"`` (the input type: one rounding
+            of each sum) or ``"auto"`` (the input type where
+            :func:`falcon_mlir.decision.numerics.narrow_sums_type` keeps the
+            plan within the budget); products and combine C accumulate in
+            f32 and C is rounded once whatever this says.
         filename: name used for the ``"-"`` buffer in report locations (not
             a text option).
     """
@@ -128,6 +134,11 @@ class LcmaOptions:
         None, type=bool, auto=True,
         help="run-time dispatch for a dynamic M or batch dimension (false: dynamic "
              "contractions stay classical); auto: on (off for CUDA in falcon-compile, API)")
+    sums: str = option(
+        "auto", choices=("auto", "f32", "input"),
+        help="bf16/f16 results (products and combine C always in f32, one rounding at the "
+             "end): the type of the combined operands, f32 or the input type; auto: the input "
+             "type where the error model keeps the plan within the budget, else f32")
     filename: Optional[str] = None
 
     @classmethod

@@ -22,7 +22,8 @@ from falcon_mlir.ir.contraction import Contraction
 from .options import LcmaOptions
 
 __all__ = ["plan_for", "decision_for", "problem_of", "schemes_fit", "numerics_check",
-           "predicted_time", "predicted_errors", "grouped_terms"]
+           "predicted_time", "predicted_errors", "grouped_terms", "default_budget", "sums_type",
+           "plan_error", "rounding_entry", "sum_roundings"]
 
 
 def schemes_fit(c: Contraction, schemes: tuple, form: str = "per-product") -> Optional[str]:
@@ -54,11 +55,12 @@ def schemes_fit(c: Contraction, schemes: tuple, form: str = "per-product") -> Op
 
 
 def numerics_check(c: Contraction, schemes: tuple, budget: Optional[float],
-                   form: str = "per-product") -> Optional[str]:
+                   form: str = "per-product", sums: Optional[str] = None) -> Optional[str]:
     """Why ``schemes`` are numerically unfit for ``c`` (``None`` if fit).
 
     Integers: exactness (no overflow anywhere, worst case over all inputs).
-    Floats: the predicted error (of ``form``) against ``budget`` (no budget: always fit).
+    Floats: the predicted error (of ``form``; a bf16/f16 result with its
+    combined operands in ``sums``) against ``budget`` (no budget: always fit).
     """
     from falcon_mlir.decision import numerics
 
@@ -68,7 +70,7 @@ def numerics_check(c: Contraction, schemes: tuple, budget: Optional[float],
         return None if ok else f"{why}; kept classical"
     if budget is None or c.K < 1:
         return None
-    pred = plan_error(c, schemes, form)
+    pred = plan_error(c, schemes, form, sums)
     if pred > budget:
         return (f"predicted error {pred:.1e} of {'+'.join(schemes)} exceeds max-error "
                 f"{budget:.1e}; kept classical")
@@ -100,14 +102,63 @@ def decision_for(c: Contraction, options: LcmaOptions, forced: Optional[tuple] =
     if forced is not None:
         return decision.decide(pb, profile, forced=forced, forms=(form or "per-product",),
                                edges=(edge or "peel",))
-    budget = options.max_error if options.max_error is not None else \
-        numerics.default_max_error(str(c.acc_type))
+    budget = options.max_error if options.max_error is not None else default_budget(c)
     kernel_budget = options.max_error if options.max_error is not None else \
         numerics.kernel_max_error(str(c.acc_type))
     forms = profile.plan_forms if options.form == "auto" else (options.form,)
     edges = decision.EDGES if options.edge == "auto" else (options.edge,)
     return decision.decide(pb, profile, levels=options.levels, forms=forms, edges=edges,
                            budget=budget, kernel_budget=kernel_budget)
+
+
+def default_budget(c: Contraction) -> Optional[float]:
+    """The error budget of auto plans on ``c`` without ``max-error``: for a
+    bf16/f16 result 1.5 times classical's predicted error on the same contraction
+    (:func:`falcon_mlir.decision.numerics.narrow_max_error`), else the
+    per-type default (:func:`~falcon_mlir.decision.numerics.default_max_error`)."""
+    from falcon_mlir.decision import numerics
+
+    acc = str(c.acc_type)
+    if c.is_float and numerics.is_narrow_result(acc) and c.K >= 1:
+        return numerics.narrow_max_error(c.K, acc)
+    return numerics.default_max_error(acc)
+
+
+def sums_type(c: Contraction, plan: Optional[Plan], options: LcmaOptions) -> Optional[str]:
+    """The type the combined operands of ``plan`` on ``c`` are formed in, for a
+    bf16/f16 result (per-product or grouped form): ``options.sums`` (``f32`` or
+    ``input``), or with ``auto`` the input type where its
+    rounding keeps the plan within the budget (``max-error``, else
+    :func:`default_budget`), else ``"f32"``
+    (:func:`falcon_mlir.decision.numerics.narrow_sums_type`).  ``None`` where
+    the plan is not emitted with an f32 accumulator (no plan, the kernel
+    form, a result that is not narrow).  A contraction whose inputs are not
+    both of one bf16/f16 type forms them in f32."""
+    from falcon_mlir.decision import numerics
+
+    if plan is None or plan.form == "kernel" or not c.is_float \
+            or not numerics.is_narrow_result(str(c.acc_type)) or c.K < 1:
+        return None
+    if str(c.lhs_type) != str(c.rhs_type) \
+            or not numerics.is_narrow_result(str(c.lhs_type)) or options.sums == "f32":
+        return "f32"
+    if options.sums == "input":
+        return str(c.lhs_type)
+    budget = options.max_error if options.max_error is not None else default_budget(c)
+    return numerics.narrow_sums_type(list(plan.schemes), c.K, str(c.lhs_type),
+                                     str(c.acc_type), budget, sum_roundings(plan.schemes, plan.form))
+
+
+def sum_roundings(schemes, form: str) -> int:
+    """Roundings of a combined operand in the sums type on its way to a product:
+    one per level in the per-product form, one in the grouped (composed) form."""
+    return len(schemes) if form == "per-product" else 1
+
+
+def rounding_entry(c: Contraction, sums: str) -> dict:
+    """The report's ``rounding`` of a plan on a bf16/f16 result: where it rounds."""
+    return {"sums": sums, "products": "f32", "combine_c": "f32",
+            "result": f"{c.acc_type}, once at the end"}
 
 
 def grouped_terms(schemes: tuple) -> int:
@@ -128,7 +179,8 @@ def plan_for(c: Contraction, options: LcmaOptions) -> tuple:
         except PlanError as e:
             return None, str(e)
         why = schemes_fit(c, plan.schemes, plan.form) or \
-            numerics_check(c, plan.schemes, options.max_error, plan.form)
+            numerics_check(c, plan.schemes, options.max_error, plan.form,
+                           sums_type(c, plan, options))
         return (None, why) if why else (plan, f"plan attached by {PLAN_ATTR}")
     forced = options.forced_schemes()
     form = "per-product" if options.form == "auto" else options.form
@@ -148,7 +200,8 @@ def plan_for(c: Contraction, options: LcmaOptions) -> tuple:
         why += (f"; per-product form: the grouped combines of {'*'.join(schemes)} would read "
                 f"{grouped_terms(schemes)} blocks (at most {MAX_GROUPED_TERMS})")
     unfit = schemes_fit(c, schemes, form) or numerics_check(
-        c, schemes, options.max_error if forced is not None else None, form)
+        c, schemes, options.max_error if forced is not None else None, form,
+        sums_type(c, Plan(tuple(schemes), edge=edge, form=form), options))
     if unfit:
         return None, unfit
     if form == "kernel":
@@ -179,29 +232,43 @@ def predicted_time(c: Contraction, options: LcmaOptions, plan: Optional[Plan]) -
         out["dispatches"] = d.choice.dispatches
         out["temp_bytes"] = int(d.choice.temp_bytes)
         out["parts"] = {k: v for k, v in d.choice.parts.items() if v}
+        out["compile_seconds"] = round(d.choice.compile_seconds, 1)
     return out
 
 
-def predicted_errors(c: Contraction, plan: Optional[Plan]) -> Optional[dict]:
+def predicted_errors(c: Contraction, plan: Optional[Plan],
+                     sums: Optional[str] = None) -> Optional[dict]:
     """Predicted max-norm relative errors of classical and of the plan (floats
-    only; the report's ``predicted_error``)."""
+    only; the report's ``predicted_error``).  For a bf16/f16 result classical
+    is an f32 accumulation rounded once and the plan's combined operands are
+    in ``sums`` (:func:`sums_type`; ``None``: f32)."""
     from falcon_mlir.decision import numerics
 
     if not c.is_float or c.unsupported or min(c.M, c.N, c.K) < 1:
         return None
-    out = {"classical": numerics.classical_error(c.K, str(c.acc_type))}
+    acc = str(c.acc_type)
+    narrow = numerics.is_narrow_result(acc)
+    out = {"classical": numerics.rounded_plan_error([], c.K, acc) if narrow
+           else numerics.classical_error(c.K, acc)}
     if plan is not None:
-        out["plan"] = plan_error(c, plan.schemes, plan.form)
+        out["plan"] = plan_error(c, plan.schemes, plan.form, sums)
         if plan.form == "kernel":  # falcon's classical kernel is the baseline there
             out["classical"] = numerics.kernel_plan_error([], c.K, str(c.lhs_type), str(c.acc_type))
     return out
 
 
-def plan_error(c: Contraction, schemes, form: str = "per-product") -> float:
+def plan_error(c: Contraction, schemes, form: str = "per-product",
+               sums: Optional[str] = None) -> float:
     """The predicted error of ``schemes`` on ``c`` in ``form`` (the kernel form's
-    roundings differ: :func:`falcon_mlir.decision.numerics.kernel_plan_error`)."""
+    roundings differ: :func:`falcon_mlir.decision.numerics.kernel_plan_error`;
+    a bf16/f16 result accumulates in f32 with its combined operands in
+    ``sums``, default f32: :func:`~falcon_mlir.decision.numerics.rounded_plan_error`)."""
     from falcon_mlir.decision import numerics
 
+    acc = str(c.acc_type)
     if form == "kernel":
-        return numerics.kernel_plan_error(list(schemes), c.K, str(c.lhs_type), str(c.acc_type))
-    return numerics.predicted_error(list(schemes), c.K, str(c.acc_type))
+        return numerics.kernel_plan_error(list(schemes), c.K, str(c.lhs_type), acc)
+    if numerics.is_narrow_result(acc):
+        return numerics.rounded_plan_error(list(schemes), c.K, acc, sums=sums or "f32",
+                                           sum_roundings=sum_roundings(schemes, form))
+    return numerics.predicted_error(list(schemes), c.K, acc)

@@ -57,6 +57,38 @@ func.func @f64(%a: tensor<256x256xf64>, %b: tensor<256x256xf64>, %c: tensor<256x
 // REPORT: "config": "{{[0-9]+x[0-9]+x[0-9]+,s[0-9],w[0-9],g[0-9]+.*}}"
 // REPORT: "arch": "sm_90a"
 // REPORT: "reason": "left to IREE: f64 x f64 -> f64: the kernels take f32, f16 or bf16"
+// REPORT: "reason": "falcon's classical GEMM kernel; B read through the transpose that made it"
 
 // Below the default min-flops (2^27) IREE keeps the contraction.
 // SMALL: "reason": "left to IREE: 1.01e+08 FLOP < min-flops 1.34e+08"
+
+// -----
+
+// Attention's P.V as IREE's StableHLO import writes it: B (the probabilities P)
+// is a permuted copy of P. The kernel reads P itself, transposed (nt), through
+// a collapse_shape view; V's copy moves its batch dimension, so A stays the copy.
+// CHECK: hal.executable.source private @[[EXE3:falcon_gemm_f16_64x128x128_nt_of32_b4_[0-9a-f]+]]
+// CHECK-LABEL: func.func @attention_pv
+// CHECK: %[[VT:.+]] = linalg.generic
+// CHECK: %[[A:.+]] = tensor.collapse_shape %[[VT]] {{\[}}[0, 1], [2], [3]]
+// CHECK: %[[PV:.+]] = tensor.collapse_shape %arg1 {{\[}}[0, 1, 2], [3], [4]] : tensor<1x1x4x128x128xf16> into tensor<4x128x128xf16>
+// CHECK: call @[[EXE3]]_call(%[[A]], %[[PV]]) : (tensor<4x64x128xf16>, tensor<4x128x128xf16>) -> tensor<4x64x128xf32>
+func.func @attention_pv(%v: tensor<1x128x4x64xf16>, %p: tensor<1x1x4x128x128xf16>) -> tensor<4x64x128xf32> {
+  %e1 = tensor.empty() : tensor<1x4x64x128xf16>
+  %vt = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d3, d1, d2)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%v : tensor<1x128x4x64xf16>) outs(%e1 : tensor<1x4x64x128xf16>) {
+  ^bb0(%in: f16, %out: f16):
+    linalg.yield %in : f16
+  } -> tensor<1x4x64x128xf16>
+  %e2 = tensor.empty() : tensor<1x4x128x1x128xf16>
+  %pt = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3, d4) -> (d3, d0, d1, d4, d2)>, affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d2, d3, d4)>], iterator_types = ["parallel", "parallel", "parallel", "parallel", "parallel"]} ins(%p : tensor<1x1x4x128x128xf16>) outs(%e2 : tensor<1x4x128x1x128xf16>) {
+  ^bb0(%in: f16, %out: f16):
+    linalg.yield %in : f16
+  } -> tensor<1x4x128x1x128xf16>
+  %a = tensor.collapse_shape %vt [[0, 1], [2], [3]] : tensor<1x4x64x128xf16> into tensor<4x64x128xf16>
+  %b = tensor.collapse_shape %pt [[0, 1], [2], [3, 4]] : tensor<1x4x128x1x128xf16> into tensor<4x128x128xf16>
+  %cst = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<4x64x128xf32>
+  %z = linalg.fill ins(%cst : f32) outs(%e : tensor<4x64x128xf32>) -> tensor<4x64x128xf32>
+  %r = linalg.batch_matmul ins(%a, %b : tensor<4x64x128xf16>, tensor<4x128x128xf16>) outs(%z : tensor<4x64x128xf32>) -> tensor<4x64x128xf32>
+  return %r : tensor<4x64x128xf32>
+}

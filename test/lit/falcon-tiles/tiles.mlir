@@ -1,5 +1,5 @@
 // RUN: falcon-opt %s --split-input-file --falcon-tiles=target=cuda-sm80 | FileCheck %s
-// RUN: falcon-opt %s --split-input-file --lcma-rewrite="scheme=strassen form=grouped" --falcon-tiles=target=cuda-sm80 | FileCheck %s --check-prefix=GROUPED
+// RUN: falcon-opt %s --split-input-file --lcma-rewrite="scheme=strassen form=grouped sums=input" --falcon-tiles=target=cuda-sm80 | FileCheck %s --check-prefix=GROUPED
 // RUN: falcon-opt %s --split-input-file --pass-pipeline="builtin.module(lcma-rewrite{scheme=strassen levels=2 form=grouped},falcon-tiles{target=cuda-sm80})" | FileCheck %s --check-prefix=GROUPED2
 // RUN: falcon-opt %s --split-input-file --falcon-tiles=target=none | FileCheck %s --check-prefix=NONE
 // RUN: not falcon-opt %s --falcon-tiles=target=sm_90 2>&1 | FileCheck %s --check-prefix=BAD
@@ -39,9 +39,12 @@ func.func @f32(%a: tensor<256x256xf32>, %b: tensor<256x256xf32>, %c: tensor<256x
 // CHECK: #[[CI:[a-z0-9_]+]] = #iree_codegen.compilation_info<lowering_config = #iree_gpu.lowering_config<{convert_acc_gemm, mma_kind = #iree_gpu.mma_layout<NV_MMA_SYNC_F16_16x8x16_F16>, promote_operands = [0, 1], reduction = [0, 0, 4], subgroup = [4, 8, 0], workgroup = [128, 256, 0]}>, translation_info = #[[TR]]>
 // CHECK: func.func @f16
 // CHECK: linalg.matmul {compilation_info = #[[CI]]} ins
-// GROUPED: #[[CI:[a-z0-9_]+]] = #iree_codegen.compilation_info<lowering_config = #iree_gpu.lowering_config<{convert_acc_gemm, mma_kind = #iree_gpu.mma_layout<NV_MMA_SYNC_F16_16x8x16_F16>, promote_operands = [0, 1], reduction = [0, 0, 0, 4], subgroup = [0, 4, 4, 0], workgroup = [1, 128, 128, 0]}>
+// Grouped f16 -> f16 with sums=input: the combined operands rounded to f16,
+// the batched product f16 x f16 accumulating in f32 (an f16 result's plan
+// never accumulates in f16), so the f32-accumulator mma intrinsic.
+// GROUPED: #[[CI:[a-z0-9_]+]] = #iree_codegen.compilation_info<lowering_config = #iree_gpu.lowering_config<{convert_acc_gemm, mma_kind = #iree_gpu.mma_layout<NV_MMA_SYNC_F32_16x8x16_F16>, promote_operands = [0, 1], reduction = [0, 0, 0, 4], subgroup = [0, 4, 4, 0], workgroup = [1, 128, 128, 0]}>
 // GROUPED: func.func @f16
-// GROUPED: linalg.batch_matmul {compilation_info = #[[CI]]} ins({{.+}} : tensor<7x128x128xf16>, tensor<7x128x128xf16>)
+// GROUPED: linalg.batch_matmul {compilation_info = #[[CI]]} ins({{.+}} : tensor<7x128x128xf16>, tensor<7x128x128xf16>) outs({{.+}} : tensor<7x128x128xf32>)
 func.func @f16(%a: tensor<256x256xf16>, %b: tensor<256x256xf16>, %c: tensor<256x256xf16>) -> tensor<256x256xf16> {
   %0 = linalg.matmul ins(%a, %b : tensor<256x256xf16>, tensor<256x256xf16>) outs(%c : tensor<256x256xf16>) -> tensor<256x256xf16>
   return %0 : tensor<256x256xf16>

@@ -50,3 +50,19 @@ func.func @dyn_bmm(%a: tensor<4x?x96xf32>, %b: tensor<4x96x96xf32>, %c: tensor<4
   %0 = linalg.batch_matmul ins(%a, %b : tensor<4x?x96xf32>, tensor<4x96x96xf32>) outs(%c : tensor<4x?x96xf32>) -> tensor<4x?x96xf32>
   return %0 : tensor<4x?x96xf32>
 }
+
+// -----
+
+// A 1 x 1 block of A (2 x 2 A under Strassen): every product's LHS, a combine
+// A included, goes behind a barrier. IREE 3.13's data tiling fails on a matmul
+// whose 1 x 1 LHS an elementwise op makes ("tiling factors must be less than
+// or equal to the input rank for pack"; found by scripts/fuzz_diff.py).
+// CHECK-LABEL: func.func @unit_lhs
+// CHECK: %[[S:.+]] = linalg.generic {{.*}} outs(%{{.+}} : tensor<1x1xf32>)
+// CHECK: %[[SB:.+]] = util.optimization_barrier %[[S]] : tensor<1x1xf32>
+// CHECK: linalg.matmul ins(%[[SB]], %{{.+}} : tensor<1x1xf32>, tensor<1x2xf32>)
+// CHECK: return
+func.func @unit_lhs(%a: tensor<2x2xf32>, %b: tensor<2x4xf32>, %c: tensor<2x4xf32>) -> tensor<2x4xf32> {
+  %0 = linalg.matmul ins(%a, %b : tensor<2x2xf32>, tensor<2x4xf32>) outs(%c : tensor<2x4xf32>) -> tensor<2x4xf32>
+  return %0 : tensor<2x4xf32>
+}

@@ -102,8 +102,8 @@ COMPILED = [
     ("f32", 96, "strassen"),
     ("f32", 96, "strassen^2"),
     ("f32", 81, "3x3x3:23"),
-    ("f16", 64, "strassen"),
-    ("f16", 64, "strassen^2"),
+    # f16 -> f16 plans accumulate in f32 since the narrow-result emission:
+    # measured against their own model in test_narrow_results.py
     ("bf16", 96, "strassen^2"),
     ("bf16", 72, "3x3x3:23"),
 ]

@@ -71,7 +71,8 @@ def _compile(text, lcma):
     # elements (the folded view is one matmul), a peeled row strip and a K strip
     ((3, 37, 50, 67), {}, "scheme=strassen", ["strassen"], 7 + 2),
     ((3, 37, 50, 67), {}, "scheme=strassen form=grouped", ["strassen"], 1 + 2),
-    ((4, 32, 48, 64), {}, "scheme=strassen levels=2 edge=pad", ["strassen", "strassen"], 49),
+    # two levels: stacked, one batched product for the 49
+    ((4, 32, 48, 64), {}, "scheme=strassen levels=2 edge=pad", ["strassen", "strassen"], 1),
     ((3, 37, 50, 66), {"lhs": "bf16", "transpose_b": True, "form": "generic"}, "scheme=strassen",
      ["strassen"], 7 + 1),
 ])

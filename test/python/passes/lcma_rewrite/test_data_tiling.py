@@ -142,3 +142,65 @@ def test_run_time_dispatch_compiles_and_matches_under_data_tiling(batch, options
         assert got.shape == tuple(lead + [M, N])
         ref = reference(a, b, c, batch=batch)
         assert rel_err(got, ref) <= _tolerance(K, ["strassen"]), (M, rel_err(got, ref))
+
+
+def _unit_lhs_module(M, K, N):
+    """``(a + a2) @ b``: a matmul whose LHS an elementwise op makes (as a combine A does)."""
+    ta, tb, tc = f"tensor<{M}x{K}xf32>", f"tensor<{K}x{N}xf32>", f"tensor<{M}x{N}xf32>"
+    return ("#map = affine_map<(d0, d1) -> (d0, d1)>\n"
+            f"func.func @f(%a: {ta}, %a2: {ta}, %b: {tb}) -> {tc} {{\n"
+            f"  %e = tensor.empty() : {ta}\n"
+            "  %s = linalg.generic {indexing_maps = [#map, #map, #map], iterator_types = "
+            f"[\"parallel\", \"parallel\"]}} ins(%a, %a2 : {ta}, {ta}) outs(%e : {ta}) {{\n"
+            "  ^bb0(%x: f32, %y: f32, %o: f32):\n"
+            "    %t = arith.addf %x, %y : f32\n"
+            "    linalg.yield %t : f32\n"
+            f"  }} -> {ta}\n"
+            "  %z = arith.constant 0.0 : f32\n"
+            f"  %c0 = tensor.empty() : {tc}\n"
+            f"  %c = linalg.fill ins(%z : f32) outs(%c0 : {tc}) -> {tc}\n"
+            f"  %r = linalg.matmul ins(%s, %b : {ta}, {tb}) outs(%c : {tc}) -> {tc}\n"
+            f"  return %r : {tc}\n}}\n")
+
+
+def test_iree_still_fails_on_a_made_unit_lhs_under_data_tiling():
+    """The IREE 3.13 bug behind ``Emitter.fence_unit_lhs``, without falcon: a 1 x 1 LHS
+    made by an elementwise op, N > 1, data tiling on (ukernels or not). When this
+    compiles, the fence can go (a 2 x 2 LHS, or a 1 x 1 argument, always compiled)."""
+    from iree.compiler import CompilerToolError
+    from iree.compiler import compile_str as iree_compile_str
+
+    flags = list(BEST_CPU_FLAGS)
+    iree_compile_str(_unit_lhs_module(1, 2, 2), target_backends=["llvm-cpu"], extra_args=flags)
+    with pytest.raises(CompilerToolError, match="tiling factors must be less than or equal"):
+        iree_compile_str(_unit_lhs_module(1, 1, 2), target_backends=["llvm-cpu"], extra_args=flags)
+
+
+#: Minimal cases of scripts/fuzz_diff.py with data tiling on: a forced per-product plan
+#: whose A blocks are 1 x 1 failed to compile ("tiling factors must be less than or
+#: equal to the input rank for pack"); the combined A now goes behind a barrier. The
+#: grouped cases failed only without barriers (the fuzzer's first draft): its batched
+#: product over R takes the R x 1 x 1 combined A. (M, N, K, lhs, acc, batch,
+#: transpose_b, options)
+UNIT_LHS_CASES = [
+    (2, 4, 2, "f32", "f32", 0, False, "scheme=strassen levels=1 edge=peel form=per-product"),
+    (3, 8, 2, "f32", "f32", 0, False, "scheme=strassen levels=3 edge=peel form=per-product"),
+    (2, 5, 3, "bf16", "f32", 0, False, "scheme=2x3x4:20 levels=2 edge=peel form=grouped"),
+    (3, 7, 8, "bf16", "f32", 3, True, "scheme=2x3x4:20 levels=2 edge=peel form=grouped"),
+]
+
+
+@pytest.mark.parametrize("M,N,K,lhs,acc,batch,transpose_b,options", UNIT_LHS_CASES)
+def test_unit_lhs_block_under_data_tiling(M, N, K, lhs, acc, batch, transpose_b, options):
+    text, shapes = contraction_mlir(M, N, K, lhs=lhs, acc=acc, batch=batch,
+                                    transpose_b=transpose_b)
+    vmfb, report = compile_str(text, target_backends=["llvm-cpu"], extra_args=list(BEST_CPU_FLAGS),
+                               lcma=options, return_report=True)
+    assert report[0]["plan"] != "classical" and report[0]["products"], report[0]
+    a, b, c = random_inputs(shapes, [lhs, lhs, acc], seed=M * N * K)
+    got = Module(vmfb)("f", a, b, c)
+    ref = reference(a, b, c, batch=batch, transpose_b=transpose_b)
+    # bf16 operands are exact in f32 products of tiny K; f32 sums of <= 8 terms
+    assert got.shape == ref.shape
+    assert rel_err(got, ref) <= 1e-5, rel_err(got, ref)
+    assert not np.array_equal(got, np.asarray(c))

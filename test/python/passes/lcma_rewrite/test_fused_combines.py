@@ -25,6 +25,8 @@ CASES = [
     (64, 96, 48, {"form": "generic", "transpose_b": True}, "scheme=2x3x2:11"),
     (64, 64, 64, {}, "scheme=strassen levels=2 form=grouped"),
     (64, 64, 64, {}, "scheme=strassen levels=2"),
+    # stacked levels with the fused combine C at both levels: batch, transposed B, mixed schemes
+    (72, 96, 48, {"batch": 2, "transpose_b": True}, "scheme=strassen,2x3x2:11 levels=2"),
     (50, 70, 30, {}, "scheme=strassen form=grouped edge=pad"),
     (50, 70, 30, {}, "scheme=strassen edge=peel"),
 ]

@@ -68,8 +68,25 @@ def test_two_levels_strassen():
 
 
 def test_two_levels_mixed_schemes():
+    # Stacked: the 7 * 23 products are one batched contraction.
     check(96, 72, 60, "scheme=strassen,3x3x3:23 levels=2", schemes=["strassen", "3x3x3:23"],
-          expect_products=7 * 23)
+          expect_products=1)
+
+
+# Stacked levels (one batched product for all levels): batch dims, transposed
+# operands, generic contractions, three levels, and a level whose combine B
+# reads more blocks (2x5x6: 30) than one op may (24, so two ops).
+@pytest.mark.parametrize("M, N, K, options, schemes, kw", [
+    (48, 48, 56, "scheme=strassen,2x2x3:11 levels=2", ["strassen", "2x2x3:11"],
+     dict(batch=3, transpose_a=True)),
+    (64, 72, 80, "scheme=winograd levels=2", ["winograd", "winograd"],
+     dict(form="generic", transpose_b=True)),
+    (64, 64, 64, "scheme=strassen levels=3", ["strassen"] * 3, {}),
+    (60, 96, 70, "scheme=strassen,2x5x6:47 levels=2", ["strassen", "2x5x6:47"], {}),
+    (41, 77, 50, "scheme=3x3x3:23 levels=2 edge=pad", ["3x3x3:23", "3x3x3:23"], {}),
+])
+def test_stacked_levels(M, N, K, options, schemes, kw):
+    check(M, N, K, options, schemes=schemes, expect_products=1, **kw)
 
 
 def test_transposed_b_winograd():

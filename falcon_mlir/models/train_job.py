@@ -3,11 +3,15 @@ IREE and by falcon, run for the same steps on the CPU, compared (the library
 behind ``python3 tools/run_model.py --train``).
 
 The step (:mod:`falcon_mlir.models.train_step`: loss, ``jax.value_and_grad``,
-SGD) is exported to StableHLO once and compiled twice with the main job's
-functions (:func:`~falcon_mlir.models.main_job.compile_classical`, and
-:func:`~falcon_mlir.models.main_job.compile_falcon`, i.e.
-``falcon_mlir.api.compile_str`` with ``lcma``), with the same flags (the
-main job's, plus :data:`TRAIN_FLAGS`). Both
+SGD) is exported to StableHLO once and compiled twice by :func:`compile_step`,
+both builds the same way: the front half (StableHLO import to IREE's
+``input`` phase) by the main job's functions
+(:func:`~falcon_mlir.models.main_job.compile_classical`: plain iree-compile;
+:func:`~falcon_mlir.models.main_job.compile_falcon`: ``falcon_mlir.api.compile_str``
+with ``lcma``, whose rewrite runs after ``input``), the back half (``input``
+to the vmfb) by one iree-compile process each with the main job's flags plus
+:data:`TRAIN_FLAGS`, so those global LLVM options never touch the calling
+process (nothing is set process-wide: later compiles in it are unchanged). Both
 modules start from the same params; step ``s`` feeds both the same batch
 (:meth:`TrainStep.random_batch`) and each module its own returned params (kept
 on the device). The two modules' steps are interleaved (step ``s`` classical,
@@ -22,7 +26,7 @@ import os
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Callable, List, Optional, Sequence
+from typing import Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -40,18 +44,24 @@ from falcon_mlir.models.main_job import (BASE_FLAGS, DATA_TILING_FLAGS, compile_
 #: function. Got 131072 bytes"; the q and o gradients, 32x128x4096, want
 #: 524288 bytes) unless told not to fail on large vectors and given a 2 MiB
 #: stack limit; the task workers then get :data:`WORKER_STACK_FLAGS` (IREE's
-#: default worker stack is 128 KiB). A global LLVM option: on iree-compile's command line for
-#: the classical build, set process-wide (:func:`falcon_mlir.pipeline.capi.set_global_flags`)
-#: for falcon's in-process build, whose session flags cannot carry it.
+#: default worker stack is 128 KiB). They are global LLVM options, which an
+#: in-process session cannot carry; :func:`compile_step` gives them to the
+#: iree-compile process of each build's back half only.
 TRAIN_FLAGS = ("--iree-llvmcpu-fail-on-large-vector=false", "--iree-llvmcpu-stack-allocation-limit=2097152")
 
-#: Runtime flags for the task workers running the training step (both
-#: modules, one process): stacks of 8 MiB for :data:`TRAIN_FLAGS`' stack limit.
-WORKER_STACK_FLAGS = ("--task_worker_stack_size=8388608",)
-_runtime_flags_set = False
+#: The IREE phase where :func:`compile_step` splits both builds (falcon's
+#: rewrite runs after it: ``falcon_mlir.pipeline.phases.DEFAULT_REWRITE_PHASE``).
+SPLIT_PHASE = "input"
 
-__all__ = ["TRAIN_FLAGS", "WORKER_STACK_FLAGS", "TrainJob", "run_train_job", "run_steps", "weights_bound", "print_train_contractions",
-           "train_result_lines"]
+#: Runtime flags for the task workers running the training step (both
+#: modules, one device made for them): stacks of 8 MiB for
+#: :data:`TRAIN_FLAGS`' stack limit; :data:`DEFAULT_WORKER_STACK_FLAGS`
+#: (IREE's default) is put back once that device is made.
+WORKER_STACK_FLAGS = ("--task_worker_stack_size=8388608",)
+DEFAULT_WORKER_STACK_FLAGS = ("--task_worker_stack_size=131072",)
+
+__all__ = ["TRAIN_FLAGS", "SPLIT_PHASE", "WORKER_STACK_FLAGS", "TrainJob", "compile_step", "run_train_job",
+           "run_steps", "train_device", "weights_bound", "print_train_contractions", "train_result_lines"]
 
 
 @dataclass
@@ -68,13 +78,67 @@ class TrainJob:
     classes: List[dict] = field(default_factory=list)
 
 
+_train_device = None
+
+
+def train_device():
+    """The local-task ``iree.runtime`` HAL device the training steps run on:
+    made once per process, from a new, uncached local-task driver whose task
+    workers have :data:`WORKER_STACK_FLAGS`' stacks (IREE's local-task driver
+    reads its executor's flags when it is made, so a fresh one is needed
+    where the process made a local-task driver before). The runtime flags
+    are put back to :data:`DEFAULT_WORKER_STACK_FLAGS` right after, so
+    drivers made later in the process get IREE's default. The driver and
+    device are kept for the process (freeing them while buffers or modules
+    still refer to them crashes IREE)."""
+    global _train_device
+    if _train_device is None:
+        import iree.runtime as rt
+        from iree.runtime._binding import create_hal_driver
+
+        rt.flags.parse_flags(*WORKER_STACK_FLAGS)
+        try:
+            drv = create_hal_driver("local-task")
+            _train_device = (drv, drv.create_default_device())
+        finally:
+            rt.flags.parse_flags(*DEFAULT_WORKER_STACK_FLAGS)
+    return _train_device[1]
+
+
+def compile_step(text: str, flags: Sequence[str], lcma=None, *, falcon: bool = True,
+                 extra_flags: Sequence[str] = TRAIN_FLAGS) -> Tuple[bytes, List[dict]]:
+    """Compiles the exported step ``text`` (StableHLO) to a vmfb in two halves:
+    to :data:`SPLIT_PHASE` (``falcon``: by
+    :func:`~falcon_mlir.models.main_job.compile_falcon` with ``lcma``, whose
+    rewrite runs there; else by plain iree-compile,
+    :func:`~falcon_mlir.models.main_job.compile_classical`), then from there
+    to the end by one iree-compile process with ``flags`` plus
+    ``extra_flags`` (global LLVM options included: they stay in that
+    process). Both builds take the same path, only the rewrite differs.
+
+    Returns:
+        ``(vmfb, report)``: falcon's report (one dict per contraction), ``[]``
+        for the plain build.
+
+    Raises:
+        falcon's ``CompileError`` / ``OptionError`` or iree.compiler's
+        ``CompilerToolError``: a half failed.
+    """
+    from iree.compiler import compile_str
+
+    to = [f"--compile-to={SPLIT_PHASE}"]
+    if falcon:
+        mid, report = compile_falcon(text, lcma, list(flags) + to)
+    else:
+        mid, report = compile_classical(text, list(flags) + to), []
+    vmfb = compile_str(mid, extra_args=list(flags) + list(extra_flags) + [f"--compile-from={SPLIT_PHASE}"])
+    return vmfb, report
+
+
 def run_steps(vmfbs: Sequence[bytes], params: Sequence[np.ndarray], batches: Callable[[int], tuple],
               steps: int, n_out_params: Optional[int] = None, log: Optional[Callable[[str], None]] = None):
     """Runs ``steps`` training steps of each module in ``vmfbs`` (interleaved
-    per step), each from ``params``.
-
-    The process's IREE runtime flags get :data:`WORKER_STACK_FLAGS` first
-    (they apply to devices made afterwards).
+    per step), each from ``params``, all on one device of :func:`train_device`.
 
     ``batches(s)`` gives step ``s``'s ``(x, target)`` (numpy float32);
     the modules' ``main(*params, x, target)`` return ``(loss, *new_params,
@@ -91,12 +155,9 @@ def run_steps(vmfbs: Sequence[bytes], params: Sequence[np.ndarray], batches: Cal
 
     from falcon_mlir.runner import Module
 
-    global _runtime_flags_set
-    if not _runtime_flags_set:  # before the first local-task device of this call's modules
-        rt.flags.parse_flags(*WORKER_STACK_FLAGS)
-        _runtime_flags_set = True
+    config = rt.Config(device=train_device())
     n = len(params) if n_out_params is None else n_out_params
-    mods = [Module(vm) for vm in vmfbs]
+    mods = [Module(vm, config=config) for vm in vmfbs]
     state = [m.on_device(*params) for m in mods]
     losses: list = [[] for _ in mods]
     times: list = [[] for _ in mods]
@@ -182,14 +243,11 @@ def run_train_job(*, tokens: int = 1024, steps: int = 20, layers: int = 1, lr: f
     params = ts.random_params(seed + 1)
 
     t0 = time.perf_counter()
-    vm_c = compile_classical(text, flags + list(TRAIN_FLAGS))
+    vm_c, _ = compile_step(text, flags, falcon=False)
     t_cc = time.perf_counter() - t0
     log(f"classical compile {t_cc:.1f} s")
-    from falcon_mlir.pipeline.capi import set_global_flags
-
-    set_global_flags(TRAIN_FLAGS)
     t0 = time.perf_counter()
-    vm_f, report = compile_falcon(text, spec, flags)
+    vm_f, report = compile_step(text, flags, spec)
     t_cf = time.perf_counter() - t0
     log(f"falcon compile {t_cf:.1f} s ({len(report)} contractions in the report)")
     classes = classify_contractions(report, text, debug_text, names)

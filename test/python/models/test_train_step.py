@@ -123,16 +123,15 @@ def test_classification_two_blocks():
 def compiled():
     """The small step (with gradients) compiled both ways, falcon with
     Strassen forced on every contraction; STEPS steps of each."""
-    from falcon_mlir.models.main_job import compile_classical, compile_falcon
-    from falcon_mlir.models.train_job import run_steps
+    from falcon_mlir.models.train_job import compile_step, run_steps
     from falcon_mlir.models.train_step import classify_contractions
     from falcon_mlir.runner import CPU_FLAGS
 
     ts = _train_step(CFG, 1, with_grads=True)
     text = ts.export_mlir()
     names = [n for n, _ in ts.param_specs()]
-    vm_c = compile_classical(text, CPU_FLAGS)
-    vm_f, report = compile_falcon(text, "scheme=strassen levels=1 form=grouped", CPU_FLAGS)
+    vm_c, _ = compile_step(text, CPU_FLAGS, falcon=False)
+    vm_f, report = compile_step(text, CPU_FLAGS, "scheme=strassen levels=1 form=grouped")
     classes = classify_contractions(report, text, ts.export_mlir(debug_info=True), names)
     params = ts.random_params(1)
     batches = lambda s: ts.random_batch(s, 0)  # noqa: E731
@@ -140,6 +139,27 @@ def compiled():
     ref = _f64_trajectory(CFG, 1, params, batches, STEPS)
     return dict(ts=ts, report=report, classes=classes, params=params, losses=losses, finals=finals,
                 grads=grads, ref=ref)
+
+
+def test_train_flags_stay_in_their_compile(compiled):
+    """Both builds got TRAIN_FLAGS (global LLVM options) without setting
+    anything process-wide: IREE's global options are still unset, so a later
+    compile in this process (falcon-kernels' KERNEL_FLAGS included) is not
+    affected, and an in-process compile of a module of the same form still
+    works without them."""
+    from falcon_mlir.api import compile_str
+    from falcon_mlir.pipeline.capi import global_flags
+    from falcon_mlir.runner import CPU_FLAGS, Module
+
+    assert global_flags() is None
+    src = ("func.func @mm(%a: tensor<16x8xf32>, %b: tensor<8x4xf32>) -> tensor<16x4xf32> {\n"
+           "  %0 = stablehlo.dot_general %a, %b, contracting_dims = [1] x [0] : "
+           "(tensor<16x8xf32>, tensor<8x4xf32>) -> tensor<16x4xf32>\n  return %0 : tensor<16x4xf32>\n}")
+    vm = compile_str(src, extra_args=CPU_FLAGS, input_type="stablehlo", lcma=None)
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((16, 8), dtype=np.float32), rng.standard_normal((8, 4), dtype=np.float32)
+    np.testing.assert_allclose(np.asarray(Module(vm)("mm", a, b)), a @ b, rtol=1e-5, atol=1e-5)
+    assert global_flags() is None
 
 
 def test_loss_curves_agree(compiled):

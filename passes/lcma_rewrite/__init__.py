@@ -45,6 +45,7 @@ from .dispatch import DYNAMIC_CHUNK_CANDIDATES, DYNAMIC_CHUNK_M, dynamic_choice,
 from .emit import Emitter
 from .fold import Folded
 from .options import MAX_LEVELS, LcmaOptions, OptionError
+from .through import read_through_transposes
 from .planning import plan_for, predicted_errors, predicted_time, rounding_entry, sums_type
 
 __all__ = ["run_lcma_rewrite", "LcmaOptions", "plan_for", "OptionError", "RewriteError",
@@ -258,6 +259,10 @@ def run_lcma_rewrite(module_op, options: LcmaOptions) -> list:
         if plan is not None and plan.form == "kernel":
             _hand_off(c, plan, entry)
         elif disp is not None or plan is not None:
+            if disp is None and folded is None:
+                c, through = read_through_transposes(c)
+                if through:
+                    entry["through_transpose"] = through
             em = Emitter(c, barriers=bool(options.barriers), fuse_c=fuse_c,
                          sums=sums_type(c, disp.plan if disp is not None else plan, options))
             with c.op.location, ir.InsertionPoint(c.op):

@@ -2,6 +2,7 @@
 and, as the peer, under ``jax.jit``.
 
     python tools/run_model.py [--tokens 1024] [--lcma auto] [--repeat 3] [--dtype bfloat16] [--no-jax]
+    python tools/run_model.py --train [--steps 20] [--tokens 1024] [--layers 1] [--lr 0.5]
 
 Exports keras-hub's Llama decoder block at Llama-3-8B sizes (hidden 4096, MLP
 14336, 32 heads, 8 kv heads, head dim 128; random weights made here) to
@@ -22,6 +23,15 @@ JAX's; a non-finite output is an error, the errors are printed (no
 threshold).  Times are medians of ``--repeat`` calls after one warm-up call
 each, inputs already on the device, the three runs' calls interleaved.
 
+With ``--train`` it runs a training step of the block instead (loss,
+``jax.value_and_grad``, SGD; :mod:`falcon_mlir.models.train_step`): both
+modules run ``--steps`` steps from the same params and batches, each fed its
+own returned params; it prints one row per contraction (forward ones, then
+backward ones: ``dW`` weight gradients, ``dX via`` input gradients,
+attention gradients), the loss of both after every step, the median time
+per step of both and their ratio, and the max relative difference of the
+loss curves and of the final weights (:mod:`falcon_mlir.models.train_job`).
+
 Needs the ``models`` extra (jax, keras, keras-hub).  Exits 1 with one line on
 failure (``--traceback`` shows the whole error), 2 for a bad command line.
 The work is done by :mod:`falcon_mlir.models.main_job`; this file is the
@@ -37,6 +47,7 @@ import traceback
 from falcon_mlir.cli import ArgumentParser, ToolError, one_line, run_tool
 from falcon_mlir.files import write_atomic
 from falcon_mlir.models.main_job import DATA_TILING_FLAGS, print_contractions, result_lines, run_main_job
+from falcon_mlir.models.train_job import print_train_contractions, run_train_job, train_result_lines
 
 PROG = "run_model"
 
@@ -55,6 +66,13 @@ def parse_args(argv=None):
                    help='falcon rewrite options: "auto" (default), "scheme=S levels=L", "none" (no '
                         'rewrite), or "analyze" (report what auto would do, rewrite nothing)')
     p.add_argument("--repeat", type=int, default=3, help="timed calls per module (median; default 3)")
+    p.add_argument("--train", action="store_true",
+                   help="run a training step (loss, value_and_grad, SGD) for --steps steps instead of "
+                        "one forward pass")
+    p.add_argument("--steps", type=int, default=20, help="training steps per module (--train; default 20)")
+    p.add_argument("--layers", type=int, default=1, help="stacked blocks in the training step (--train; "
+                                                         "default 1)")
+    p.add_argument("--lr", type=float, default=0.5, help="SGD learning rate (--train; default 0.5)")
     p.add_argument("--seed", type=int, default=0, help="seed of inputs (weights use seed+1)")
     p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"),
                    help="the layer's dtype (weights, activations, arguments; default float32); "
@@ -70,18 +88,35 @@ def parse_args(argv=None):
     p.add_argument("--no-jax", dest="jax", action="store_false",
                    help="leave out the JAX/XLA peer (the block under jax.jit on the CPU)")
     p.add_argument("--save-dir", default=None,
-                   help="write block.mlir, classical.vmfb, falcon.vmfb, report.json there")
+                   help="write block.mlir (--train: step.mlir), classical.vmfb, falcon.vmfb, report.json there")
     p.add_argument("--json", default=None, help="write the results as JSON to this file")
     p.add_argument("--traceback", action="store_true", help="show the full error on failure")
     args = p.parse_args(argv)
     if args.tokens < 1 or args.repeat < 1:
         p.error("--tokens and --repeat must be >= 1")
+    if args.steps < 1 or args.layers < 1:
+        p.error("--steps and --layers must be >= 1")
+    if not args.lr > 0:
+        p.error("--lr must be > 0")
+    if args.train and args.dtype != "float32":
+        p.error("--train runs in float32 only (--dtype float32)")
     return args
 
 
 def run(args) -> dict:
     """Run the job for parsed ``args``, print the table and summary, write
     ``--json``; returns the results (dict)."""
+    if args.train:
+        job = run_train_job(tokens=args.tokens, steps=args.steps, layers=args.layers, lr=args.lr,
+                            lcma=args.lcma, seed=args.seed, small=args.small, data_tiling=args.data_tiling,
+                            iree_flags=args.iree_flag, save_dir=args.save_dir, log=_log)
+        res = job.data
+        print_train_contractions(res["report"], job.classes)
+        print("\n".join(train_result_lines(res)))
+        print(res["summary"])
+        if args.json:
+            write_atomic(args.json, json.dumps(res, indent=1, default=str).encode())
+        return res
     job = run_main_job(tokens=args.tokens, lcma=args.lcma, repeat=args.repeat, seed=args.seed,
                        small=args.small, data_tiling=args.data_tiling, iree_flags=args.iree_flag,
                        reference=not args.no_reference, save_dir=args.save_dir, log=_log,

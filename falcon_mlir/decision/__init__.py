@@ -25,7 +25,7 @@ predicted plan that meets the error budget, or classical:
    or mixed, whichever the profile's GEMM rates favour);
 5. plans whose blocks are not exact multiples of the profile's ``align`` (or,
    where the profile says so, not powers of two, ``pow2_blocks``, or with K
-   blocks under ``min_block_k``) at
+   blocks under ``min_block_k`` or M blocks under ``min_block_m``) at
    every level are not considered (on the x86 host IREE's microkernels lose
    on odd blocks and peeled strips: measured, docs/benchmarks.md);
 6. plans predicted to add more than ``LONG_COMPILE_SECONDS`` of IREE
@@ -98,10 +98,11 @@ def _fits(pb: Problem, schemes: Sequence[str]) -> bool:
 
 
 def _aligned(pb: Problem, schemes: Sequence[str], align: int, pow2: bool = False,
-             min_k: int = 1) -> bool:
+             min_k: int = 1, min_m: int = 1) -> bool:
     """Whether every level divides the sizes exactly into blocks that are multiples
-    of ``align`` (powers of two with ``pow2``; K blocks at least ``min_k``)."""
-    if align <= 1 and not pow2 and min_k <= 1:
+    of ``align`` (powers of two with ``pow2``; K blocks at least ``min_k``, M
+    blocks at least ``min_m``)."""
+    if align <= 1 and not pow2 and min_k <= 1 and min_m <= 1:
         return True
     M, N, K = pb.M, pb.N, pb.K
     for nm in schemes:
@@ -109,7 +110,7 @@ def _aligned(pb: Problem, schemes: Sequence[str], align: int, pow2: bool = False
         if M % st.m or N % st.n or K % st.k:
             return False
         M, N, K = M // st.m, N // st.n, K // st.k
-        if M % align or N % align or K % align or K < min_k:
+        if M % align or N % align or K % align or K < min_k or M < min_m:
             return False
         if pow2 and any(x & (x - 1) for x in (M, N, K)):
             return False
@@ -312,7 +313,7 @@ class _Search:
 
     def aligned(self, schemes) -> bool:
         p = self.profile
-        return _aligned(self.pb, schemes, p.align, p.pow2_blocks, p.min_block_k)
+        return _aligned(self.pb, schemes, p.align, p.pow2_blocks, p.min_block_k, p.min_block_m)
 
     def consider(self, schemes: tuple, form: str, edge_list=None) -> None:
         if not self.aligned(schemes):
@@ -422,8 +423,10 @@ def _pick(dec: Decision, cands: list, pb: Problem, profile: Profile, budget, min
                       (f"auto: no plan divides M, N, K into blocks that are multiples of {align}"
                        + (", powers of two" if profile.pow2_blocks else "")
                        + (f", K blocks >= {profile.min_block_k}" if profile.min_block_k > 1 else "")
+                       + (f", M blocks >= {profile.min_block_m}" if profile.min_block_m > 1 else "")
                        + f" (the {profile.name} profile's block rules); classical"
                        if align > 1 or profile.pow2_blocks or profile.min_block_k > 1
+                       or profile.min_block_m > 1
                        else "auto: no plan fits the shape; classical"))
         return
     best = ok[0]

@@ -22,6 +22,7 @@ A profile is a JSON document (``format`` 1)::
       "align": 64,        # auto: product blocks must be multiples of this
       "pow2_blocks": false,  # auto: product blocks must be powers of two
       "min_block_k": 1,   # auto: K blocks at least this
+      "min_block_m": 1,   # auto: M blocks at least this
       "min_gain": 0.2     # auto: predicted gain needed over classical
     }
 
@@ -128,6 +129,10 @@ class Profile:
             0.85-1.01x of tuned classical at M = 8192, docs/benchmarks.md).
         min_block_k: under ``auto``, every level's K block must be at least
             this (x86: 26 products with 256-deep K blocks ran at 0.72x).
+        min_block_m: under ``auto``, every level's M block must be at least
+            this (x86: plans with 128-row blocks, M = 256, gained at most
+            1.1x where the model said 1.28-1.38x, and the training step's
+            dX via gate/up ran at 0.93x).
         max_levels: most levels ``levels=auto`` tries on this target
             (``None``: :data:`falcon_mlir.decision.MAX_AUTO_LEVELS`).
         min_gain: the predicted gain a plan needs over classical on this
@@ -159,6 +164,7 @@ class Profile:
     align: int = 1
     pow2_blocks: bool = False
     min_block_k: int = 1
+    min_block_m: int = 1
     min_gain: Optional[float] = None
     max_levels: Optional[int] = None
     plan_forms: Tuple[str, ...] = ("per-product", "grouped")
@@ -233,6 +239,7 @@ class Profile:
                        for k in self.gemm},
             "forms": dict(self.forms), "align": self.align, "pow2_blocks": self.pow2_blocks,
             "min_block_k": self.min_block_k,
+            **({"min_block_m": self.min_block_m} if self.min_block_m > 1 else {}),
             **({"min_gain": self.min_gain} if self.min_gain is not None else {}),
             **({"max_levels": self.max_levels} if self.max_levels is not None else {}),
             **({"plan_forms": list(self.plan_forms)}
@@ -269,6 +276,7 @@ class Profile:
             align=_pos_int(d.get("align", 1), "align", where),
             pow2_blocks=_bool(d.get("pow2_blocks", False), "pow2_blocks", where),
             min_block_k=_pos_int(d.get("min_block_k", 1), "min_block_k", where),
+            min_block_m=_pos_int(d.get("min_block_m", 1), "min_block_m", where),
             min_gain=(None if d.get("min_gain") is None else
                       _fraction(d["min_gain"], "min_gain", where)),
             max_levels=(None if d.get("max_levels") is None else

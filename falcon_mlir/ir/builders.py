@@ -19,7 +19,7 @@ from iree.compiler.dialects import arith, linalg, tensor
 __all__ = ["tensor_type", "bit_width", "is_float", "cast", "constant", "index", "zeros",
            "slice_along", "slice_accumulator", "insert_along", "pad_along",
            "dynamic_slice", "dynamic_insert", "parallel_generic", "weighted_sum",
-           "optimization_barrier", "defining_op_name", "reassociation_attr"]
+           "optimization_barrier", "defining_op_name", "reassociation_attr", "permutation_source"]
 
 
 def tensor_type(v: ir.Value) -> ir.RankedTensorType:
@@ -230,3 +230,37 @@ def reassociation_attr(groups: Sequence[Sequence[int]]) -> ir.ArrayAttr:
     one ``[i64, ...]`` array of source dimensions per result dimension."""
     i64 = ir.IntegerType.get_signless(64)
     return ir.ArrayAttr.get([ir.ArrayAttr.get([ir.IntegerAttr.get(i64, p) for p in g]) for g in groups])
+
+
+def permutation_source(t: ir.Value) -> Optional[tuple]:
+    """``(S, where)`` when ``t`` only permutes ``S`` (a ``linalg.transpose``,
+    or a ``linalg.generic`` of parallel loops that yields its one input
+    through a permuted map into an identity-mapped init): ``where[j]`` is the
+    dimension of ``t`` that ``S``'s dimension ``j`` becomes; else None (a
+    block argument, any other op)."""
+    owner = t.owner
+    if isinstance(owner, ir.Block):
+        return None
+    op = owner.operation
+    if op.name == "linalg.transpose":
+        perm = list(ir.DenseI64ArrayAttr(op.attributes["permutation"]))
+        where = [0] * len(perm)
+        for i, p in enumerate(perm):  # result dimension i is input dimension perm[i]
+            where[p] = i
+        return op.operands[0], where
+    if op.name != "linalg.generic" or len(op.operands) != 2 or len(op.results) != 1:
+        return None
+    if any("parallel" not in str(it) for it in ir.ArrayAttr(op.attributes["iterator_types"])):
+        return None
+    block = op.regions[0].blocks[0]
+    body = list(block.operations)
+    if len(body) != 1 or body[0].operation.name != "linalg.yield" or \
+            body[0].operation.operands[0] != block.arguments[0]:
+        return None
+    in_map, out_map = (ir.AffineMapAttr(m).value for m in ir.ArrayAttr(op.attributes["indexing_maps"]))
+    if not out_map.is_permutation or list(out_map.results) != [ir.AffineDimExpr.get(i) for i in
+                                                               range(out_map.n_dims)]:
+        return None
+    if not in_map.is_permutation:
+        return None
+    return op.operands[0], [ir.AffineDimExpr(e).position for e in in_map.results]

@@ -12,7 +12,7 @@ import ctypes
 import threading
 
 __all__ = ["DIAG_CALLBACK", "compiler_dylib", "set_phases", "import_steal", "erase_module",
-           "set_global_flags", "GlobalFlagsError"]
+           "set_global_flags", "global_flags", "GlobalFlagsError"]
 
 #: ``void (*)(severity, const char *message, size_t size, void *user)``
 DIAG_CALLBACK = ctypes.CFUNCTYPE(
@@ -85,6 +85,12 @@ def set_global_flags(flags) -> None:
         elif _global_flags != flags:
             raise GlobalFlagsError(f"IREE's process-wide options are already {list(_global_flags)}; "
                                    f"{list(flags)} needs a new process")
+
+
+def global_flags():
+    """The process-wide options :func:`set_global_flags` set in this process
+    (tuple of str), or None when none were set."""
+    return _global_flags
 
 
 def set_phases(inv, compile_from: str, compile_to: str) -> None:

@@ -178,7 +178,7 @@ def _splice(root, chosen: list, compiled: list, options: KernelsOptions, arch: s
     from falcon_mlir.kernels.embed import cuda_target_attribute
 
     from .splice import Splicer
-    from .transposed import find_transposed, materialize
+    from falcon_mlir.ir.transposed import find_transposed, materialize
 
     flags = ("--iree-hal-target-device=cuda",) + (
         (f"--iree-cuda-target={options.cuda_target}",) if options.cuda_target else ())

@@ -26,7 +26,7 @@ from falcon_mlir.ir.builders import defining_op_name
 from falcon_mlir.ir.contraction import Contraction
 from falcon_mlir.kernels import GemmSpec, PlanSpec, supports
 
-from .transposed import find_transposed
+from falcon_mlir.ir.transposed import find_transposed
 
 __all__ = ["Served", "serve", "zero_init", "intensity", "iree_cannot", "TYPES"]
 

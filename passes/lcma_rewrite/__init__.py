@@ -48,6 +48,7 @@ from .fold import Folded
 from .options import MAX_LEVELS, LcmaOptions, OptionError
 from .planning import (plan_for, predicted_errors, predicted_time, products_type, rounding_entry,
                        sums_type)
+from .through import read_through_transposes
 
 __all__ = ["run_lcma_rewrite", "LcmaOptions", "plan_for", "OptionError", "RewriteError",
            "DYNAMIC_CHUNK_M", "DYNAMIC_CHUNK_CANDIDATES", "MAX_LEVELS"]
@@ -320,6 +321,10 @@ def run_lcma_rewrite(module_op, options: LcmaOptions) -> list:
         if plan is not None and plan.form == "kernel":
             _hand_off(c, plan, entry)
         elif disp is not None or plan is not None:
+            if disp is None and folded is None:
+                c, through = read_through_transposes(c)
+                if through:
+                    entry["through_transpose"] = through
             eplan = disp.plan if disp is not None else plan
             esums = sums_type(c, eplan, options)
             em = Emitter(c, barriers=bool(options.barriers), fuse_c=fuse_c, sums=esums,

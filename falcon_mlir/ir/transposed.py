@@ -1,5 +1,8 @@
-"""Reading an operand through the transpose that made it: the kernel reads the
-transpose's source with its transposed-layout flag instead.
+"""Reading an operand through the transpose that made it: falcon-kernels'
+kernel reads the transpose's source with its transposed-layout flag instead,
+and lcma-rewrite cuts a plan's blocks from the source with the operand's map
+transposed (:mod:`falcon_mlir.passes.lcma_rewrite.through`; the forms of a
+training step's dX = dY W^T and dW = X^T dY).
 
 IREE's StableHLO import puts a ``dot_general`` with batch dimensions into the
 form ``(b, M, K) x (b, K, N)`` with explicit permutations of the operands
@@ -29,7 +32,7 @@ from typing import List, Optional
 from iree.compiler import ir
 from iree.compiler.dialects import tensor
 
-from falcon_mlir.ir.builders import reassociation_attr
+from falcon_mlir.ir.builders import permutation_source, reassociation_attr
 
 __all__ = ["Transposed", "find_transposed", "materialize"]
 
@@ -66,36 +69,6 @@ def _collapse_groups(v: ir.Value) -> tuple:
     return v, [[i] for i in range(ir.RankedTensorType(v.type).rank)]
 
 
-def _source_dims(t: ir.Value) -> Optional[tuple]:
-    """``(S, where)`` when ``t`` only permutes ``S``: ``where[j]`` is the dimension of
-    ``t`` that ``S``'s dimension ``j`` becomes; else None."""
-    op = _defining(t)
-    if op is None:
-        return None
-    if op.name == "linalg.transpose":
-        perm = list(ir.DenseI64ArrayAttr(op.attributes["permutation"]))
-        where = [0] * len(perm)
-        for i, p in enumerate(perm):  # result dimension i is input dimension perm[i]
-            where[p] = i
-        return op.operands[0], where
-    if op.name != "linalg.generic" or len(op.operands) != 2 or len(op.results) != 1:
-        return None
-    if any("parallel" not in str(it) for it in ir.ArrayAttr(op.attributes["iterator_types"])):
-        return None
-    block = op.regions[0].blocks[0]
-    body = list(block.operations)
-    if len(body) != 1 or body[0].operation.name != "linalg.yield" or \
-            body[0].operation.operands[0] != block.arguments[0]:
-        return None
-    in_map, out_map = (ir.AffineMapAttr(m).value for m in ir.ArrayAttr(op.attributes["indexing_maps"]))
-    if not out_map.is_permutation or list(out_map.results) != [ir.AffineDimExpr.get(i) for i in
-                                                               range(out_map.n_dims)]:
-        return None
-    if not in_map.is_permutation:
-        return None
-    return op.operands[0], [ir.AffineDimExpr(e).position for e in in_map.results]
-
-
 def find_transposed(operand: ir.Value) -> Optional[Transposed]:
     """The source ``operand`` is the transpose of, viewed as ``(b,) c x r``, or None.
 
@@ -106,7 +79,7 @@ def find_transposed(operand: ir.Value) -> Optional[Transposed]:
     t, groups = _collapse_groups(operand)
     if len(groups) not in (2, 3):
         return None
-    found = _source_dims(t)
+    found = permutation_source(t)
     if found is None:
         return None
     source, where = found

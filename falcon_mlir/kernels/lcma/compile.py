@@ -106,60 +106,23 @@ def source_path(text: str) -> Path:
 _PTR = {"f32": "*fp32", "f16": "*fp16", "bf16": "*bf16"}
 
 
-def combine_request(cs: CombineSpec, config: Optional[CombineConfig] = None,
-                    arch: str = "sm_90a") -> tuple:
-    """(:class:`~falcon_mlir.kernels.aot.CompileRequest`, source text, groups) of one combine kernel."""
+def _source_request(spec, config, text: str, fn: str, signature: dict, cx: dict, programs: int, what: str,
+                    types: dict, arch: str):
+    """The :class:`~falcon_mlir.kernels.aot.CompileRequest` of one generated-source kernel (a combine or an
+    absmax): its cache key (generator version, source hash, constexprs, warps, ``types``, Triton, arch),
+    the worker job, and how a result or a cache entry becomes a :class:`CombineKernel`."""
     capability = _check_arch(arch)
-    config = config or default_combine_config(cs)
-    groups = output_groups(cs, config.max_live)
-    text = combine_source(cs, groups)
     sha = hashlib.sha256(text.encode()).hexdigest()
-    cx, programs = combine_launch(cs, config)
-    fn = COMBINE_FN[cs.role]
-    what = f"combine {cs.role.upper()} ({cs.direction}, {len(cs.coeffs)} outputs, {cs.rows}x{cs.cols} " \
-           f"{cs.in_dtype}->{cs.out_dtype}) with {config.label}"
     key = hashlib.sha256(json.dumps({"format": GENERATOR_VERSION, "source": sha, "constexprs": cx,
-                                     "num_warps": config.num_warps, "in": cs.in_dtype, "out": cs.out_dtype,
-                                     "triton": triton_version(), "arch": arch}, sort_keys=True).encode()).hexdigest()
-    path = source_path(text)
-    signature = {"x_ptr": _PTR[cs.in_dtype], **{n: "*fp32" for n in scale_pointers(cs)}, "y_ptr": _PTR[cs.out_dtype]}
-    job = {"kind": "source", "path": str(path), "fn": fn, "signature": signature, "constexprs": cx,
+                                     "num_warps": config.num_warps, **types, "triton": triton_version(),
+                                     "arch": arch}, sort_keys=True).encode()).hexdigest()
+    job = {"kind": "source", "path": str(source_path(text)), "fn": fn, "signature": signature, "constexprs": cx,
            "pointers": len(signature), "options": {"num_warps": config.num_warps, "num_stages": 1},
            "capability": capability, "label": what}
 
     def build(result: dict) -> CombineKernel:
-        return CombineKernel(spec=cs, config=config, source_sha256=sha, constexprs=cx, arch=arch,
-                             num_programs=programs, key=key, **launch_facts(what, result))
-
-    def load(text_: str) -> CombineKernel:
-        d = read_entry(text_)
-        if d.pop("format") != GENERATOR_VERSION or d["key"] != key:
-            raise ValueError("stale cache entry")
-        d["cubin"] = decode_cubin(d)
-        return CombineKernel(spec=cs, config=config, from_cache=True, **d)
-
-    return CompileRequest(key=key, job=job, build=build, load=load, dump=lambda k: k._to_json()), text, groups
-
-
-def absmax_request(spec: AbsmaxSpec, config: Optional[AbsmaxConfig] = None, arch: str = "sm_90a") -> tuple:
-    """(:class:`~falcon_mlir.kernels.aot.CompileRequest`, source text) of a scaled plan's absmax kernel."""
-    capability = _check_arch(arch)
-    config = config or AbsmaxConfig()
-    text = ABSMAX_SOURCE
-    sha = hashlib.sha256(text.encode()).hexdigest()
-    cx = spec.constexprs()
-    what = f"absmax of a {spec.rows}x{spec.cols} {spec.dtype} matrix with {config.label}"
-    key = hashlib.sha256(json.dumps({"format": GENERATOR_VERSION, "source": sha, "constexprs": cx,
-                                     "num_warps": config.num_warps, "in": spec.dtype, "triton": triton_version(),
-                                     "arch": arch}, sort_keys=True).encode()).hexdigest()
-    path = source_path(text)
-    job = {"kind": "source", "path": str(path), "fn": ABSMAX_FN,
-           "signature": {"x_ptr": _PTR[spec.dtype], "y_ptr": "*fp32"}, "constexprs": cx, "pointers": 2,
-           "options": {"num_warps": config.num_warps, "num_stages": 1}, "capability": capability, "label": what}
-
-    def build(result: dict) -> CombineKernel:
         return CombineKernel(spec=spec, config=config, source_sha256=sha, constexprs=cx, arch=arch,
-                             num_programs=NP, key=key, **launch_facts(what, result))
+                             num_programs=programs, key=key, **launch_facts(what, result))
 
     def load(text_: str) -> CombineKernel:
         d = read_entry(text_)
@@ -168,7 +131,31 @@ def absmax_request(spec: AbsmaxSpec, config: Optional[AbsmaxConfig] = None, arch
         d["cubin"] = decode_cubin(d)
         return CombineKernel(spec=spec, config=config, from_cache=True, **d)
 
-    return CompileRequest(key=key, job=job, build=build, load=load, dump=lambda k: k._to_json()), text
+    return CompileRequest(key=key, job=job, build=build, load=load, dump=lambda k: k._to_json())
+
+
+def combine_request(cs: CombineSpec, config: Optional[CombineConfig] = None,
+                    arch: str = "sm_90a") -> tuple:
+    """(:class:`~falcon_mlir.kernels.aot.CompileRequest`, source text, groups) of one combine kernel."""
+    config = config or default_combine_config(cs)
+    groups = output_groups(cs, config.max_live)
+    text = combine_source(cs, groups)
+    cx, programs = combine_launch(cs, config)
+    what = f"combine {cs.role.upper()} ({cs.direction}, {len(cs.coeffs)} outputs, {cs.rows}x{cs.cols} " \
+           f"{cs.in_dtype}->{cs.out_dtype}) with {config.label}"
+    signature = {"x_ptr": _PTR[cs.in_dtype], **{n: "*fp32" for n in scale_pointers(cs)}, "y_ptr": _PTR[cs.out_dtype]}
+    req = _source_request(cs, config, text, COMBINE_FN[cs.role], signature, cx, programs, what,
+                          {"in": cs.in_dtype, "out": cs.out_dtype}, arch)
+    return req, text, groups
+
+
+def absmax_request(spec: AbsmaxSpec, config: Optional[AbsmaxConfig] = None, arch: str = "sm_90a") -> tuple:
+    """(:class:`~falcon_mlir.kernels.aot.CompileRequest`, source text) of a scaled plan's absmax kernel."""
+    config = config or AbsmaxConfig()
+    what = f"absmax of a {spec.rows}x{spec.cols} {spec.dtype} matrix with {config.label}"
+    req = _source_request(spec, config, ABSMAX_SOURCE, ABSMAX_FN, {"x_ptr": _PTR[spec.dtype], "y_ptr": "*fp32"},
+                          spec.constexprs(), NP, what, {"in": spec.dtype}, arch)
+    return req, ABSMAX_SOURCE
 
 
 # --------------------------------------------------------------------------- plans

@@ -159,6 +159,22 @@ def ref_rows(spec: dict, a, b, rows: int, seed: int):
     return idx, op(a, spec["trans_a"])[..., idx, :].double() @ op(b, spec["trans_b"]).double()
 
 
+def time_alternating(fns: list, rounds: int, per_round: int) -> list:
+    """Per function of ``fns``, the seconds of its synchronous calls when the functions take turns:
+    ``rounds`` rounds, each calling every function ``per_round`` times in a row (one warm call each first).
+    Alternating keeps slow drifts (clocks, temperature, other tenants) out of the ratio of their medians."""
+    for fn in fns:
+        fn()
+    times = [[] for _ in fns]
+    for _ in range(rounds):
+        for fn, t in zip(fns, times):
+            for _ in range(per_round):
+                t0 = time.perf_counter()
+                fn()
+                t.append(time.perf_counter() - t0)
+    return times
+
+
 def time_wall(fn, warmup: int, repeat: int, budget_s: float) -> list:
     """Seconds of ``repeat`` synchronous calls after ``warmup`` (at least 3 once past ``budget_s``)."""
     for _ in range(warmup):

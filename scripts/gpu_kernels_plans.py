@@ -9,9 +9,11 @@ import time
 from functools import partial
 from pathlib import Path
 
+import numpy as np
+
 import gpu_kernels_common as common
 from gpu_kernels_common import (add_timing, check_rows, empty_cache, log, make_inputs, mark_failed, open_module,
-                                parse_shape, plain_spec, rel, time_wall, to_numpy, to_torch, torch_times)
+                                parse_shape, plain_spec, rel, time_alternating, time_wall, to_numpy, to_torch, torch_times)
 
 #: max|C - ref| / max|ref| against float64 for a plan's output, per output type: a sanity bound (a
 #: wrong index gives O(1)); the measured errors are reported beside cuBLAS's.
@@ -111,7 +113,24 @@ def _baseline(args, config, gspec: dict, gi: int, t_all: float) -> dict:
         f"({flops / torch_row['ev_ms'] / 1e9:.1f} TFLOP/s), rel_err_f64 {torch_row['rel_err_f64']:.2e}; "
         f"inputs and reference {time.perf_counter() - t0:.1f}s")
     return {"idx": idx, "ref": ref, "c_torch": c_torch, "a_dev": a_dev, "b_dev": b_dev, "torch_row": torch_row,
-            "flops": flops}
+            "flops": flops, "tfn": tfn}
+
+
+def _interleaved(args, base: dict, main, row: dict) -> None:
+    """cuBLAS and the plan timed in ``args.interleave`` alternating rounds (wall per synchronous call, medians
+    into ``row``: ``il_torch_ms``, ``il_plan_ms``, ``vs_torch_interleaved`` = cuBLAS / plan)."""
+    import torch
+    a_dev, b_dev = base["a_dev"], base["b_dev"]
+
+    def tcall():
+        base["tfn"]()
+        if common.DEV == "cuda":
+            torch.cuda.synchronize()
+    per = max(1, args.repeat // args.interleave)
+    t_torch, t_plan = time_alternating([tcall, partial(main, a_dev, b_dev)], args.interleave, per)
+    row["il_torch_ms"], row["il_plan_ms"] = float(np.median(t_torch) * 1e3), float(np.median(t_plan) * 1e3)
+    row["il_calls"] = len(t_plan)
+    row["vs_torch_interleaved"] = row["il_torch_ms"] / row["il_plan_ms"]
 
 
 def _run_plan(args, d: Path, config, e: dict, gspec: dict, base: dict) -> dict:
@@ -136,6 +155,8 @@ def _run_plan(args, d: Path, config, e: dict, gspec: dict, base: dict) -> dict:
         times = time_wall(partial(main, a_dev, b_dev), _plan_warmup(first, args.warmup), args.repeat,
                           args.entry_budget_s)
         add_timing(row, times, base["flops"], torch_row)
+        if getattr(args, "interleave", 0):
+            _interleaved(args, base, main, row)
         del ctx, module, main
         config.device.allocator.trim()
     except Exception as ex:
@@ -151,7 +172,10 @@ def _plan_line(r: dict) -> str:
             f"{r['torch_wall_ms']:.3f} wall, {r['torch_ev_ms']:.3f} events | speed {r['vs_torch_wall']:.3f}x "
             f"wall/wall, "
             f"{r['vs_torch_events']:.3f}x vs events | rel_err_f64 {r['rel_err_f64']:.2e} (cuBLAS "
-            f"{r['torch_rel_err_f64']:.2e}), diff torch {r['rel_diff_torch']:.2e}" + ("" if r["ok"] else "  NOT OK"))
+            f"{r['torch_rel_err_f64']:.2e}), diff torch {r['rel_diff_torch']:.2e}"
+            + (f" | interleaved: cuBLAS {r['il_torch_ms']:.3f} ms, plan {r['il_plan_ms']:.3f} ms, speed "
+               f"{r['vs_torch_interleaved']:.3f}x ({r['il_calls']} calls each)" if "il_plan_ms" in r else "")
+            + ("" if r["ok"] else "  NOT OK"))
 
 
 def plan_table(rows) -> str:
@@ -161,8 +185,9 @@ def plan_table(rows) -> str:
     lines = ["", "LCMA plans inside IREE (four dispatches, six with scaled operands): effective TFLOP/s = 2MNK / "
              "IREE wall per call; speed = cuBLAS time / plan time.", "",
              "| dtype | shape | plan | operands | products | out | IREE ms (wall) | eff. TFLOP/s | cuBLAS ms (wall) "
-             "| cuBLAS ms (events) | speed wall/wall | speed vs events | rel err f64 | cuBLAS rel err f64 | ok |",
-             "|" + "---|" * 15]
+             "| cuBLAS ms (events) | speed wall/wall | speed vs events | speed interleaved | rel err f64 "
+             "| cuBLAS rel err f64 | ok |",
+             "|" + "---|" * 16]
     for r in plans:
         s = r["spec"]
         p = r.get("plan", {})
@@ -171,10 +196,11 @@ def plan_table(rows) -> str:
         head = (f"| {s['a_dtype']} | {s['M']}x{s['N']}x{s['K']} | {r.get('scheme', '')} | {ops} | "
                 f"{p.get('product_dtype', '')} | {p.get('out_dtype', '')} | ")
         if "error" in r:
-            lines.append(head + f"FAILED: {r['error'][:60]} | | | | | | | | NO |")
+            lines.append(head + f"FAILED: {r['error'][:60]} | | | | | | | | | NO |")
             continue
         lines.append(head + f"{r['wall_ms']:.3f} | {r['tflops']:.1f} | {r['torch_wall_ms']:.3f} | "
                      f"{r['torch_ev_ms']:.3f} | {r['vs_torch_wall']:.3f}x | {r['vs_torch_events']:.3f}x | "
+                     + (f"{r['vs_torch_interleaved']:.3f}x" if "vs_torch_interleaved" in r else "-") + " | "
                      f"{r['rel_err_f64']:.1e} | {r['torch_rel_err_f64']:.1e} | {'yes' if r['ok'] else 'NO'} |")
     return "\n".join(lines) + "\n"
 

@@ -303,6 +303,10 @@ def main(argv=None) -> int:
             q.add_argument("--repeat", type=int, default=20)
             q.add_argument("--warmup", type=int, default=3)
             q.add_argument("--entry-budget-s", type=float, default=15.0, help="timed seconds per module")
+            q.add_argument("--interleave", type=int, default=0, metavar="ROUNDS",
+                           help="plan modules: also time cuBLAS and the plan in ROUNDS alternating rounds of "
+                                "--repeat/ROUNDS calls each (both see the same clocks and temperature); the "
+                                "ratio of those medians is the row's vs_torch_interleaved")
         elif name == "tune":
             q.add_argument("--configs", nargs="+", help="only these candidate labels (from the manifest)")
     c = sub.add_parser("check", help="check the bundle's files (no GPU)")

@@ -226,12 +226,15 @@ def test_dry_run_plans(tmp_path):
     assert all((bundle / c["source"]).is_file() for role in "abc" for c in p["jit"][role])
     assert _run(bundle / "gpu_kernels.py", "check", bundle).returncode == 0
 
-    r = _run(bundle / "gpu_kernels.py", "run", bundle, "--cpu", "--repeat", "2", "--warmup", "1", out=out)
+    r = _run(bundle / "gpu_kernels.py", "run", bundle, "--cpu", "--repeat", "4", "--warmup", "1",
+             "--interleave", "2", out=out)
     assert r.returncode == 0, r.stdout + r.stderr
     rows = json.loads((out / "gpu_kernels_run.json").read_text())["rows"]
     plans = [x for x in rows if x["name"] != "torch.matmul"]
     assert [x["scheme"] for x in plans] == ["strassen", "strassen", "2x2x3:11"] and all(x["ok"] for x in plans)
     assert all(x["tflops"] == 2 * 90 * 70 * 100 / x["wall_ms"] / 1e9 for x in plans[:1])
+    assert all(x["il_calls"] == 4 and x["vs_torch_interleaved"] == x["il_torch_ms"] / x["il_plan_ms"]
+               for x in plans)  # two alternating rounds of 4 // 2 calls each
     assert "| eff. TFLOP/s |" in (out / "gpu_kernels_run.md").read_text()
 
     if not have("triton"):

@@ -56,10 +56,14 @@ from .profile import Profile, ProfileError, load_profile, preset_names
 
 __all__ = ["decide", "Decision", "Problem", "Estimate", "Profile", "ProfileError",
            "load_profile", "preset_names", "CostModel", "MIN_GAIN", "BEAM", "MAX_AUTO_LEVELS",
-           "plan_rounding", "product_operands"]
+           "plan_rounding", "product_operands", "MEMORY_FRACTION"]
 
 #: A plan must be predicted this much faster than classical (fraction) to be chosen.
 MIN_GAIN = 0.03
+#: ``auto`` keeps a plan only if A, B, C and its predicted temporaries fit in
+#: this fraction of the profile's ``memory`` (the rest: the allocator's slack and
+#: the model's other buffers).
+MEMORY_FRACTION = 0.9
 #: Schemes of level 1 (and plans of level 2) extended to the next level.
 BEAM = 5
 #: Most levels ``auto`` considers.
@@ -398,11 +402,15 @@ def _pick(dec: Decision, cands: list, pb: Problem, profile: Profile, budget, min
     classical = dec.classical
     align = profile.align
     ok = []
-    over = slow = 0
+    over = slow = big = 0
     budget, per_form = budget
+    room = None if profile.memory is None else MEMORY_FRACTION * profile.memory - pb.operand_bytes
     for e in cands:
         if e.compile_seconds > LONG_COMPILE_SECONDS:
             slow += 1  # would compile for minutes (compile_cost); never chosen by auto
+            continue
+        if room is not None and e.temp_bytes > room:
+            big += 1  # its temporaries would not fit the device's memory beside A, B and C
             continue
         e.error = _error(e.schemes, pb, e.form, e.sums)
         b = per_form.get(e.form, budget)
@@ -413,6 +421,10 @@ def _pick(dec: Decision, cands: list, pb: Problem, profile: Profile, budget, min
         ok.append(e)
         if len(ok) == 4:
             break
+    if not ok and big and not over:
+        dec.reason = (f"auto: every fitting plan's temporaries exceed the {profile.memory / 2**30:.0f} GiB "
+                      f"of {profile.name} beside A, B and C ({big} plans); classical")
+        return
     if not ok and slow and not over:
         dec.reason = (f"auto: every fitting plan would compile for over {LONG_COMPILE_SECONDS:.0f} s "
                       f"({slow} plans); classical")

@@ -93,6 +93,13 @@ class Problem:
         """Classical FLOP count ``2 * batch * M * N * K``."""
         return 2.0 * self.batch * self.M * self.N * self.K
 
+    @property
+    def operand_bytes(self) -> float:
+        """Bytes of A, B and C (C counted in the accumulator type, an upper
+        bound where the result is narrower)."""
+        return float(self.batch * (self.M * self.K * _eb(self.lhs) + self.K * self.N * _eb(self.rhs)
+                                   + self.M * self.N * _eb(self.acc)))
+
     def intensity(self) -> float:
         """Arithmetic intensity: FLOP per byte of A, B and C moved once."""
         eb = _eb(self.lhs), _eb(self.rhs), _eb(self.acc)

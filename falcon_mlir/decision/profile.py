@@ -23,7 +23,8 @@ A profile is a JSON document (``format`` 1)::
       "pow2_blocks": false,  # auto: product blocks must be powers of two
       "min_block_k": 1,   # auto: K blocks at least this
       "min_block_m": 1,   # auto: M blocks at least this
-      "min_gain": 0.2     # auto: predicted gain needed over classical
+      "min_gain": 0.2,    # auto: predicted gain needed over classical
+      "memory": 141000000000   # device memory, bytes (GPU); absent: no limit
     }
 
 Field meanings and units:
@@ -141,6 +142,11 @@ class Profile:
         plan_forms: the plan forms ``form=auto`` chooses among on this target
             (default per-product and grouped; ``h200-falcon``: kernel, the form
             falcon's generated CUDA kernels run).
+        memory: the device's memory in bytes (``None``: not limited; CPU
+            profiles leave it out, host memory varies). ``auto`` skips plans
+            whose A, B, C and predicted temporaries exceed
+            :data:`falcon_mlir.decision.MEMORY_FRACTION` of it (a plan that
+            cannot be allocated fails at run time, not at compile time).
         auto_schemes: the catalog schemes ``scheme=auto`` may use at any level
             on this target (``None``: all); a profile names only the schemes
             whose form was measured there (``h200-falcon``: Strassen's kernels).
@@ -169,6 +175,7 @@ class Profile:
     max_levels: Optional[int] = None
     plan_forms: Tuple[str, ...] = ("per-product", "grouped")
     auto_schemes: Optional[Tuple[str, ...]] = None
+    memory: Optional[int] = None
 
     # ------------------------------------------------------------------ rates
     def _key(self, elem: str) -> str:
@@ -245,6 +252,7 @@ class Profile:
             **({"plan_forms": list(self.plan_forms)}
                if self.plan_forms != ("per-product", "grouped") else {}),
             **({"auto_schemes": list(self.auto_schemes)} if self.auto_schemes else {}),
+            **({"memory": self.memory} if self.memory is not None else {}),
         }
 
     @classmethod
@@ -282,7 +290,8 @@ class Profile:
             max_levels=(None if d.get("max_levels") is None else
                         _pos_int(d["max_levels"], "max_levels", where)),
             plan_forms=_plan_forms(d.get("plan_forms", ["per-product", "grouped"]), where),
-            auto_schemes=_auto_schemes(d.get("auto_schemes"), where))
+            auto_schemes=_auto_schemes(d.get("auto_schemes"), where),
+            memory=(None if d.get("memory") is None else _pos_int(d["memory"], "memory", where)))
 
     def save(self, path) -> None:
         """Write the profile as JSON to ``path`` atomically

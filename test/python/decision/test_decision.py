@@ -89,9 +89,10 @@ def test_target_option_errors_are_option_errors():
 
 
 def test_profile_save_round_trips(tmp_path):
-    p = Profile.from_dict(TOY)
+    p = Profile.from_dict(dict(TOY, memory=8 * 2**30))
     p.save(tmp_path / "x.json")
     q = load_profile(str(tmp_path / "x.json"))
+    assert q.memory == 8 * 2**30
     assert q.gemm == p.gemm and q.bandwidth == p.bandwidth and list(tmp_path.iterdir()) == [
         tmp_path / "x.json"]
 
@@ -283,7 +284,9 @@ def test_alignment_and_margin_of_the_profile():
 
 def test_profile_align_and_min_gain_are_validated(tmp_path):
     for bad, msg in (({"align": 0}, "'align' must be a positive integer"),
-                     ({"min_gain": -1}, "'min_gain' must be a number")):
+                     ({"min_gain": -1}, "'min_gain' must be a number"),
+                     ({"memory": 0}, "'memory' must be a positive integer"),
+                     ({"memory": 1.5e11}, "'memory' must be a positive integer")):
         path = tmp_path / "p.json"
         path.write_text(json.dumps(dict(TOY, **bad)))
         with pytest.raises(ProfileError, match=msg):

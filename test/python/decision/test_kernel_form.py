@@ -124,3 +124,21 @@ def test_kernel_form_predictions_match_the_h200():
         pb = decision.Problem(M, M, M, lhs=t, rhs=t, acc=t)
         est = cm.plan(pb, schemes, "pad", "kernel")
         assert est.seconds == pytest.approx(measured, rel=0.12), (M, t, schemes)
+
+
+def test_auto_keeps_plans_within_device_memory():
+    """h200-falcon holds 150e9 bytes: at 65536^3 f32 (A, B, C 48 GiB) one Strassen level's temporaries alone
+    are 84 GiB, so auto stays classical and says why; at 65536^3 bf16 the two-level plan (73.5 GiB beside
+    32 GiB of operands) fits, and without the limit auto would take three levels (128.6 GiB)."""
+    import dataclasses
+    p = decision.load_profile("h200-falcon")
+    assert p.memory == 150_000_000_000
+    d = decision.decide(decision.Problem(65536, 65536, 65536, lhs="f32", rhs="f32", acc="f32"), p)
+    assert d.choice.schemes == () and "temporaries exceed the 140 GiB of h200-falcon" in d.reason
+    bf16 = decision.Problem(65536, 65536, 65536, lhs="bf16", rhs="bf16", acc="f32")
+    d = decision.decide(bf16, p)
+    assert d.choice.schemes == ("strassen", "strassen")
+    assert d.choice.temp_bytes + bf16.operand_bytes <= decision.MEMORY_FRACTION * p.memory
+    unlimited = decision.decide(bf16, dataclasses.replace(p, memory=None))
+    assert unlimited.choice.schemes == ("strassen",) * 3
+    assert unlimited.choice.temp_bytes + bf16.operand_bytes > decision.MEMORY_FRACTION * p.memory

@@ -25,11 +25,12 @@ import json
 import re
 from functools import lru_cache
 from importlib import resources
-from typing import Dict, Iterator, List, Optional
+from typing import NamedTuple, Dict, Iterator, List, Optional
 
 from .scheme import Scheme
 
-__all__ = ["Scheme", "Catalog", "load_catalog", "get_scheme", "permuted_name", "UnknownSchemeError"]
+__all__ = ["Scheme", "Catalog", "load_catalog", "get_scheme", "permuted_name", "UnknownSchemeError",
+           "Composed", "composed_format"]
 
 _NAME_RE = re.compile(r"^(\d+)x(\d+)x(\d+):(\d+)(?:-([a-z0-9_.+-]+))?$")
 
@@ -241,3 +242,26 @@ def get_scheme(name: str) -> Scheme:
         UnknownSchemeError: unknown name.
     """
     return load_catalog().get(name)
+
+
+class Composed(NamedTuple):
+    """The block format ``<m, k, n>`` of levels composed by Kronecker product:
+    what a multi-level plan cuts A (m x k blocks), B (k x n) and C (m x n) into."""
+
+    m: int
+    k: int
+    n: int
+
+
+def composed_format(schemes) -> Composed:
+    """The composed format of ``schemes`` (names, outer level first): the
+    product of the levels' ``m``, ``k`` and ``n``.
+
+    Raises:
+        UnknownSchemeError: a name the catalog does not know.
+    """
+    m = k = n = 1
+    for name in schemes:
+        s = get_scheme(name)
+        m, k, n = m * s.m, k * s.k, n * s.n
+    return Composed(m, k, n)

@@ -48,6 +48,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Dict, Optional, Sequence, Tuple
 
+from falcon_mlir.catalog import composed_format
+
 from .profile import ELEMENT_BYTES, Profile
 
 #: Most products (R_1 * ... * R_L) one contraction may be rewritten into:
@@ -288,23 +290,6 @@ def single_level_names() -> Tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
-@dataclass(frozen=True)
-class _Composed:
-    """The composed block format of stacked levels (what the edges see)."""
-
-    m: int
-    k: int
-    n: int
-
-
-def _composed(schemes) -> _Composed:
-    m = k = n = 1
-    for name in schemes:
-        st = scheme_stats(name)
-        m, k, n = m * st.m, k * st.k, n * st.n
-    return _Composed(m, k, n)
-
-
 # ------------------------------------------------------------------ the model
 class CostModel:
     """Predicted times on one :class:`Profile` (see the module docstring).
@@ -388,7 +373,7 @@ class CostModel:
             self._edges(pb.M, pb.N, pb.K, pb, st, edge, est, lambda M, N, K:
                         self._grouped_level(M, N, K, pb, st, est), pb.lhs, pb.rhs)
         elif len(schemes) > 1 and self._stack_fits(pb, schemes):
-            comp = _composed(schemes)
+            comp = composed_format(schemes)
             self._edges(pb.M, pb.N, pb.K, pb, comp, edge, est, lambda M, N, K:
                         self._stacked(M, N, K, pb, schemes, est), pb.lhs, pb.rhs)
         else:
@@ -426,7 +411,7 @@ class CostModel:
     @staticmethod
     def _stack_fits(pb: Problem, schemes) -> bool:
         """Whether the rewrite emits ``schemes`` stacked (the composed blocks fit)."""
-        comp = _composed(schemes)
+        comp = composed_format(schemes)
         return pb.M >= comp.m and pb.N >= comp.n and pb.K >= comp.k
 
     def _stacked(self, M, N, K, pb, schemes, est) -> None:

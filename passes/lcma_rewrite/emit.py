@@ -41,6 +41,7 @@ from typing import Optional
 from iree.compiler import ir
 from iree.compiler.dialects import arith, linalg, tensor
 
+from falcon_mlir.catalog import composed_format
 from falcon_mlir.dialects.combine import mark_combine
 from falcon_mlir.dialects.plan import PLAN_ATTR, Plan
 from falcon_mlir.ir.builders import (cast, defining_op_name, insert_along, is_float,
@@ -50,7 +51,7 @@ from falcon_mlir.ir.builders import (cast, defining_op_name, insert_along, is_fl
 from falcon_mlir.ir.contraction import Contraction
 
 from .grouped import GroupedForm
-from .stacked import StackedForm, composed_blocks
+from .stacked import StackedForm
 
 __all__ = ["Emitter"]
 
@@ -165,7 +166,7 @@ class Emitter(GroupedForm, StackedForm):
             level, inner = self.level_grouped, None
         elif len(plan.schemes) > 1 and self.stacked and self._stack_fits(a, b, plan.schemes):
             # Several per-product levels: stacked (.stacked), one contraction in all.
-            s = composed_blocks(plan.schemes)
+            s = composed_format(plan.schemes)
             level, inner = (lambda a, b, init, s, inner, schemes=plan.schemes:
                             self.level_stacked(a, b, init, schemes)), None
         else:
@@ -201,7 +202,7 @@ class Emitter(GroupedForm, StackedForm):
         """Whether the composed blocks of ``schemes`` fit in ``a``, ``b`` (else the
         levels are emitted by recursion, each level peeling its own edges)."""
         c = self.c
-        s = composed_blocks(schemes)
+        s = composed_format(schemes)
         M = tensor_type(a).shape[c.lhs_dims.index(c.m_dim)]
         K = tensor_type(a).shape[c.lhs_dims.index(c.k_dim)]
         N = tensor_type(b).shape[c.rhs_dims.index(c.n_dim)]

@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import dataclasses
 from fractions import Fraction
-from typing import NamedTuple
 
 from iree.compiler import ir
 from iree.compiler.dialects import tensor
@@ -58,26 +57,7 @@ from falcon_mlir.decision.cost import MAX_GROUPED_TERMS
 from falcon_mlir.dialects.combine import mark_combine
 from falcon_mlir.ir.builders import slice_along, tensor_type, zeros
 
-__all__ = ["StackedForm", "Composed", "composed_blocks"]
-
-
-class Composed(NamedTuple):
-    """The composed block format of a stack of levels (what the edges see)."""
-
-    m: int
-    k: int
-    n: int
-
-
-def composed_blocks(schemes) -> Composed:
-    """The product of the levels' formats: the blocks the stacked form cuts A, B, C into."""
-    from falcon_mlir.catalog import get_scheme
-
-    m = k = n = 1
-    for name in schemes:
-        s = get_scheme(name)
-        m, k, n = m * s.m, k * s.k, n * s.n
-    return Composed(m, k, n)
+__all__ = ["StackedForm"]
 
 
 def stacked_view(c):
@@ -139,7 +119,7 @@ class StackedForm:
 
     def level_stacked(self, a: ir.Value, b: ir.Value, init: ir.Value, schemes) -> ir.Value:
         """``init + a b`` through the levels ``schemes`` (outer first) in the
-        stacked form; ``a``, ``b``, ``init`` divisible by :func:`composed_blocks`."""
+        stacked form; ``a``, ``b``, ``init`` divisible by :func:`falcon_mlir.catalog.composed_format`."""
         from falcon_mlir.catalog import get_scheme
 
         c = self.c

@@ -35,8 +35,8 @@ def test_spec_and_geometry():
     s = lcma.PlanSpec(1000, 1032, 776, "strassen", operand_dtype="bf16")
     assert (s.out_dtype, s.product_dtype, s.scaled) == ("bf16", "bf16", False) and s.flops == 2 * 1000 * 1032 * 776
     assert s.name == "strassen_bf16_1000x1032x776_pbf16_obf16"
-    assert lcma.PlanSpec(1000, 1032, 776, "strassen") == s  # bf16 operands are the default
-    scaled = lcma.PlanSpec(1000, 1032, 776, "strassen", operand_dtype="f16")  # opt-in: products f16 too
+    scaled = lcma.PlanSpec(1000, 1032, 776, "strassen", operand_dtype="f16")  # products f16 too
+    assert lcma.PlanSpec(1000, 1032, 776, "strassen") == scaled  # scaled f16 operands are the default (issue 16)
     assert (scaled.operand_dtype, scaled.product_dtype, scaled.scaled) == ("f16", "f16", True)
     assert scaled.name == "strassen_bf16_1000x1032x776_pf16_obf16_sf16"
     assert lcma.products_spec(scaled, lcma.plan_geometry(scaled)).a_dtype == "f16"
@@ -185,7 +185,7 @@ def _cases():
         for dtype, prod in (("bf16", "bf16"), ("f32", "f32")):
             c[f"{scheme}-{dtype}"] = (lcma.PlanSpec(M, N, K, scheme, dtype, product_dtype=prod, operand_dtype=dtype),
                                       False)
-        if scheme != "3x3x3:23":  # bf16 inputs, scaled f16 operands and products (opt-in)
+        if scheme != "3x3x3:23":  # bf16 inputs, scaled f16 operands and products (the default)
             c[f"{scheme}-bf16-scaled"] = (lcma.PlanSpec(M, N, K, scheme, operand_dtype="f16"), False)
     c["strassen-bf16-f32products"] = (lcma.PlanSpec(90, 70, 100, "strassen", product_dtype="f32",
                                                     operand_dtype="bf16"), False)
@@ -471,8 +471,8 @@ def test_scaled_plan_extreme_inputs():
     combine C's factor overflowed f32 when max|A| max|B| > 2^128 though C was finite, and exponents past
     +-100 were clamped. Now: the scale comes from the finite values, C's factor is applied in normal f32
     steps, and bf16's whole range scales exactly (Strassen, 32^3, Triton's interpreter). What scaling
-    cannot fix (one outlier 2^40 above the rest: the rest underflow in f16) is why scaled operands are
-    not the default (docs/kernels.md)."""
+    cannot fix (elements 2^24 below a matrix's maximum underflow in f16; it matters where both A and B
+    hold such outliers) is in docs/accuracy.md, section *Scaled f16 operands*."""
     import ml_dtypes
     from falcon_mlir.kernels.interpret import run_plans_interpreted
 

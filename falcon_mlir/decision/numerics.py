@@ -409,7 +409,7 @@ def kernel_operands(lhs: str, choice: str = "auto") -> tuple:
             return "f16", "operands=f16" + (": scaled by powers of two into f16's range" if scaled else "")
         return key, f"operands=f16 applies to bf16 inputs; {key} inputs keep {key}"
     if scaled:
-        return scaled, (f"auto: the default for {key} inputs, 0.1-0.8x the error of {key} operands "
+        return scaled, (f"auto: the default for {key} inputs, 0.06-0.8x the error of {key} operands "
                         f"(docs/accuracy.md, Scaled f16 operands); operands=input keeps {key}")
     return key, f"auto: the input type {key}"
 

@@ -40,7 +40,7 @@ elements, and the scaled Strassen plan errs by 1.3x bf16 operands' error at
 e = 16, 0.15 at e = 20 and 1.0 (C[0, 5] = 0) at e = 64, where bf16 operands
 give 5e-3. Everywhere else the emulation of docs/accuracy.md (section
 *Scaled f16 operands*, ``scripts/scaled_operands.py``) measures the scaled
-plan at 0.1-0.8x the bf16-operand plan's error, so it is the default of bf16
+plan at 0.06-0.82x the bf16-operand plan's error, so it is the default of bf16
 kernel-form plans (:func:`.spec.default_operand_dtype`); ``operands=input``
 of lcma-rewrite (``PlanSpec(operand_dtype="bf16")``) keeps bf16 operands
 for data of such a range.

@@ -100,15 +100,15 @@ TUNE_F32 = ["128x128x32,s3,w8,g8", "128x128x16,s4,w8,g8", "128x128x64,s2,w8,g8",
 #: 3xTF32 candidates (information only: not IEEE FMA).
 TUNE_TF32X3 = ["128x128x32,s3,w8,g8", "128x128x32,s2,w8,g8", "128x64x32,s4,w4,g8"]
 #: The default LCMA plans (``--plans default``): SCHEME@MxNxK/DTYPE[/PRODUCT_DTYPE[/OPERAND_DTYPE]], in the order
-#: run does them (grouped by shape and dtype). bf16: one to three levels with scaled f16 operands (opt-in,
-#: ``/bf16/f16/f16``), one and two with bf16 operands (the default) beside them; f32 (IEEE FMA products): one
-#: to three levels.
+#: run does them (grouped by shape and dtype). bf16: one to three levels with scaled f16 operands (the
+#: default, ``/bf16``), one and two with bf16 operands (``/bf16/bf16/bf16``) beside them; f32 (IEEE FMA
+#: products): one to three levels.
 PLAN_DEFAULTS = (
-    "strassen@16384x16384x16384/bf16/f16/f16", "strassen@16384x16384x16384/bf16",
-    "strassen^2@16384x16384x16384/bf16/f16/f16", "strassen^2@16384x16384x16384/bf16",
-    "strassen^3@16384x16384x16384/bf16/f16/f16", "strassen@8192x8192x8192/bf16/f16/f16",
-    "strassen@32768x32768x32768/bf16/f16/f16", "strassen^2@32768x32768x32768/bf16/f16/f16",
-    "strassen^3@32768x32768x32768/bf16/f16/f16",
+    "strassen@16384x16384x16384/bf16", "strassen@16384x16384x16384/bf16/bf16/bf16",
+    "strassen^2@16384x16384x16384/bf16", "strassen^2@16384x16384x16384/bf16/bf16/bf16",
+    "strassen^3@16384x16384x16384/bf16", "strassen@8192x8192x8192/bf16",
+    "strassen@32768x32768x32768/bf16", "strassen^2@32768x32768x32768/bf16",
+    "strassen^3@32768x32768x32768/bf16",
     "strassen@8192x8192x8192/f32", "strassen^2@16384x16384x16384/f32", "strassen^3@32768x32768x32768/f32",
 )
 #: Plans with more products than this get no combine tile candidates (their kernels take long to JIT-compile).
@@ -264,7 +264,8 @@ def prepare(args) -> int:
 
 def parse_plan_items(items, shapes, dtypes) -> list:
     """``--plans`` items -> PlanSpecs. An item is ``SCHEME[@MxNxK][/DTYPE[/PRODUCT_DTYPE[/OPERAND_DTYPE]]]`` or ``default``
-    (``PLAN_DEFAULTS``); commas separate items. Without ``@`` an item is built for every ``--shapes``
+    (``PLAN_DEFAULTS``); commas separate items. Types left out are PlanSpec's defaults: bf16 plans form
+    scaled f16 operands and products (``/bf16/bf16/bf16``: bf16 operands). Without ``@`` an item is built for every ``--shapes``
     shape, without ``:DTYPE`` for every ``--dtypes`` dtype.
 
     Raises:

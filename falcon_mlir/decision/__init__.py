@@ -132,7 +132,8 @@ def _error(schemes: Sequence[str], pb: Problem, form: str = "per-product",
 
     try:
         if form == "kernel":
-            return numerics.kernel_plan_error(list(schemes), pb.K, pb.lhs, pb.acc)
+            return numerics.kernel_plan_error(list(schemes), pb.K, pb.lhs, pb.acc,
+                                              operands=numerics.kernel_operands(pb.lhs, pb.operands)[0])
         if numerics.is_narrow_result(pb.acc):  # f32 products, combine C; one rounding
             return numerics.rounded_plan_error(list(schemes), pb.K, pb.acc, sums=sums or "f32",
                                                sum_roundings=_sum_roundings(schemes, form))

@@ -77,6 +77,10 @@ class Problem:
             ``f32``, ``input``) and ``products`` option (``auto``, ``f32``,
             ``mixed``) of lcma-rewrite: how the decision forms each plan's
             product operands (:func:`falcon_mlir.decision.plan_rounding`).
+        operands: lcma-rewrite's ``operands`` option (``auto``, ``input``,
+            ``f16``): the type kernel-form plans form their combined operands
+            in (:func:`falcon_mlir.decision.numerics.kernel_operands`; auto:
+            scaled f16 for bf16 inputs).
     """
 
     M: int
@@ -89,6 +93,7 @@ class Problem:
     const_rhs: bool = False
     sums: str = "auto"
     products: str = "auto"
+    operands: str = "auto"
 
     @property
     def flops(self) -> float:
@@ -132,6 +137,8 @@ class Estimate:
             products' operands (``input``: both in the input type; ``f32``:
             both f32, blocks read alone extended once; ``mixed``: f32 sums
             next to blocks read alone in the input type); ``None`` elsewhere.
+        operands: a kernel-form plan: the type of its combined operands and
+            stored products (``f16`` for bf16 inputs: scaled); ``None`` elsewhere.
     """
 
     schemes: Tuple[str, ...]
@@ -145,6 +152,7 @@ class Estimate:
     compile_seconds: float = 0.0
     sums: Optional[str] = None
     products: Optional[str] = None
+    operands: Optional[str] = None
 
     @property
     def is_classical(self) -> bool:
@@ -552,23 +560,31 @@ class CostModel:
         """Kernel form (:mod:`falcon_mlir.kernels.lcma`): four dispatches on blocks
         rounded up to the scheme's format (the kernels pad inside): combine A reads
         A once and writes the R combined operands, likewise B; the R products as
-        one batched GEMM in the input type; combine C reads each product once and
+        one batched GEMM in the operand type; combine C reads each product once and
         writes C. The combines stream at the profile's bandwidth times its
         ``kernel_combine`` factor; B is combined at run time even when constant.
-        (The opt-in scaled f16 operands of bf16 plans, not priced here, add two
-        absmax dispatches that read A and B once more.) Where a combine's outputs
+        Scaled operands (f16 for bf16 inputs, the default:
+        :func:`~falcon_mlir.decision.numerics.kernel_operands` of ``pb.operands``)
+        add two absmax dispatches that read A and B once more (part ``absmax``;
+        same bytes for everything else, f16 and bf16 being 2 bytes each). Where a combine's outputs
         do not fit one pass, its input blocks are read once per group
         (:func:`kernel_combine_loads`; Strassen^3's 343 operands: A read about
         9 times, measured on the H200 2026-12-01 in bf16: 2.5 ms per combine at
         16384^3 where reading A once would take 0.9)."""
+        from .numerics import kernel_operands
+
         B, R = pb.batch, st.R
         Mb, Nb, Kb = -(-pb.M // st.m), -(-pb.N // st.n), -(-pb.K // st.k)
         ba, bb, bc = _eb(pb.lhs), _eb(pb.rhs), _eb(pb.acc)
         eff = self.p.form_efficiency("kernel")
         la, lb, lc = kernel_combine_loads(st.name)
+        ops = kernel_operands(pb.lhs, pb.operands)[0] if pb.lhs == pb.rhs else str(pb.lhs)
+        est.operands = ops
+        if ops != str(pb.lhs):  # scaled: max|A|, max|B| first (256 partial maxima each)
+            self.stream(B * (pb.M * pb.K * ba + pb.K * pb.N * bb), est, "absmax", eff, dispatches=2)
         self.stream(B * (la * Mb * Kb * ba + R * Mb * Kb * ba), est, "combine_a", eff)
         self.stream(B * (lb * Kb * Nb * bb + R * Kb * Nb * bb), est, "combine_b", eff)
-        self.gemm(Mb, Nb, Kb, B * R, pb.lhs, pb.lhs, est, "products",
+        self.gemm(Mb, Nb, Kb, B * R, ops, ops, est, "products",
                   scale=self.p.product_factor("kernel"), batch_rate=True)
         self.stream(B * (lc * Mb * Nb * ba + pb.M * pb.N * bc), est, "combine_c", eff)
         est.temp_bytes = max(est.temp_bytes, B * R * (Mb * Kb + Kb * Nb + Mb * Nb) * ba)

@@ -91,6 +91,11 @@ def explain_entry(e: dict) -> str:
         if "plan" in pe:
             line += f", this plan {pe['plan']:.1e}"
         lines.append(line)
+    ops = e.get("operands")
+    if ops and isinstance(plan, dict):
+        lines.append(f"  operands: {ops['type']}"
+                     + (" scaled by powers of two (two absmax dispatches first)" if ops.get("scaled") else "")
+                     + f"; {ops['why']}")
     rd = e.get("rounding")
     if rd and isinstance(plan, dict):
         lines.append(f"  rounding: sums in {rd['sums']}, products and combine C in "
@@ -104,8 +109,10 @@ def _kernel_line(k: dict) -> str:
     """One line for a falcon-kernels entry joined to the contraction (``kernels``)."""
     if k.get("kernel") == "plan":
         p = k.get("plan") or {}
-        return (f"  kernels: plan {p.get('scheme')} (R = {p.get('R')}, products in "
-                f"{p.get('products')}, GEMM {p.get('gemm_config')}) as 4 {k.get('arch')} dispatches")
+        scaled = "(scaled)" in str(p.get("operands", ""))
+        return (f"  kernels: plan {p.get('scheme')} (R = {p.get('R')}, operands {p.get('operands')}, products in "
+                f"{p.get('products')}, GEMM {p.get('gemm_config')}) as {6 if scaled else 4} {k.get('arch')} "
+                "dispatches")
     if k.get("kernel") == "classical":
         # What the reason adds to the plain kernel: a kernel-form plan served classically, an
         # operand read through the transpose that made it.

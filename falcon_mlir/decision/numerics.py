@@ -129,6 +129,7 @@ __all__ = [
     "default_max_error", "integer_worst_case", "integer_bound_ok", "rounded_plan_error",
     "kernel_plan_error", "kernel_max_error", "is_narrow_result", "narrow_sums_type",
     "narrow_max_error", "NARROW_RESULTS", "NARROW_BUDGET_FACTOR", "KERNEL_OPERAND_TYPES",
+    "OPERAND_CHOICES", "kernel_operands",
 ]
 
 #: Unit roundoff u = 2^-p (p = significand bits, implicit bit included) of
@@ -319,11 +320,16 @@ ROUND_SUMS = 0.5
 ROUND_PRODUCTS = 0.3
 #: The same constants under the names the kernel form used first.
 KERNEL_ROUND_OUT, KERNEL_ROUND_SUMS, KERNEL_ROUND_PRODUCTS = ROUND_OUT, ROUND_SUMS, ROUND_PRODUCTS
-#: The scaled operand type kernel-form plans may use per input type (opt-in, not the decision's
-#: default): bf16 plans can form their operands in f16 scaled by powers of two into its range
+#: The scaled operand type of kernel-form plans per input type, their default: bf16 plans form their
+#: combined operands and products in f16 scaled by powers of two into its range
 #: (falcon_mlir.kernels.lcma.scale; the same table as ``falcon_mlir.kernels.lcma.SCALED_OPERANDS``,
-#: which a test holds equal: the decision does not import the kernels).
+#: which a test holds equal: the decision does not import the kernels). Why the default:
+#: docs/accuracy.md, section *Scaled f16 operands* (never worse than bf16 operands in emulation but
+#: where both A and B hold elements 2^16 or more above those C's largest entries are made of).
 KERNEL_OPERAND_TYPES = {"bf16": "f16"}
+#: lcma-rewrite's ``operands=`` choices for kernel-form plans: ``auto`` (the scaled type of
+#: :data:`KERNEL_OPERAND_TYPES` where there is one), ``input`` (the input type), ``f16``.
+OPERAND_CHOICES = ("auto", "input", "f16")
 #: Default budget of a narrow (bf16/f16) result under the kernel form, in u(out).
 KERNEL_NARROW_BUDGET = 4.0
 #: Result types whose plans accumulate in f32 and round once (:func:`is_narrow_result`).
@@ -381,23 +387,51 @@ def rounded_plan_error(schemes: Sequence, K: int, out: str, sums: str = "f32",
     return err
 
 
+def kernel_operands(lhs: str, choice: str = "auto") -> tuple:
+    """``(type, why)``: the type a kernel-form plan on ``lhs`` inputs forms its
+    combined operands (and stores its products) in, for lcma-rewrite's
+    ``operands=`` ``choice``, and one line saying why. ``auto``: the scaled
+    type of :data:`KERNEL_OPERAND_TYPES` (f16 for bf16), else ``lhs``;
+    ``input``: ``lhs``; ``f16``: f16 for bf16 (scaled) and f16 inputs, ``lhs``
+    for others (f32 operands are not narrowed).
+
+    Raises:
+        ValueError: ``choice`` not one of :data:`OPERAND_CHOICES`.
+    """
+    key = _dtype(lhs)
+    if choice not in OPERAND_CHOICES:
+        raise ValueError(f"operands must be one of {', '.join(OPERAND_CHOICES)}, got {choice!r}")
+    scaled = KERNEL_OPERAND_TYPES.get(key)
+    if choice == "input":
+        return key, f"operands=input: {key}" + (" (not scaled)" if scaled else "")
+    if choice == "f16":
+        if key in ("bf16", "f16"):
+            return "f16", "operands=f16" + (": scaled by powers of two into f16's range" if scaled else "")
+        return key, f"operands=f16 applies to bf16 inputs; {key} inputs keep {key}"
+    if scaled:
+        return scaled, (f"auto: the default for {key} inputs, 0.06-0.8x the error of {key} operands "
+                        f"(docs/accuracy.md, Scaled f16 operands); operands=input keeps {key}")
+    return key, f"auto: the input type {key}"
+
+
 def kernel_plan_error(schemes: Sequence, K: int, lhs: str, out: str,
                       products: Optional[str] = None, operands: Optional[str] = None) -> float:
     """Predicted max-norm relative error of a GEMM run by falcon's CUDA kernels
     (:mod:`falcon_mlir.kernels`): classical (``schemes == []``) or a grouped plan
     in the kernel form, where every sum and product accumulates in f32, the
     combined operands are rounded once to the operand type (``operands``;
-    default the input type ``lhs``; ``"f16"`` for bf16 inputs is the opt-in
-    scaled form, :data:`KERNEL_OPERAND_TYPES`), the stored products to ``products``
+    default :func:`kernel_operands` ``(lhs)``: f16 scaled for bf16 inputs,
+    else the input type), the stored products to ``products``
     (default the operand type) and C to ``out``: :func:`rounded_plan_error`
     with ``sums`` the operand type.  The scaling itself is exact; values far
     below max|A| that fall into f16's subnormals err by at most 2^-25 of the
-    scaled maximum, below this model's resolution.
+    scaled maximum, below this model's resolution (what it cannot hold:
+    docs/accuracy.md, section *Scaled f16 operands*).
 
     Raises:
         ValueError: K < 1 or a type without a unit roundoff.
     """
-    ops = operands or lhs
+    ops = operands or kernel_operands(lhs)[0]
     return rounded_plan_error(schemes, K, out, sums=ops, products=products or ops)
 
 

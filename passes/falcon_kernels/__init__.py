@@ -10,7 +10,8 @@ the module needs nothing but IREE's runtime:
 * a contraction carrying a ``falcon.plan`` in the ``kernel`` form (attached by
   lcma-rewrite's decision, or by hand) becomes the plan's four dispatches:
   combine A, combine B, the R products as one batched GEMM, combine C
-  (:mod:`falcon_mlir.kernels.lcma`);
+  (:mod:`falcon_mlir.kernels.lcma`), six for scaled f16 operands of bf16
+  inputs (the plan's ``operands``, default for bf16: two absmax dispatches first);
 * any other contraction the kernels serve (:mod:`.serve`: f32/f16/bf16, one
   batch dim, A and/or B transposed, static sizes, TMA-readable strides) and
   of at least ``min-flops`` becomes one dispatch of the classical GEMM kernel,

@@ -114,7 +114,9 @@ def _layout(c: Contraction) -> Optional[tuple]:
 
 def serve(c: Contraction, f32_mode: str = "ieee", plan=None) -> tuple:
     """``(Served or None, reason)`` for contraction ``c``; ``plan``: its
-    kernel-form :class:`~falcon_mlir.dialects.plan.Plan`, if it carries one."""
+    kernel-form :class:`~falcon_mlir.dialects.plan.Plan`, if it carries one
+    (served as a :class:`PlanSpec` with the plan's ``operands``, or the
+    kernels' default operand type where it names none: scaled f16 for bf16)."""
     if c.unsupported:
         return None, c.unsupported
     if c.dynamic:
@@ -146,8 +148,12 @@ def serve(c: Contraction, f32_mode: str = "ieee", plan=None) -> tuple:
         except UnknownSchemeError as e:
             return None, f"{e} (falcon.plan)"
         if batch == 1 and not ta:
-            return Served(PlanSpec(c.M, c.N, c.K, scheme=name, dtype=lhs, out_dtype=acc,
-                                   f32_mode=f32_mode, trans_b=tb), accumulate), "plan"
+            try:  # the plan's operand type (lcma-rewrite's operands=; absent: the kernels' default)
+                spec = PlanSpec(c.M, c.N, c.K, scheme=name, dtype=lhs, out_dtype=acc, f32_mode=f32_mode,
+                                trans_b=tb, operand_dtype=getattr(plan, "operands", None))
+            except ValueError as e:
+                return None, f"{e} (falcon.plan)"
+            return Served(spec, accumulate), "plan"
         note = "kernel-form plans take A @ B or A @ B^T without batch or a transposed A; classical kernel"
     spec = GemmSpec(c.M, c.N, c.K, a_dtype=lhs, b_dtype=rhs, out_dtype=acc, batch=batch,
                     trans_a=ta, trans_b=tb, f32_mode=f32_mode)

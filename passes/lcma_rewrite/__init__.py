@@ -46,8 +46,8 @@ from .dispatch import DYNAMIC_CHUNK_CANDIDATES, DYNAMIC_CHUNK_M, dynamic_choice,
 from .emit import Emitter
 from .fold import Folded
 from .options import MAX_LEVELS, LcmaOptions, OptionError
-from .planning import (plan_for, predicted_errors, predicted_time, products_type, rounding_entry,
-                       sums_type)
+from .planning import (operands_entry, plan_for, predicted_errors, predicted_time, products_type,
+                       rounding_entry, sums_type)
 from .through import read_through_transposes
 
 __all__ = ["run_lcma_rewrite", "LcmaOptions", "plan_for", "OptionError", "RewriteError",
@@ -126,6 +126,9 @@ def _entry(c, plan, reason: str, options: LcmaOptions) -> dict:
         "predicted_error": predicted_errors(c, plan, sums_type(c, plan, options)),
         "predicted_time": predicted_time(c, options, plan),
     }
+    ops = operands_entry(c, plan, options)
+    if ops is not None:  # a kernel-form plan: its operand type (scaled f16 for bf16) and why
+        entry["operands"] = ops
     sums = sums_type(c, plan, options)
     if sums is not None:  # a bf16/f16 result: where the plan rounds, what its products multiply
         entry["rounding"] = rounding_entry(c, sums, products_type(c, plan, options, sums))
@@ -265,7 +268,8 @@ def run_lcma_rewrite(module_op, options: LcmaOptions) -> list:
         The report: one dict per contraction found, with ``location``
         (``file:line:col``), ``op``, ``kind``, ``M``, ``N``, ``K``, ``batch``,
         ``element_types`` (lhs, rhs, acc), ``plan`` (dict, or ``"classical"``),
-        ``reason``, ``predicted_error`` (``{"classical": e, "plan": e}`` for
+        ``reason``, ``operands`` (a kernel-form plan: ``{"type", "scaled", "why"}``,
+        :func:`.planning.operands_entry`), ``predicted_error`` (``{"classical": e, "plan": e}`` for
         float contractions, see :mod:`falcon_mlir.decision.numerics`), ``predicted_time``
         (seconds from the cost model, :mod:`falcon_mlir.decision`:
         ``{"profile", "classical", "plan", "alternatives": [{"plan", "seconds"}],

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Optional
 
+from falcon_mlir.decision.numerics import OPERAND_CHOICES
 from falcon_mlir.dialects.plan import EDGES, FORMS
 from falcon_mlir.options import OptionError, option, parse_options
 
@@ -106,6 +107,13 @@ class LcmaOptions:
             else ``mixed``; :func:`.planning.products_type`). With input-type
             sums every product reads two input-type operands. Exact either
             way: an extension to f32 does not round.
+        operands: kernel-form plans (CUDA): the type their combined operands
+            and stored products are formed in: ``"auto"`` (scaled f16 for bf16
+            inputs, :data:`falcon_mlir.decision.numerics.KERNEL_OPERAND_TYPES`;
+            the input type otherwise), ``"input"`` (the input type: bf16
+            operands for bf16, no absmax passes) or ``"f16"`` (scaled f16 for
+            bf16 inputs). Carried to falcon-kernels in the plan attribute
+            (``operands``); :func:`falcon_mlir.decision.numerics.kernel_operands`.
         filename: name used for the ``"-"`` buffer in report locations (not
             a text option).
     """
@@ -169,6 +177,12 @@ class LcmaOptions:
              "alone extended to f32 once: every product f32 x f32) or mixed (they stay in the "
              "input type); auto: f32 where the profile's f32 GEMM is faster than the input "
              "type's, else mixed")
+    operands: str = option(
+        "auto", choices=OPERAND_CHOICES,
+        help="kernel-form plans (CUDA): the type of the combined operands and products, input "
+             "(the input type) or f16 (bf16 inputs: scaled by powers of two into f16's range); "
+             "auto: scaled f16 for bf16 inputs (docs/accuracy.md, Scaled f16 operands), else "
+             "the input type")
     filename: Optional[str] = None
 
     @classmethod

@@ -24,7 +24,8 @@ from .options import LcmaOptions
 
 __all__ = ["plan_for", "decision_for", "problem_of", "schemes_fit", "numerics_check",
            "predicted_time", "predicted_errors", "grouped_terms", "default_budget", "sums_type",
-           "plan_error", "rounding_entry", "sum_roundings", "products_type"]
+           "plan_error", "rounding_entry", "sum_roundings", "products_type", "operands_of",
+           "operands_entry"]
 
 
 def schemes_fit(c: Contraction, schemes: tuple, form: str = "per-product") -> Optional[str]:
@@ -56,12 +57,14 @@ def schemes_fit(c: Contraction, schemes: tuple, form: str = "per-product") -> Op
 
 
 def numerics_check(c: Contraction, schemes: tuple, budget: Optional[float],
-                   form: str = "per-product", sums: Optional[str] = None) -> Optional[str]:
+                   form: str = "per-product", sums: Optional[str] = None,
+                   operands: Optional[str] = None) -> Optional[str]:
     """Why ``schemes`` are numerically unfit for ``c`` (``None`` if fit).
 
     Integers: exactness (no overflow anywhere, worst case over all inputs).
     Floats: the predicted error (of ``form``; a bf16/f16 result with its
-    combined operands in ``sums``) against ``budget`` (no budget: always fit).
+    combined operands in ``sums``; a kernel-form plan with its operands in
+    ``operands``) against ``budget`` (no budget: always fit).
     """
     from falcon_mlir.decision import numerics
 
@@ -71,7 +74,7 @@ def numerics_check(c: Contraction, schemes: tuple, budget: Optional[float],
         return None if ok else f"{why}; kept classical"
     if budget is None or c.K < 1:
         return None
-    pred = plan_error(c, schemes, form, sums)
+    pred = plan_error(c, schemes, form, sums, operands)
     if pred > budget:
         return (f"predicted error {pred:.1e} of {'+'.join(schemes)} exceeds max-error "
                 f"{budget:.1e}; kept classical")
@@ -83,17 +86,20 @@ def problem_of(c: Contraction, options: Optional[LcmaOptions] = None) -> "decisi
     with ``options`` their ``sums`` and ``products`` for a bf16/f16 result)."""
     const_rhs = defining_op_name(c.op.operands[1]) in (
         "arith.constant", "util.global.load", "flow.tensor.constant")
-    extra = {} if options is None else {"sums": options.sums, "products": options.products}
+    extra = {} if options is None else {"sums": options.sums, "products": options.products,
+                                        "operands": options.operands}
     return decision.Problem(M=c.M, N=c.N, K=c.K, batch=math.prod(c.batch) if c.batch else 1,
                             lhs=str(c.lhs_type), rhs=str(c.rhs_type), acc=str(c.acc_type),
                             const_rhs=const_rhs, **extra)
 
 
 def decision_for(c: Contraction, options: LcmaOptions, forced: Optional[tuple] = None,
-                 form: Optional[str] = None, edge: Optional[str] = None) -> "decision.Decision":
+                 form: Optional[str] = None, edge: Optional[str] = None,
+                 operands: Optional[str] = None) -> "decision.Decision":
     """The cost-model decision for ``c`` under ``options`` (see :func:`falcon_mlir.decision.decide`).
 
-    ``forced``/``form``/``edge`` evaluate a given plan instead of choosing one.
+    ``forced``/``form``/``edge``/``operands`` (a kernel-form plan's operand
+    type) evaluate a given plan instead of choosing one.
 
     Raises:
         ProfileError: the options' profile does not load.
@@ -108,6 +114,8 @@ def decision_for(c: Contraction, options: LcmaOptions, forced: Optional[tuple] =
                          options)
         if sums is not None:
             pb = dataclasses.replace(pb, sums="f32" if sums == "f32" else "input")
+        if operands is not None:
+            pb = dataclasses.replace(pb, operands="input" if operands == str(c.lhs_type) else operands)
         return decision.decide(pb, profile, forced=forced, forms=(form or "per-product",),
                                edges=(edge or "peel",))
     budget = options.max_error if options.max_error is not None else default_budget(c)
@@ -229,9 +237,11 @@ def plan_for(c: Contraction, options: LcmaOptions) -> tuple:
             plan = Plan.from_attribute(c.op.attributes[PLAN_ATTR])
         except PlanError as e:
             return None, str(e)
+        if plan.form == "kernel" and plan.operands is None:
+            plan = dataclasses.replace(plan, operands=operands_of(c, options)[0])
         why = schemes_fit(c, plan.schemes, plan.form) or \
             numerics_check(c, plan.schemes, options.max_error, plan.form,
-                           sums_type(c, plan, options))
+                           sums_type(c, plan, options), plan.operands)
         return (None, why) if why else (plan, f"plan attached by {PLAN_ATTR}")
     forced = options.forced_schemes()
     form = "per-product" if options.form == "auto" else options.form
@@ -250,14 +260,45 @@ def plan_for(c: Contraction, options: LcmaOptions) -> tuple:
         form = "per-product"
         why += (f"; per-product form: the grouped combines of {'*'.join(schemes)} would read "
                 f"{grouped_terms(schemes)} blocks (at most {MAX_GROUPED_TERMS})")
+    operands = operands_of(c, options)[0] if form == "kernel" else None
     unfit = schemes_fit(c, schemes, form) or numerics_check(
         c, schemes, options.max_error if forced is not None else None, form,
-        sums_type(c, Plan(tuple(schemes), edge=edge, form=form), options))
+        sums_type(c, Plan(tuple(schemes), edge=edge, form=form), options), operands)
     if unfit:
         return None, unfit
     if form == "kernel":
         edge = "pad"  # the generated kernels pad the blocks (falcon_mlir.kernels.lcma); nothing is peeled
-    return Plan(tuple(schemes), edge=edge, form=form), why
+    return Plan(tuple(schemes), edge=edge, form=form, operands=operands), why
+
+
+def operands_of(c: Contraction, options: LcmaOptions) -> tuple:
+    """``(type, why)``: the operand type of a kernel-form plan on ``c`` under the
+    ``operands`` option (:func:`falcon_mlir.decision.numerics.kernel_operands`:
+    auto is scaled f16 for bf16 inputs). Inputs of two types (which the kernels
+    do not serve) keep the input type."""
+    from falcon_mlir.decision import numerics
+
+    lhs = str(c.lhs_type)
+    if lhs != str(c.rhs_type) or not c.is_float:
+        return lhs, "the input type"
+    return numerics.kernel_operands(lhs, options.operands)
+
+
+def operands_entry(c: Contraction, plan: Optional[Plan], options: LcmaOptions) -> Optional[dict]:
+    """The report's ``operands`` of a kernel-form plan: ``{"type", "scaled", "why"}``
+    (``scaled``: f16 operands of bf16 inputs, two absmax dispatches first);
+    ``None`` for other plans."""
+    if plan is None or plan.form != "kernel":
+        return None
+    lhs = str(c.lhs_type)
+    t = plan.operands or operands_of(c, options)[0]
+    try:
+        named = PLAN_ATTR in c.op.attributes and \
+            Plan.from_attribute(c.op.attributes[PLAN_ATTR]).operands is not None
+    except PlanError:
+        named = False
+    why = f"{PLAN_ATTR} names operands = {t}" if named else operands_of(c, options)[1]
+    return {"type": t, "scaled": t != lhs and lhs == "bf16", "why": why}
 
 
 def predicted_time(c: Contraction, options: LcmaOptions, plan: Optional[Plan]) -> Optional[dict]:
@@ -269,9 +310,11 @@ def predicted_time(c: Contraction, options: LcmaOptions, plan: Optional[Plan]) -
         if plan is None or options.forced_schemes() is None and PLAN_ATTR not in c.op.attributes:
             d = decision_for(c, options)
             if plan is not None and d.choice.schemes != tuple(plan.schemes):
-                d = decision_for(c, options, forced=plan.schemes, form=plan.form, edge=plan.edge)
+                d = decision_for(c, options, forced=plan.schemes, form=plan.form, edge=plan.edge,
+                                 operands=plan.operands)
         else:
-            d = decision_for(c, options, forced=plan.schemes, form=plan.form, edge=plan.edge)
+            d = decision_for(c, options, forced=plan.schemes, form=plan.form, edge=plan.edge,
+                             operands=plan.operands)
     except Exception:  # the model must never break the rewrite
         return None
     out = {"profile": d.profile, "classical": d.classical.seconds,
@@ -302,23 +345,24 @@ def predicted_errors(c: Contraction, plan: Optional[Plan],
     out = {"classical": numerics.rounded_plan_error([], c.K, acc) if narrow
            else numerics.classical_error(c.K, acc)}
     if plan is not None:
-        out["plan"] = plan_error(c, plan.schemes, plan.form, sums)
+        out["plan"] = plan_error(c, plan.schemes, plan.form, sums, plan.operands)
         if plan.form == "kernel":  # falcon's classical kernel is the baseline there
             out["classical"] = numerics.kernel_plan_error([], c.K, str(c.lhs_type), str(c.acc_type))
     return out
 
 
 def plan_error(c: Contraction, schemes, form: str = "per-product",
-               sums: Optional[str] = None) -> float:
+               sums: Optional[str] = None, operands: Optional[str] = None) -> float:
     """The predicted error of ``schemes`` on ``c`` in ``form`` (the kernel form's
-    roundings differ: :func:`falcon_mlir.decision.numerics.kernel_plan_error`;
+    roundings differ: :func:`falcon_mlir.decision.numerics.kernel_plan_error`,
+    its combined operands in ``operands``, default the kernels' default;
     a bf16/f16 result accumulates in f32 with its combined operands in
     ``sums``, default f32: :func:`~falcon_mlir.decision.numerics.rounded_plan_error`)."""
     from falcon_mlir.decision import numerics
 
     acc = str(c.acc_type)
     if form == "kernel":
-        return numerics.kernel_plan_error(list(schemes), c.K, str(c.lhs_type), acc)
+        return numerics.kernel_plan_error(list(schemes), c.K, str(c.lhs_type), acc, operands=operands)
     if numerics.is_narrow_result(acc):
         return numerics.rounded_plan_error(list(schemes), c.K, acc, sums=sums or "f32",
                                            sum_roundings=sum_roundings(schemes, form))

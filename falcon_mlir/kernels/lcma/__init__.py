@@ -34,7 +34,8 @@ masked stores leave out what lies past C's edges.
 bf16 plans by default form their combined operands and products in f16,
 **scaled** by powers of two into f16's range (:mod:`.scale`: two absmax
 kernels run first, combine A/B scale down, combine C scales back): six
-dispatches, about classical's error at the 16-bit rate.
+dispatches, about classical's error at the 16-bit rate
+(``PlanSpec(operand_dtype="bf16")`` keeps bf16 operands: four dispatches).
 
 Coefficients that are not integers are written as f32 literals (exact for
 dyadic fractions such as 1/2; others round).

@@ -1,4 +1,4 @@
-"""Scaled f16 operands for bf16 plans (opt-in): the power-of-two scales and the kernel that finds them.
+"""Scaled f16 operands for bf16 plans (the default): the power-of-two scales and the kernel that finds them.
 
 A bf16 plan that forms its combined operands and products in bf16 rounds
 each sum and each product to 8 significant bits; Strassen^2's error is then
@@ -28,17 +28,22 @@ classically), and the finite ones keep their scale. Exponents run over all of
 bf16's range (-126 .. 128; combine C's factor up to 2^300 is applied as three
 normal f32 factors in turn), so A near 3e38 times a tiny B stays finite.
 
-**What one scale per matrix cannot hold** (why this is not the default): an
-element more than about 2^24 below its matrix's largest finite element
-becomes zero in f16 (2^14 below it: a subnormal with fewer bits). The
-max-norm error of C stays small while such elements' contributions are
-small next to max|C| (random data; LLM activations with outlier channels
-of 10^3-10^4 measured fine, docs/accuracy.md), but not in general: with
-``A[0, 0] = B[5, 5] = 2^64`` among O(1) values, ``C[0, 5] = A[0, 0] B[0, 5] +
-A[0, 5] B[5, 5]`` needs the O(1) elements and the plan returns 0 there, where
-bf16 operands are right. Heavy-tailed data at large K (outliers x1000, K =
-2^18, Strassen^3) measured 2e-2 in emulation, over the bf16 budget. Use it
-where the data's range is known.
+**What one scale per matrix cannot hold**: an element more than about 2^24
+below its matrix's largest finite element becomes zero in f16 (2^14 below
+it: a subnormal with fewer bits). The max-norm error of C stays small while
+such elements' contributions are small next to max|C| (random data; outlier
+elements or channels x1000; rows or columns scaled by up to 2^+-40; one huge
+element), but not when both matrices hold elements far above the ones C's
+largest entries are made of: with ``A[0, 0] = B[5, 5] = 2^e`` among O(1)
+values, ``C[0, 5] = A[0, 0] B[0, 5] + A[0, 5] B[5, 5]`` needs the O(1)
+elements, and the scaled Strassen plan errs by 1.3x bf16 operands' error at
+e = 16, 0.15 at e = 20 and 1.0 (C[0, 5] = 0) at e = 64, where bf16 operands
+give 5e-3. Everywhere else the emulation of docs/accuracy.md (section
+*Scaled f16 operands*, ``scripts/scaled_operands.py``) measures the scaled
+plan at 0.06-0.82x the bf16-operand plan's error, so it is the default of bf16
+kernel-form plans (:func:`.spec.default_operand_dtype`); ``operands=input``
+of lcma-rewrite (``PlanSpec(operand_dtype="bf16")``) keeps bf16 operands
+for data of such a range.
 
 Emulated in float32/numpy at 1024^3 (random normal bf16, max-norm error
 against float64): classical 3.3e-3; Strassen with bf16 operands and

@@ -31,13 +31,15 @@ class PlanSpec(DictFields):
         dtype: A and B (``"bf16"``, ``"f16"``, ``"f32"``).
         out_dtype: C (default ``dtype``).
         operand_dtype: the combined operands, which the products multiply (default
-            ``dtype``). ``"f16"`` operands of bf16 inputs are **scaled** (:mod:`.scale`,
-            opt-in): A and B are multiplied by powers of two that bring them into f16's
-            range before they are summed, and combine C multiplies back, so f16's three
-            more mantissa bits cut the rounding of the sums and products by 8 at the
-            tensor cores' 16-bit rate (Strassen^2: error about 1.1x classical's instead
-            of 5x with bf16 operands) -- for inputs whose elements lie within f16's
-            range of their maximum; see :mod:`.scale` for what one scale cannot hold.
+            :func:`default_operand_dtype`: ``"f16"`` for bf16 inputs, else ``dtype``).
+            ``"f16"`` operands of bf16 inputs are **scaled** (:mod:`.scale`): A and B are
+            multiplied by powers of two that bring them into f16's range before they are
+            summed, and combine C multiplies back, so f16's three more mantissa bits cut
+            the rounding of the sums and products by 8 at the tensor cores' 16-bit rate
+            (Strassen^2: error about 1.1x classical's instead of 5x with bf16 operands).
+            ``"bf16"`` keeps bf16 operands: what one scale per matrix cannot hold (both
+            A and B with elements 2^16 or more above those C's largest entries are made
+            of) is in :mod:`.scale` and docs/accuracy.md.
         product_dtype: how the R products are stored between the GEMM and combine C
             (default ``operand_dtype``; ``"f32"`` for accuracy at twice the bytes).
         f32_mode: how f32 products multiply (``"ieee"``: FMA; see :class:`GemmSpec`).
@@ -123,10 +125,11 @@ SCALED_OPERANDS = {"bf16": "f16"}
 
 
 def default_operand_dtype(dtype: str) -> str:
-    """The combined operands' type a plan on ``dtype`` inputs uses by default: ``dtype`` (scaled f16
-    operands, :data:`SCALED_OPERANDS`, are opt-in: one power-of-two scale per matrix loses the elements
-    more than f16's range below its maximum, which bf16 operands keep)."""
-    return dtype
+    """The combined operands' type a plan on ``dtype`` inputs uses by default: the scaled type of
+    :data:`SCALED_OPERANDS` (f16 for bf16: never worse than bf16 operands on the inputs of
+    docs/accuracy.md, section *Scaled f16 operands*, but for both matrices holding elements 2^16 or more
+    above those C's largest entries are made of), else ``dtype``."""
+    return SCALED_OPERANDS.get(dtype, dtype)
 
 
 def resolve_scheme(name: str):

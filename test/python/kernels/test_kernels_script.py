@@ -191,9 +191,9 @@ def test_plan_items():
                                  "strassen@64x64x64/bf16/bf16/bf16"],
                                 [(128, 128, 128), (256, 64, 32)], ["bf16", "f32"])
     assert [(s.scheme, s.M, s.N, s.K, s.dtype, s.product_dtype, s.operand_dtype) for s in specs] == [
-        ("strassen", 128, 128, 128, "bf16", "bf16", "bf16"), ("strassen", 128, 128, 128, "f32", "f32", "f32"),
-        ("strassen", 256, 64, 32, "bf16", "bf16", "bf16"), ("strassen", 256, 64, 32, "f32", "f32", "f32"),
-        ("strassen^2", 64, 32, 48, "f32", "f32", "f32"), ("2x2x3:11", 61, 93, 47, "bf16", "f32", "bf16"),
+        ("strassen", 128, 128, 128, "bf16", "f16", "f16"), ("strassen", 128, 128, 128, "f32", "f32", "f32"),
+        ("strassen", 256, 64, 32, "bf16", "f16", "f16"), ("strassen", 256, 64, 32, "f32", "f32", "f32"),
+        ("strassen^2", 64, 32, 48, "f32", "f32", "f32"), ("2x2x3:11", 61, 93, 47, "bf16", "f32", "f16"),
         ("strassen", 64, 64, 64, "bf16", "bf16", "bf16")]
     with pytest.raises(ValueError, match="operand_dtype f16 for f32 inputs"):
         gk.parse_plan_items(["strassen@64x64x64/f32/f32/f16"], [], [])
@@ -214,7 +214,7 @@ def test_dry_run_plans(tmp_path):
         pytest.skip("needs torch")
     bundle, out = tmp_path / "bundle", tmp_path / "out"
     r = _run(SCRIPT, "prepare", bundle, "--cpu", "--no-gemm", "--no-checks", "--no-tune",
-             "--plans", "strassen@90x70x100/bf16,2x2x3:11@61x93x47/f32,strassen@90x70x100/bf16/f16/f16")
+             "--plans", "strassen@90x70x100/bf16/bf16/bf16,2x2x3:11@61x93x47/f32,strassen@90x70x100/bf16")
     assert r.returncode == 0, r.stdout + r.stderr
     manifest = json.loads((bundle / "manifest.json").read_text())
     assert [p["name"] for p in manifest["plans"]] == ["strassen_bf16_90x70x100_pbf16_obf16",

@@ -151,9 +151,10 @@ def test_falcon_compile_cuda_builds_a_vmfb_with_our_cubin_and_reports_it():
 
 
 @needs_triton
-@pytest.mark.parametrize("t", ["f16", "bf16"])
-def test_kernel_form_plan_dispatches(t):
-    """Combine A, B, products, combine C, in the input type (scaled f16 operands are opt-in)."""
+@pytest.mark.parametrize("t, dispatches", [("f16", 4), ("bf16", 6)])
+def test_kernel_form_plan_dispatches(t, dispatches):
+    """f16: combine A, B, products, combine C; bf16 (scaled f16 operands, the default): the two absmax
+    kernels first."""
     from falcon_mlir.passes.lcma_rewrite import LcmaOptions, run_lcma_rewrite
 
     text = MM.format(M=512, N=512, K=512, t=t, acc=t)
@@ -161,13 +162,15 @@ def test_kernel_form_plan_dispatches(t):
         m = ir.Module.parse(text)
         rep = run_lcma_rewrite(m.operation, LcmaOptions.parse("scheme=strassen form=kernel"))
         assert rep[0]["handoff"] == "falcon-kernels" and rep[0]["products"] == 7
+        assert rep[0]["operands"]["type"] == "f16" and rep[0]["operands"]["scaled"] == (t == "bf16")
         assert "falcon.plan" in str(m)
         krep = run_falcon_kernels(m.operation, KernelsOptions.parse("min-flops=0"))
         out = str(m)
     assert krep[0]["kernel"] == "plan" and krep[0]["plan"]["R"] == 7
-    assert out.count("flow.dispatch") == 4 and "falcon.plan" not in out
-    assert "linalg.matmul" not in out and "@falcon_absmax(" not in out
-    assert krep[0]["plan"]["operands"] == t
+    assert out.count("flow.dispatch") == dispatches and "falcon.plan" not in out
+    assert "linalg.matmul" not in out
+    assert (out.count("@falcon_absmax(") == 2) == (t == "bf16")
+    assert krep[0]["plan"]["operands"] == ("f16 (scaled)" if t == "bf16" else "f16")
 
 
 MM_TB = """func.func @mm(%a: tensor<{M}x{K}xbf16>, %b: tensor<{N}x{K}xbf16>) -> tensor<{M}x{N}xbf16> {{
@@ -193,7 +196,7 @@ def test_kernel_form_plan_with_transposed_b():
 
     with ir.Context():
         m = ir.Module.parse(MM_TB.format(M=512, N=384, K=256))
-        rep = run_lcma_rewrite(m.operation, LcmaOptions.parse("scheme=strassen form=kernel"))
+        rep = run_lcma_rewrite(m.operation, LcmaOptions.parse("scheme=strassen form=kernel operands=input"))
         assert rep[0]["handoff"] == "falcon-kernels"
         krep = run_falcon_kernels(m.operation, KernelsOptions.parse("min-flops=0"))
         out = str(m)

@@ -26,7 +26,10 @@ MALFORMED_PLANS = ['{schemes = "strassen"}', '{schemes = []}', '{schemes = [1, 2
                    '{schemes = ["strassen"], form = "GROUPED"}',
                    '{schemes = ["strassen"], edge = 1 : i64}', '{schemes = ["nope"]}',
                    '{schemes = ["strassen,strassen"]}',
-                   '{schemes = ["strassen", "strassen", "strassen", "strassen", "strassen"]}']
+                   '{schemes = ["strassen", "strassen", "strassen", "strassen", "strassen"]}',
+                   # operands name the operand type of a kernel-form plan only
+                   '{schemes = ["strassen"], form = "kernel", operands = "f8"}',
+                   '{schemes = ["strassen"], form = "grouped", operands = "f16"}']
 
 
 @pytest.mark.parametrize("plan", MALFORMED_PLANS)
@@ -89,3 +92,32 @@ def test_plan_attribute_with_unknown_scheme(capfd, src):
     p, _ = src(MM.replace("linalg.matmul ins", 'linalg.matmul {falcon.plan = {schemes = ["nosuch"]}} ins'))
     rc, out, err = opt(capfd, p, "--lcma-rewrite")
     assert rc == 0 and "internal error" not in err, err
+
+
+def test_plan_operands_round_trip_and_errors():
+    """A kernel-form plan's operand type survives the attribute; other forms and unknown types are
+    PlanErrors (one line)."""
+    from iree.compiler import ir
+
+    from falcon_mlir.dialects.plan import Plan, PlanError
+
+    p = Plan(("strassen", "strassen"), "pad", "kernel", operands="f16")
+    with ir.Context():
+        back = Plan.from_attribute(p.to_attribute())
+        plain = Plan.from_attribute(Plan(("strassen",), "pad", "kernel").to_attribute())
+    assert back == p and back.to_json()["operands"] == "f16"
+    assert plain.operands is None and "operands" not in plain.to_json()
+    with pytest.raises(PlanError, match="operands = 'f16' is for kernel-form plans"):
+        Plan(("strassen",), "peel", "grouped", operands="f16")
+    with pytest.raises(PlanError, match="unknown operands 'f8'"):
+        Plan(("strassen",), "pad", "kernel", operands="f8")
+
+
+def test_operands_option_values():
+    from falcon_mlir.options import OptionError
+    from falcon_mlir.passes.lcma_rewrite import LcmaOptions
+
+    assert LcmaOptions.parse("").operands == "auto"
+    assert LcmaOptions.parse("operands=input").operands == "input"
+    with pytest.raises(OptionError, match="operands='bf16' is invalid .expected auto, input or f16."):
+        LcmaOptions.parse("operands=bf16")

@@ -24,7 +24,8 @@ Two halves, like ``scripts/gpu_check.py``:
   ``jax.value_and_grad``, SGD) in mixed precision: float32 master params,
   ``x`` and ``target``, the block computed in the dtype (bf16 x bf16
   projections accumulated in float32 by IREE and XLA), loss and update in
-  float32; ``iree_train_<dtype>.vmfb``, ``falcon_train_<dtype>.vmfb`` and
+  float32 (float16 with a static loss scale, ``TrainStep``'s ``LOSS_SCALE``);
+  ``iree_train_<dtype>.vmfb``, ``falcon_train_<dtype>.vmfb`` and
   ``jax_train_<dtype>.bin`` (``jax.export`` of the same step).
 
   It writes ``manifest.json`` and copies ``gpu_model_run.py`` and the
@@ -159,7 +160,7 @@ def prepare_train(dir_: Path, tokens: int, dtypes: list, kernels: str = "auto", 
              f"{time.perf_counter() - t0:.1f} s")
         entry = {"input_shape": list(ts.block.input_shape),
                  "params": [[n, list(s)] for n, s in ts.param_specs()],
-                 "flops": 3 * flops(cfg)}
+                 "flops": 3 * flops(cfg), "loss_scale": ts.loss_scale}
         for name in ("iree", "falcon"):
             _compile_variant(dir_, name, text, dtype, entry, kernels, stem="train_", flags=flags)
         jax_file = f"jax_train_{dtype}.bin"

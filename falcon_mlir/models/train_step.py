@@ -15,7 +15,8 @@ the blocks compute in that dtype (mixed precision: params and ``x`` cast to
 it on the way in, so the projections are bf16 x bf16 contractions, which
 IREE and XLA accumulate in float32; ``y`` cast back to float32 for the
 loss; the gradients arrive in float32 through the casts and the SGD update
-is float32). The function is::
+is float32; float16 takes a static loss scale, :data:`LOSS_SCALE`). The
+function is::
 
     main(*params, x, target) -> (loss, *new_params)            # with_grads=False
     main(*params, x, target) -> (loss, *new_params, *grads)    # with_grads=True
@@ -56,7 +57,13 @@ import numpy as np
 
 from falcon_mlir.models.llama_block import LlamaBlock, LlamaConfig
 
-__all__ = ["TrainStep", "classify_contractions", "reference_loss"]
+__all__ = ["LOSS_SCALE", "TrainStep", "classify_contractions", "reference_loss"]
+
+#: Default static loss scale per compute dtype: 2^16 for float16 (the usual
+#: start of a dynamic scaler; keeps ``dloss/dy`` ~ 2^-24 at 4096 tokens x 4096
+#: hidden in f16's normal range with room below its 65504 maximum), none for
+#: float32 and bfloat16 (float32's exponent range).
+LOSS_SCALE = {"float32": 1.0, "bfloat16": 1.0, "float16": 65536.0}
 
 
 class TrainStep:
@@ -70,19 +77,28 @@ class TrainStep:
         lr: the SGD learning rate (> 0).
         with_grads: also return the gradients (for tests; costs one more
             copy of the weights per step).
+        loss_scale: static loss scale (> 0): the gradient is taken of
+            ``loss * loss_scale`` and divided by it in float32 (the returned
+            loss, grads and update are unscaled). ``None``: :data:`LOSS_SCALE`
+            of the dtype (float16's 2^-24 smallest subnormal would flush the
+            backward pass's ``dloss/dy = (y - target) / (batch * tokens *
+            hidden)`` to zero at Llama sizes).
 
     Raises:
-        ValueError: a dtype :class:`LlamaConfig` does not know, ``layers < 1``
-            or ``lr <= 0``.
+        ValueError: a dtype :class:`LlamaConfig` does not know, ``layers < 1``,
+            ``lr <= 0`` or ``loss_scale <= 0``.
     """
 
     def __init__(self, config: LlamaConfig, layers: int = 1, lr: float = 0.5,
-                 with_grads: bool = False):
+                 with_grads: bool = False, loss_scale: float = None):
         config.validate()
         if int(layers) < 1:
             raise ValueError(f"layers must be >= 1, not {layers}")
         if not float(lr) > 0:
             raise ValueError(f"lr must be > 0, not {lr}")
+        self.loss_scale = float(LOSS_SCALE[config.dtype] if loss_scale is None else loss_scale)
+        if not self.loss_scale > 0:
+            raise ValueError(f"loss_scale must be > 0, not {loss_scale}")
         self.block = LlamaBlock(config)
         self.config = config
         self.layers = int(layers)
@@ -137,10 +153,17 @@ class TrainStep:
     def _step_fn(self):
         import jax
 
-        loss_fn, lr, with_grads = self._loss_fn(), self.lr, self.with_grads
+        loss_fn, lr, with_grads, scale = self._loss_fn(), self.lr, self.with_grads, self.loss_scale
+        if scale != 1.0:
+            unscaled = loss_fn
+
+            def loss_fn(params, x, target):
+                return unscaled(params, x, target) * scale
 
         def step(params, x, target):
             loss, grads = jax.value_and_grad(loss_fn)(params, x, target)
+            if scale != 1.0:
+                loss, grads = loss / scale, [g / scale for g in grads]
             new = [w - lr * g for w, g in zip(params, grads)]
             return (loss, new, grads) if with_grads else (loss, new)
 

@@ -19,14 +19,19 @@ Two halves, like ``scripts/gpu_check.py``:
     - ``jax_<dtype>.bin``: the block as a serialized ``jax.export`` for CUDA
       (the peer: XLA on the same GPU).
 
-  With ``--train [--steps 10] [--lr 0.5]`` the bundle holds the training
+  With ``--train [--steps 10] [--lr 0.5] [--small] [--target cpu]`` (default
+  dtypes: bfloat16 only) the bundle holds the training
   step instead (:class:`falcon_mlir.models.train_step.TrainStep`: loss,
   ``jax.value_and_grad``, SGD) in mixed precision: float32 master params,
   ``x`` and ``target``, the block computed in the dtype (bf16 x bf16
   projections accumulated in float32 by IREE and XLA), loss and update in
   float32 (float16 with a static loss scale, ``TrainStep``'s ``LOSS_SCALE``);
   ``iree_train_<dtype>.vmfb``, ``falcon_train_<dtype>.vmfb`` and
-  ``jax_train_<dtype>.bin`` (``jax.export`` of the same step).
+  ``jax_train_<dtype>.bin`` (``jax.export`` of the same step). IREE 3.13
+  cannot compile the bf16 step for CUDA either (the same error, on the q
+  projection); the f16 step compiles. ``--target cpu`` builds the same
+  bundle for this machine (llvm-cpu, JAX's CPU; f16 does not lower there):
+  a dry run of both halves, with ``--small`` in about two minutes.
 
   It writes ``manifest.json`` and copies ``gpu_model_run.py`` and the
   standalone library modules it imports (:mod:`falcon_mlir.bundles`).

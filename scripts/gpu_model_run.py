@@ -3,6 +3,7 @@
 IREE, falcon and JAX/XLA on one CUDA device and compare their outputs.
 
     python3 DIR/gpu_model_run.py DIR [--repeat 10] [--warmup 3] [--seed 0]
+    python3 DIR/gpu_model_run.py DIR [--steps 20] [--warmup 3]     # a --train bundle
 
 Needs numpy, ml_dtypes, iree-base-runtime and jax (with CUDA); not
 falcon_mlir (the bundle carries copies of the standalone library modules it
@@ -26,7 +27,9 @@ runs from the call to its loss on the host (JAX: all outputs ready);
 per variant the median over the steps. Compared with JAX's run: the loss
 at every step (max over steps of ``|l - l_jax| / |l_jax|``) and the
 update ``final - initial`` params (max over params of the max-norm
-relative difference). Writes ``gpu_train.json`` and ``gpu_train.md``.
+relative difference). JAX allocates as it goes
+(``XLA_PYTHON_CLIENT_PREALLOCATE=false`` unless set). Writes
+``gpu_train.json`` and ``gpu_train.md``.
 """
 
 from __future__ import annotations
@@ -204,6 +207,9 @@ def run_train(dir_: Path, steps: int, warmup: int, seed: int) -> dict:
     """All training variants of the bundle: rows of times, losses and their
     differences from JAX's (see the module doc)."""
     man = json.loads((dir_ / "manifest.json").read_text())
+    # JAX would take 75% of the GPU at its first call, before the IREE modules
+    # (whose attention transients are GBs at 4096 tokens) run in this process.
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     config = runner.device_config(man.get("driver", "cuda"))
     rows = []
     for dtype, entry in man["variants"].items():

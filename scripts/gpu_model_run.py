@@ -255,7 +255,8 @@ def train_table(result: dict) -> str:
     """Markdown table of :func:`run_train`'s result."""
     by = {(r["dtype"], r["variant"]): r for r in result["rows"]}
     lines = [f"| dtype | variant | ms/step (median of {result['steps']}) | eff. TFLOP/s "
-             "| vs plain IREE (same dtype, else f16) | vs JAX (same dtype) | loss rel. diff vs JAX (max over steps) | update rel. diff vs JAX |",
+             "| vs plain IREE (same dtype, else f16) | vs JAX (same dtype) "
+             "| loss rel. diff vs JAX (max over steps) | update rel. diff vs JAX |",
              "|---|---|---|---|---|---|---|---|"]
     for r in result["rows"]:
         if "ms" not in r:

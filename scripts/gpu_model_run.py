@@ -323,6 +323,7 @@ def main(argv=None) -> int:
         result, stem = run(dir_, args.repeat, args.warmup, args.seed), "gpu_model"
         md = table(result)
     out = Path(os.environ.get("OUT") or dir_)
+    out.mkdir(parents=True, exist_ok=True)
     files.write_atomic(str(out / f"{stem}.json"), (json.dumps(result, indent=1) + "\n").encode())
     files.write_atomic(str(out / f"{stem}.md"), (md + "\n").encode())
     print(md)

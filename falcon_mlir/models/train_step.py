@@ -9,7 +9,14 @@ gradient by ``jax.value_and_grad`` and a plain SGD update written in JAX::
     loss  = 0.5 * mean over (batch, tokens, hidden) of (y - target)^2
     new_w = w - lr * dloss/dw                            for every weight w
 
-The exported function (all float32) is::
+The exported function's arguments and results are float32 (the params are
+the master weights); with a ``config.dtype`` of ``bfloat16`` or ``float16``
+the blocks compute in that dtype (mixed precision: params and ``x`` cast to
+it on the way in, so the projections are bf16 x bf16 contractions, which
+IREE and XLA accumulate in float32; ``y`` cast back to float32 for the
+loss; the gradients arrive in float32 through the casts and the SGD update
+is float32; float16 takes a static loss scale, :data:`LOSS_SCALE`). The
+function is::
 
     main(*params, x, target) -> (loss, *new_params)            # with_grads=False
     main(*params, x, target) -> (loss, *new_params, *grads)    # with_grads=True
@@ -50,31 +57,48 @@ import numpy as np
 
 from falcon_mlir.models.llama_block import LlamaBlock, LlamaConfig
 
-__all__ = ["TrainStep", "classify_contractions", "reference_loss"]
+__all__ = ["LOSS_SCALE", "TrainStep", "classify_contractions", "reference_loss"]
+
+#: Default static loss scale per compute dtype: 2^16 for float16 (the usual
+#: start of a dynamic scaler; keeps ``dloss/dy`` ~ 2^-24 at 4096 tokens x 4096
+#: hidden in f16's normal range with room below its 65504 maximum), none for
+#: float32 and bfloat16 (float32's exponent range).
+LOSS_SCALE = {"float32": 1.0, "bfloat16": 1.0, "float16": 65536.0}
 
 
 class TrainStep:
     """A loss, its gradient and an SGD update over ``layers`` Llama blocks.
 
     Args:
-        config: the block's sizes and the batch's (tokens, batch); float32 only.
+        config: the block's sizes and the batch's (tokens, batch); its
+            ``dtype`` is the blocks' compute dtype (float32, or bfloat16 /
+            float16 with float32 master params, see the module doc).
         layers: number of stacked blocks (>= 1), each with its own weights.
         lr: the SGD learning rate (> 0).
         with_grads: also return the gradients (for tests; costs one more
             copy of the weights per step).
+        loss_scale: static loss scale (> 0): the gradient is taken of
+            ``loss * loss_scale`` and divided by it in float32 (the returned
+            loss, grads and update are unscaled). ``None``: :data:`LOSS_SCALE`
+            of the dtype (float16's 2^-24 smallest subnormal would flush the
+            backward pass's ``dloss/dy = (y - target) / (batch * tokens *
+            hidden)`` to zero at Llama sizes).
 
     Raises:
-        ValueError: a dtype other than float32, ``layers < 1`` or ``lr <= 0``.
+        ValueError: a dtype :class:`LlamaConfig` does not know, ``layers < 1``,
+            ``lr <= 0`` or ``loss_scale <= 0``.
     """
 
     def __init__(self, config: LlamaConfig, layers: int = 1, lr: float = 0.5,
-                 with_grads: bool = False):
-        if config.dtype != "float32":
-            raise ValueError(f"the training step is float32 only, not {config.dtype}")
+                 with_grads: bool = False, loss_scale: float = None):
+        config.validate()
         if int(layers) < 1:
             raise ValueError(f"layers must be >= 1, not {layers}")
         if not float(lr) > 0:
             raise ValueError(f"lr must be > 0, not {lr}")
+        self.loss_scale = float(LOSS_SCALE[config.dtype] if loss_scale is None else loss_scale)
+        if not self.loss_scale > 0:
+            raise ValueError(f"loss_scale must be > 0, not {loss_scale}")
         self.block = LlamaBlock(config)
         self.config = config
         self.layers = int(layers)
@@ -115,12 +139,13 @@ class TrainStep:
         import jax.numpy as jnp
 
         block, n = self.block._fn(), self.per_layer
+        dt = jnp.dtype(self.config.dtype)
 
         def loss(params, x, target):
-            y = x
+            y = x.astype(dt)
             for i in range(self.layers):
-                y = block(y, *params[i * n:(i + 1) * n])
-            d = y - target
+                y = block(y, *[w.astype(dt) for w in params[i * n:(i + 1) * n]])
+            d = y.astype(jnp.float32) - target
             return 0.5 * jnp.mean(d * d)
 
         return loss
@@ -128,10 +153,17 @@ class TrainStep:
     def _step_fn(self):
         import jax
 
-        loss_fn, lr, with_grads = self._loss_fn(), self.lr, self.with_grads
+        loss_fn, lr, with_grads, scale = self._loss_fn(), self.lr, self.with_grads, self.loss_scale
+        if scale != 1.0:
+            unscaled = loss_fn
+
+            def loss_fn(params, x, target):
+                return unscaled(params, x, target) * scale
 
         def step(params, x, target):
             loss, grads = jax.value_and_grad(loss_fn)(params, x, target)
+            if scale != 1.0:
+                loss, grads = loss / scale, [g / scale for g in grads]
             new = [w - lr * g for w, g in zip(params, grads)]
             return (loss, new, grads) if with_grads else (loss, new)
 
@@ -151,11 +183,33 @@ class TrainStep:
 
         return jax.jit(self._step_fn()).lower(*self._arg_specs())
 
-    def export_mlir(self, debug_info: bool = False) -> str:
+    def export_mlir(self, debug_info: bool = False, platforms: Sequence[str] = ()) -> str:
         """StableHLO text of ``main(*params, x, target) -> (loss, *new_params[, *grads])``
         (see the module doc). ``debug_info``: keep JAX's locations (name
-        stacks), as :func:`classify_contractions` reads them."""
-        return self.lowered().as_text(debug_info=debug_info)
+        stacks), as :func:`classify_contractions` reads them. ``platforms``:
+        lower for these JAX platforms (``("cuda",)``: JAX's CPU lowering
+        rejects f16 x f16 -> f32 dots) instead of the default device's.
+        keras' attention asks for f32 accumulation of its bf16/f16 products
+        through ``dot_general``'s ``algorithm`` attribute, which IREE 3.13
+        rejects; it is removed (as :meth:`LlamaBlock.export_mlir` does)."""
+        import jax
+
+        if platforms:
+            lowered = jax.jit(self._step_fn()).trace(*self._arg_specs()).lower(
+                lowering_platforms=tuple(platforms))
+        else:
+            lowered = self.lowered()
+        return re.sub(r", algorithm = <[^>]*>", "", lowered.as_text(debug_info=debug_info))
+
+    def export_serialized(self, platforms: Sequence[str] = ("cuda",)) -> bytes:
+        """The step as a serialized ``jax.export`` artifact for ``platforms``:
+        ``jax.export.deserialize(b).call(params, x, target)`` (params a list)
+        returns ``(loss, new_params[, grads])`` (the JAX/XLA peer of the
+        compiled step on the same device)."""
+        import jax
+
+        exp = jax.export.export(jax.jit(self._step_fn()), platforms=list(platforms))(*self._arg_specs())
+        return bytes(exp.serialize())
 
     def step(self, params: Sequence[np.ndarray], x: np.ndarray, target: np.ndarray):
         """The step in JAX on the CPU (jit): ``(loss, new_params[, grads])``,

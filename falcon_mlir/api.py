@@ -33,7 +33,7 @@ __all__ = [
 # Backends that run on IREE's `local` HAL device.
 _LOCAL_BACKENDS = {"llvm-cpu", "vmvx"}
 
-# None/False: off; "auto"/True: defaults; "scheme=S levels=L"; an
+# None/False/"none": off; "auto"/True: defaults; "scheme=S levels=L"; an
 # LcmaOptions; or a callable ``rewrite(module_op) -> list[dict]`` used as is.
 LcmaSpec = Union[None, bool, str, Any]
 

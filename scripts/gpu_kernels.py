@@ -59,6 +59,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import re
 import shutil
 import sys
 import time
@@ -241,6 +242,11 @@ def prepare(args) -> int:
     kernels = [it if isinstance(it, Exception) else next(done) for it in items]
     for (label, spec, config, kind, reference), kernel in zip(todo, kernels):
         _build_module(out, args, entries, failures, label, spec, config, kind, reference, kernel)
+    for options in args.falcon_compile or []:
+        for dtype in args.dtypes:
+            for label, (M, N, K) in (f32_shapes if dtype == "f32" else shapes).items():
+                _falcon_compile_module(out, args, entries, failures, label, GemmSpec(M, N, K, dtype, dtype, dtype),
+                                       options)
     plan_entries = prepare_plans(out, args, plan_specs, failures) if plan_specs else []
     known = _labels(default_tune_shapes())
     jobs = [] if args.no_tune else tune_jobs(args, known)
@@ -430,6 +436,45 @@ def _build_module(out, args, entries, failures, label, spec, config, kind, refer
         log(f"  FAILED {spec.name} {cfg_label}: {type(e).__name__}: {e}")
 
 
+def matmul_mlir(spec) -> str:
+    """``func.func @main(A, B) -> C``: a plain ``linalg.matmul`` (C zero-filled, every operand in
+    ``spec.a_dtype``), what a user hands to falcon-compile."""
+    from falcon_mlir.kernels.embed import tensor_type
+
+    a_t, b_t = tensor_type(spec.a_shape, spec.a_dtype), tensor_type(spec.b_shape, spec.a_dtype)
+    c_t = tensor_type(spec.c_shape, spec.a_dtype)
+    return (f"func.func @main(%a: {a_t}, %b: {b_t}) -> {c_t} {{\n"
+            f"  %z = arith.constant 0.0 : {spec.a_dtype}\n"
+            f"  %e = tensor.empty() : {c_t}\n"
+            f"  %c = linalg.fill ins(%z : {spec.a_dtype}) outs(%e : {c_t}) -> {c_t}\n"
+            f"  %r = linalg.matmul ins(%a, %b : {a_t}, {b_t}) outs(%c : {c_t}) -> {c_t}\n"
+            f"  return %r : {c_t}\n}}\n")
+
+
+def _falcon_compile_module(out, args, entries, failures, label, spec, options: str) -> None:
+    """One module through falcon-compile's pipeline (``options``: lcma-rewrite's), entered like a GEMM
+    module (kind ``falcon-compile``; the report's plan and kernels in the entry)."""
+    import falcon_mlir
+
+    tag = re.sub(r"[^a-z0-9]+", "_", options.lower()).strip("_")
+    name = f"fc_{spec.name}__{tag}"
+    try:
+        t0 = time.perf_counter()
+        report: list = []
+        flags = list(CPU_FLAGS) if args.cpu else ["--iree-hal-target-device=cuda", "--iree-cuda-target=sm_80"]
+        vmfb = falcon_mlir.compile_str(matmul_mlir(spec), extra_args=flags, lcma=options, report=report)
+        write_atomic(out / "modules" / f"{name}.vmfb", vmfb)
+        plan = report[0].get("plan") if report else None
+        entries.append({"name": name, "label": label, "kind": "falcon-compile", "file": f"modules/{name}.vmfb",
+                        "spec": spec.to_dict(), "config": {}, "config_label": f"falcon-compile {options}",
+                        "kernel": {}, "reference": False, "vmfb_bytes": len(vmfb), "report": report})
+        log(f"  {name}: falcon-compile {time.perf_counter() - t0:.1f}s, {len(vmfb)} B, plan {plan}")
+    except Exception as e:  # one failing module must not stop the bundle
+        failures.append({"label": label, "spec": spec.name, "config": f"falcon-compile {options}",
+                         "error": f"{type(e).__name__}: {e}"})
+        log(f"  FAILED {name}: {type(e).__name__}: {e}")
+
+
 def _dry_kernel(spec, config):
     """For ``--cpu`` bundles: @main is IREE's own linalg code, so no kernel; the metadata is empty."""
     from falcon_mlir.kernels.aot import CompiledKernel
@@ -467,6 +512,11 @@ def main(argv=None) -> int:
     pp.add_argument("--plans", nargs="+", help="LCMA plan modules: SCHEME[@MxNxK][/DTYPE[/PRODUCT_DTYPE]] items "
                     "(commas allowed; without @ for every --shapes shape, without /DTYPE for every --dtypes "
                     "dtype), or 'default' (PLAN_DEFAULTS)")
+    pp.add_argument("--falcon-compile", nargs="+", metavar="OPTIONS",
+                    help="also compile a plain linalg.matmul of each --shapes shape and dtype through "
+                         "falcon-compile's pipeline (falcon_mlir.compile_str, cuda, sm_80 for IREE's own "
+                         "dispatches) with these lcma-rewrite options each, e.g. auto or \"scheme=strassen "
+                         "levels=2 form=kernel operands=f16\": the module a user gets, run like a GEMM module")
     pp.add_argument("--cpu", action="store_true",
                     help="dry-run bundle: @main is IREE's own llvm-cpu code (tests the run logic here)")
     pk = sub.add_parser("pick", help="write the tune result's winners into the configuration table")

@@ -18,6 +18,7 @@ import sys
 import tempfile
 import time
 import traceback
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -173,6 +174,25 @@ def time_alternating(fns: list, rounds: int, per_round: int) -> list:
                 fn()
                 t.append(time.perf_counter() - t0)
     return times
+
+
+def interleaved(args, base: dict, main, row: dict) -> None:
+    """cuBLAS and the module ``main`` (a plan or a GEMM module) timed in ``args.interleave`` alternating
+    rounds of ``args.repeat // args.interleave`` synchronous calls (wall clock per call); the medians go into
+    ``row``: ``il_torch_ms``, ``il_plan_ms`` (the module's), ``il_calls``, ``vs_torch_interleaved`` = cuBLAS /
+    module."""
+    import torch
+    a_dev, b_dev = base["a_dev"], base["b_dev"]
+
+    def tcall():
+        base["tfn"]()
+        if DEV == "cuda":
+            torch.cuda.synchronize()
+    per = max(1, args.repeat // args.interleave)
+    t_torch, t_plan = time_alternating([tcall, partial(main, a_dev, b_dev)], args.interleave, per)
+    row["il_torch_ms"], row["il_plan_ms"] = float(np.median(t_torch) * 1e3), float(np.median(t_plan) * 1e3)
+    row["il_calls"] = len(t_plan)
+    row["vs_torch_interleaved"] = row["il_torch_ms"] / row["il_plan_ms"]
 
 
 def time_wall(fn, warmup: int, repeat: int, budget_s: float) -> list:

@@ -9,11 +9,9 @@ import time
 from functools import partial
 from pathlib import Path
 
-import numpy as np
-
 import gpu_kernels_common as common
 from gpu_kernels_common import (add_timing, check_rows, empty_cache, log, make_inputs, mark_failed, open_module,
-                                parse_shape, plain_spec, rel, time_alternating, time_wall, to_numpy, to_torch, torch_times)
+                                interleaved, parse_shape, plain_spec, rel, time_wall, to_numpy, to_torch, torch_times)
 
 #: max|C - ref| / max|ref| against float64 for a plan's output, per output type: a sanity bound (a
 #: wrong index gives O(1)); the measured errors are reported beside cuBLAS's.
@@ -116,23 +114,6 @@ def _baseline(args, config, gspec: dict, gi: int, t_all: float) -> dict:
             "flops": flops, "tfn": tfn}
 
 
-def _interleaved(args, base: dict, main, row: dict) -> None:
-    """cuBLAS and the plan timed in ``args.interleave`` alternating rounds (wall per synchronous call, medians
-    into ``row``: ``il_torch_ms``, ``il_plan_ms``, ``vs_torch_interleaved`` = cuBLAS / plan)."""
-    import torch
-    a_dev, b_dev = base["a_dev"], base["b_dev"]
-
-    def tcall():
-        base["tfn"]()
-        if common.DEV == "cuda":
-            torch.cuda.synchronize()
-    per = max(1, args.repeat // args.interleave)
-    t_torch, t_plan = time_alternating([tcall, partial(main, a_dev, b_dev)], args.interleave, per)
-    row["il_torch_ms"], row["il_plan_ms"] = float(np.median(t_torch) * 1e3), float(np.median(t_plan) * 1e3)
-    row["il_calls"] = len(t_plan)
-    row["vs_torch_interleaved"] = row["il_torch_ms"] / row["il_plan_ms"]
-
-
 def _run_plan(args, d: Path, config, e: dict, gspec: dict, base: dict) -> dict:
     """One plan module on the problem's inputs: checked against float64 and cuBLAS, then timed."""
     ps, torch_row = e["spec"], base["torch_row"]
@@ -156,7 +137,7 @@ def _run_plan(args, d: Path, config, e: dict, gspec: dict, base: dict) -> dict:
                           args.entry_budget_s)
         add_timing(row, times, base["flops"], torch_row)
         if getattr(args, "interleave", 0):
-            _interleaved(args, base, main, row)
+            interleaved(args, base, main, row)
         del ctx, module, main
         config.device.allocator.trim()
     except Exception as ex:

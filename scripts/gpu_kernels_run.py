@@ -61,7 +61,8 @@ from pathlib import Path
 
 import gpu_kernels_common as common
 from gpu_kernels_common import (DTYPES, GPU_FILES, KERNEL_FILE, add_timing, empty_cache, finish, iree_device,
-                                load_manifest, log, make_inputs, mark_failed, op, open_module, parse_shape, ref_rows,
+                                interleaved, load_manifest, log, make_inputs, mark_failed, op, open_module, parse_shape,
+                                ref_rows,
                                 rel, time_wall, to_numpy, to_torch, tolerance, torch_dtype, torch_setup, torch_times,
                                 write_results)
 from gpu_kernels_jit import jit
@@ -151,7 +152,7 @@ def _baseline(args, config, spec: dict, first: dict, gi: int) -> dict:
     a_dev = rt.asdevicearray(config.device, to_numpy(a))
     b_dev = rt.asdevicearray(config.device, to_numpy(b))
     return {"idx": idx, "ref": ref, "c_torch": c_torch, "a_dev": a_dev, "b_dev": b_dev, "torch_row": torch_row,
-            "flops": flops}
+            "flops": flops, "tfn": tfn}
 
 
 def _run_module(args, d: Path, config, e: dict, spec: dict, base: dict) -> dict:
@@ -176,6 +177,8 @@ def _run_module(args, d: Path, config, e: dict, spec: dict, base: dict) -> dict:
                          and row.get("rel_diff_iree_reference", 0) <= 2 * tol)
         times = time_wall(partial(main, a_dev, b_dev), args.warmup, args.repeat, args.entry_budget_s)
         add_timing(row, times, base["flops"], base["torch_row"])
+        if args.interleave:
+            interleaved(args, base, main, row)
         del ctx, module, main
         config.device.allocator.trim()
     except Exception as ex:
@@ -201,7 +204,10 @@ def _run_line(r: dict) -> str:
                     if k in r)
     return (f"{head}: IREE {r['wall_ms']:.3f} ms wall ({r['tflops']:.1f} TFLOP/s) | torch {r['torch_wall_ms']:.3f} "
             f"wall, {r['torch_ev_ms']:.3f} events | speed vs torch {r['vs_torch_wall']:.3f}x wall/wall, "
-            f"{r['vs_torch_events']:.3f}x vs events{extra}" + ("" if r.get("ok", True) else "  NOT OK"))
+            f"{r['vs_torch_events']:.3f}x vs events{extra}"
+            + (f" | interleaved: torch {r['il_torch_ms']:.3f} ms, IREE {r['il_plan_ms']:.3f} ms, speed "
+               f"{r['vs_torch_interleaved']:.3f}x ({r['il_calls']} calls each)" if "il_plan_ms" in r else "")
+            + ("" if r.get("ok", True) else "  NOT OK"))
 
 
 def _run_table(rows) -> str:
@@ -213,8 +219,9 @@ def _gemm_table(rows) -> str:
         return ""
     lines = ["Speed = torch time / IREE time (> 1: IREE faster); IREE is wall clock per synchronous call.", "",
              "| dtype | shape (MxNxK) | label | config | triton | IREE ms (wall) | TFLOP/s | torch ms (wall) "
-             "| torch ms (events) | speed wall/wall | speed vs events | rel err f64 | rel diff torch | ok |",
-             "|" + "---|" * 14]
+             "| torch ms (events) | speed wall/wall | speed vs events | speed interleaved | rel err f64 | rel diff torch "
+             "| ok |",
+             "|" + "---|" * 15]
     for r in rows:
         if r["name"] == "torch.matmul":
             continue
@@ -224,13 +231,14 @@ def _gemm_table(rows) -> str:
                                     else f"->{s['out_dtype']}"), head[1]
         if "error" in r:
             lines.append(f"| {dt} | {shape} | {r.get('label', '')} | {r.get('config', '')} | | FAILED: "
-                         f"{r['error'][:60]} | | | | | | | | NO |")
+                         f"{r['error'][:60]} | | | | | | | | | NO |")
             continue
         tv = r.get("kernel", {}).get("triton_version", "")
         lines.append(f"| {dt} | {shape} | {r['label']} | {r['config']} | {tv} | {r['wall_ms']:.3f} | "
                      f"{r['tflops']:.1f} | {r['torch_wall_ms']:.3f} | {r['torch_ev_ms']:.3f} | "
-                     f"{r['vs_torch_wall']:.3f}x | {r['vs_torch_events']:.3f}x | {r['rel_err_f64']:.1e} | "
-                     f"{r['rel_diff_torch']:.1e} | {'yes' if r['ok'] else 'NO'} |")
+                     f"{r['vs_torch_wall']:.3f}x | {r['vs_torch_events']:.3f}x | "
+                     + (f"{r['vs_torch_interleaved']:.3f}x" if "vs_torch_interleaved" in r else "-") + " | "
+                     f"{r['rel_err_f64']:.1e} | {r['rel_diff_torch']:.1e} | {'yes' if r['ok'] else 'NO'} |")
     return "\n".join(lines) + "\n"
 
 

@@ -35,6 +35,7 @@ relative difference). JAX allocates as it goes
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import statistics
@@ -228,6 +229,11 @@ def run_train(dir_: Path, steps: int, warmup: int, seed: int) -> dict:
                     res[name] = train_iree(dir_, v["file"], params, batches, config, warmup)
             except Exception as e:  # noqa: BLE001 - one variant failing must not end the run
                 res[name] = {"error": " ".join(str(e).split())[:300]}
+            finally:
+                # IREE's caching allocator keeps a variant's blocks after it is done; with XLA's pool beside
+                # it the next variant ran out of memory (run 19: falcon f16 at 8192 tokens, 32 GB alone).
+                gc.collect()
+                config.device.allocator.trim()
             r = res[name]
             print(f"train {dtype} {name}: " + (f"{statistics.median(r['times']) * 1e3:.3f} ms/step, loss "
                                                 + " ".join(f"{x:.6g}" for x in r["loss"])

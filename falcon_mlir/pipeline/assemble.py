@@ -220,8 +220,9 @@ def _with_defaults(options, pass_name: str, flags: Sequence[str], kernels: bool 
 
 def lcma_options(spec) -> Optional[LcmaOptions]:
     """The user's lcma spec as options (before any default), or ``None`` when
-    the rewrite is off: ``None``/``False`` off; ``True``, ``"auto"`` or ``""``
-    the defaults; option text; an :class:`LcmaOptions` (used as is).
+    the rewrite is off: ``None``/``False``/``"none"`` off (as for the tiles and
+    kernels specs); ``True``, ``"auto"`` or ``""`` the defaults; option text;
+    an :class:`LcmaOptions` (used as is).
 
     Raises:
         OptionError: bad option text.
@@ -235,6 +236,8 @@ def lcma_options(spec) -> Optional[LcmaOptions]:
         return spec
     if isinstance(spec, str):
         text = spec.strip()
+        if text == "none":
+            return None
         return LcmaOptions.parse("" if text == "auto" else text)
     raise TypeError(
         f"lcma must be None, 'auto', an option string or LcmaOptions, not {type(spec).__name__}")

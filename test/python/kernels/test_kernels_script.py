@@ -40,11 +40,16 @@ def test_dry_run_bundle(tmp_path):
         pytest.skip("needs torch")
     bundle, out = tmp_path / "bundle", tmp_path / "out"
     r = _run(SCRIPT, "prepare", bundle, "--cpu", "--dtypes", "f32", "--shapes", "64x48x80",
-             "--configs", "table", "64x64x32,s2,w4,g8", "--tune-dtypes", "f32", "--tune-f32-shapes", "64x48x80")
+             "--configs", "table", "64x64x32,s2,w4,g8", "--tune-dtypes", "f32", "--tune-f32-shapes", "64x48x80",
+             "--falcon-compile", "scheme=strassen")
     assert r.returncode == 0, r.stdout + r.stderr
     manifest = json.loads((bundle / "manifest.json").read_text())
     # The correctness module comes first: run does it first, so a budget cannot skip it.
-    assert [e["kind"] for e in manifest["entries"]] == ["check", "perf", "perf"] and not manifest["failures"]
+    assert [e["kind"] for e in manifest["entries"]] == ["check", "perf", "perf", "falcon-compile"]
+    assert not manifest["failures"]
+    fc = manifest["entries"][-1]
+    assert fc["name"] == "fc_f32_64x48x80_nn_of32__scheme_strassen", fc["name"]
+    assert fc["report"][0]["plan"]["schemes"] == ["strassen"]
     gpu_side = {"gpu_kernels.py", "gpu_kernels_run.py", "gpu_kernels_common.py", "gpu_kernels_plans.py",
                 "gpu_kernels_jit.py", "gpu_kernels_tune.py"}
     assert gpu_side | {"falcon_triton_gemm.py"} <= {p.name for p in bundle.iterdir()}
@@ -54,17 +59,18 @@ def test_dry_run_bundle(tmp_path):
     assert modes.count("tf32x3") == 3 and modes[0] == "ieee"
 
     r = _run(bundle / "gpu_kernels.py", "check", bundle)
-    assert r.returncode == 0 and "3 modules" in r.stdout, r.stdout
+    assert r.returncode == 0 and "4 modules" in r.stdout, r.stdout
 
-    r = _run(bundle / "gpu_kernels.py", "run", bundle, "--cpu", "--repeat", "2", "--warmup", "1", out=out)
+    r = _run(bundle / "gpu_kernels.py", "run", bundle, "--cpu", "--repeat", "2", "--warmup", "1",
+             "--interleave", "2", out=out)
     assert r.returncode == 0, r.stdout + r.stderr
     result = json.loads((out / "gpu_kernels_run.json").read_text())
     assert result["partial"] is False
     rows = result["rows"]
     assert rows[0]["name"] == "torch.matmul" and rows[1]["kind"] == "check"  # checks first
     ours = [x for x in rows if x["name"] != "torch.matmul"]
-    assert len(ours) == 3 and all(x["ok"] for x in ours)
-    assert all(x["rel_err_f64"] < 1e-5 and x["reps"] == 2 for x in ours)
+    assert len(ours) == 4 and all(x["ok"] for x in ours)
+    assert all(x["rel_err_f64"] < 1e-5 and x["reps"] == 2 and x["il_calls"] == 2 for x in ours)
     assert all(x["vs_torch_wall"] == x["torch_wall_ms"] / x["wall_ms"] for x in ours)
     check = next(x for x in ours if x["kind"] == "check")
     assert check["rel_diff_iree_reference"] == 0.0  # @main and @reference are the same code here

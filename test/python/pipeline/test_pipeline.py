@@ -642,3 +642,12 @@ def test_cuda_with_kernels_implies_the_kernel_profile_visibly():
                                                  "--compile-to=global-optimization"])
     assert rep[0]["defaults"]["profile"].startswith("h200-falcon (falcon-kernels on")
     assert rep[0]["kernels"][0]["defaults"]["arch"].startswith("sm_90a (cuda target")
+
+
+def test_lcma_none_is_off_like_the_tiles_and_kernels_specs():
+    """``lcma="none"`` turns the rewrite off, as ``tiles="none"`` and ``kernels="none"`` do; "auto" and option
+    text still parse."""
+    assert assemble.lcma_options("none") is None and assemble.lcma_options(None) is None
+    assert assemble.lcma_options("auto") is not None
+    assert assemble.lcma_options("scheme=strassen").scheme == ("strassen",)
+    assert assemble.rewrite_stages("none", "none", ["--iree-hal-target-device=local"], kernels="none") == []

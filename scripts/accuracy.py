@@ -218,10 +218,12 @@ def _splice(path: str, section: str) -> str:
 
 
 def _kept_narrow(path: str) -> str:
-    """The narrow-result section of ``path`` with its markers ("" if none)."""
+    """What a main sweep keeps of ``path``: its narrow-result section with the markers and everything
+    after it (hand-written sections: bf16 on the CPU, the CUDA kernels, scaled operands); "" if it has no
+    narrow-result section."""
     old = open(path).read() if os.path.exists(path) else ""
     if NARROW_BEGIN in old and NARROW_END in old:
-        return NARROW_BEGIN + old.split(NARROW_BEGIN, 1)[1].split(NARROW_END, 1)[0] + NARROW_END
+        return (NARROW_BEGIN + old.split(NARROW_BEGIN, 1)[1]).rstrip("\n")
     return ""
 
 
@@ -515,7 +517,7 @@ def write_markdown(path: str, results: List[dict], command: str, wall: float, ar
         pred = model_numbers(r["plan"], r["size"], r["dtype"])["pred"]
         L.append(f"| {r['dtype']} | {r['plan']} | {r['size']} | {statistics.median(r['errors']):.3g} | "
                  f"{max(r['errors']):.3g} | {pred:.3g} | {r['seconds']:.1f} |")
-    kept = _kept_narrow(path)  # the --narrow section survives a main sweep
+    kept = _kept_narrow(path)  # the --narrow section and what follows it survive a main sweep
     if kept:
         L += ["", kept]
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)

@@ -23,3 +23,15 @@ def test_missing_output_folder_is_one_line_before_any_work(tmp_path):
     assert r.stderr.strip().splitlines() == [f"falcon-accuracy: error: {tmp_path / 'no' / 'x.md'}: "
                                              "no such directory to write into"]
     assert not (tmp_path / "no").exists()
+
+
+def test_main_sweep_keeps_the_narrow_section_and_what_follows(tmp_path):
+    """The main sweep rewrites the head of the file; the --narrow section and the hand-written sections after
+    it stay as they were (they were dropped before)."""
+    import accuracy  # noqa: E402
+    md = tmp_path / "acc.md"
+    tail = f"{accuracy.NARROW_BEGIN}\n## narrow\n| a |\n{accuracy.NARROW_END}\n\n## Scaled f16 operands\ntext 7\n"
+    md.write_text("# old head\nold table\n\n" + tail)
+    assert accuracy._kept_narrow(str(md)) == tail.rstrip("\n")
+    md.write_text("# only a head\n")
+    assert accuracy._kept_narrow(str(md)) == ""

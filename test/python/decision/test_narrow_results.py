@@ -117,10 +117,11 @@ def test_bf16_stays_classical_on_the_host_where_its_gemm_is_twice_f32():
     profile). Plans with f32 sums multiply at the f32 rate, mixed or with their
     single blocks extended to f32 (measured 0.40-0.59x of bf16 classical on the
     Llama-3-8B shapes): not faster, which the reason says. Plans with bf16 sums
-    are predicted 1.7-2.0x faster but their predicted error is over the budget
-    (measured 0.83-1.18x of classical under load 4-7, against 1.14-1.19x for
-    f32 plans on f32 in the same runs; error 1.8-2.0x classical's,
-    docs/benchmarks.md): the reason names that plan, its time and its error."""
+    are predicted 1.2-2.0x faster but their predicted error is over the budget
+    (measured 0.82-1.18x of classical on q/o and the MLP under load 4-7,
+    against 1.14-1.19x for f32 plans on f32 in the same process; error
+    1.8-2.0x classical's, docs/benchmarks.md): the reason names that plan,
+    its time and its error."""
     assert decision.load_profile("host").gemm_rate("bf16", 2048, 2048, 2048) > \
         1.5 * decision.load_profile("host").gemm_rate("f32", 2048, 2048, 2048)
     named = 0

@@ -50,7 +50,9 @@ Field meanings and units:
 
 Presets (:data:`PRESETS`, shipped as ``profiles/*.json``): the x86
 development host (measured with ``falcon-calibrate``; cores and caches of the
-running host are filled in when ``host`` is asked for), AArch64 Neoverse-N1
+running host are filled in when ``host`` is asked for), ``x86-avx2`` (that
+host compiled for ``x86-64-v3``, no native bf16: derived from it by measured
+ratios, see its ``provenance``), AArch64 Neoverse-N1
 and V1, NVIDIA H200, H100, A100 and H20, and ``h200-iree`` (the H200 as
 IREE's CUDA code runs on it: sm_80 PTX with falcon's tile choices, measured
 with ``falcon-calibrate --device cuda``). Presets whose ``source`` is
@@ -82,6 +84,7 @@ MAX_TABLE = 256
 PRESETS = {
     "host": "x86-dev.json",
     "x86-dev": "x86-dev.json",
+    "x86-avx2": "x86-avx2.json",
     "neoverse-n1": "neoverse-n1.json",
     "neoverse-v1": "neoverse-v1.json",
     "h200": "h200.json",

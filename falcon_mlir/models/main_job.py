@@ -29,7 +29,7 @@ import re
 import statistics
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -69,22 +69,21 @@ def compile_classical(mlir_text: str, flags: Sequence[str]) -> bytes:
 
 def analyze_only(module_op) -> List[dict]:
     """A stand-in rewrite for ``lcma="analyze"``: reports every contraction
-    and what the ``auto`` decision (cost model, host profile) would do, and
+    and what the ``auto`` decision (cost model, host profile) would do, with
+    the predicted errors (of classical, and of the plan auto would take), and
     changes nothing."""
-    from falcon_mlir.ir.contraction import find_contractions, format_location
-    from falcon_mlir.passes.lcma_rewrite import LcmaOptions, plan_for
+    from falcon_mlir.ir.contraction import find_contractions
+    from falcon_mlir.passes.lcma_rewrite import LcmaOptions, plan_for, report_entry
 
     root = module_op.operation if hasattr(module_op, "operation") else module_op
-    options = LcmaOptions.parse("")
+    options = replace(LcmaOptions.parse(""), filename="llama_block.mlir")
     report = []
     for c in find_contractions(root):
         plan, why = plan_for(c, options)
-        report.append({
-            "location": format_location(c.op.location, "llama_block.mlir"),
-            "op": c.op.name, "kind": c.describe_kind(), "M": c.M, "N": c.N, "K": c.K,
-            "batch": list(c.batch), "plan": "classical",
-            "reason": ("not applied (analyze): " + why) if plan else why,
-        })
+        entry = report_entry(c, plan, why, options)  # the predicted errors of the plan auto takes
+        entry["plan"] = "classical"
+        entry["reason"] = ("not applied (analyze): " + why) if plan else why
+        report.append(entry)
     return report
 
 

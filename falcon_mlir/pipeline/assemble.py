@@ -24,6 +24,7 @@ pass it changed lists it under ``"defaults"`` (``--lcma-explain`` shows it).
 * :data:`KERNEL_DEFAULTS`: what falcon-kernels running implies (applied
   before the target's, so they win).
 * :data:`TARGET_DEFAULTS`: what a compile target implies.
+* :data:`CPU_DEFAULTS`: what an llvm-cpu target CPU implies.
 
 The compile target itself defaults to this machine's CPU
 (:data:`DEFAULT_TARGET`) when the flags name no device.
@@ -44,7 +45,8 @@ from falcon_mlir.passes.lcma_rewrite import LcmaOptions
 from .session import DEFAULT_REWRITE_PHASE, CompileResult, compile_module
 from .stages import Pipeline, Stage, merge_kernel_entries
 
-__all__ = ["Default", "PIPELINE_DEFAULTS", "KERNEL_DEFAULTS", "TARGET_DEFAULTS", "DEFAULT_TARGET",
+__all__ = ["Default", "PIPELINE_DEFAULTS", "KERNEL_DEFAULTS", "TARGET_DEFAULTS", "CPU_DEFAULTS",
+           "DEFAULT_TARGET",
            "target_devices", "targets_cuda", "with_default_target", "check_cuda_target",
            "DEFAULT_CUDA_TARGET", "lcma_options",
            "tiles_options", "kernels_options", "rewrite_stages", "make_rewrite", "compile_source",
@@ -102,6 +104,20 @@ TARGET_DEFAULTS = {
         "falcon-tiles": (
             Default("table", "cuda-sm80", "cuda target: IREE's own CUDA tile choices are "
                                           "slow on large matmuls"),
+        ),
+    },
+}
+
+#: What the llvm-cpu target CPU (``--iree-llvmcpu-target-cpu=NAME``) implies.
+#: ``x86-64-v3`` (AVX2, no AVX512-BF16): IREE emulates bf16 there, its bf16
+#: GEMM measured 1/50-1/63 of its f32 rate on this host (docs/benchmarks.md),
+#: so the profile says so and auto gives bf16 contractions plans whose
+#: products multiply f32.
+CPU_DEFAULTS = {
+    "x86-64-v3": {
+        "lcma-rewrite": (
+            Default("profile", "x86-avx2", "llvm-cpu target cpu x86-64-v3: no native bf16 "
+                                           "(IREE's bf16 GEMM runs at about 1/55 of its f32 rate)"),
         ),
     },
 }
@@ -215,7 +231,20 @@ def _with_defaults(options, pass_name: str, flags: Sequence[str], kernels: bool 
     for device, per_pass in TARGET_DEFAULTS.items():
         if any(d.startswith(device) for d in devices):
             options = _apply(options, per_pass.get(pass_name, ()), applied)
+    cpu = _target_cpu(flags)
+    if cpu in CPU_DEFAULTS and not targets_cuda(flags):
+        options = _apply(options, CPU_DEFAULTS[cpu].get(pass_name, ()), applied)
     return options, applied
+
+
+def _target_cpu(flags: Sequence[str]) -> str:
+    """The ``--iree-llvmcpu-target-cpu`` the flags give (the last one; ``""``: none)."""
+    cpu = ""
+    for f in flags:
+        name, _, value = str(f).lstrip("-").partition("=")
+        if name == "iree-llvmcpu-target-cpu":
+            cpu = value
+    return cpu
 
 
 def lcma_options(spec) -> Optional[LcmaOptions]:

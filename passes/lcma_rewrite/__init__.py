@@ -50,7 +50,7 @@ from .planning import (operands_entry, plan_for, predicted_errors, predicted_tim
                        rounding_entry, sums_type)
 from .through import read_through_transposes
 
-__all__ = ["run_lcma_rewrite", "LcmaOptions", "plan_for", "OptionError", "RewriteError",
+__all__ = ["run_lcma_rewrite", "LcmaOptions", "plan_for", "report_entry", "OptionError", "RewriteError",
            "DYNAMIC_CHUNK_M", "DYNAMIC_CHUNK_CANDIDATES", "MAX_LEVELS"]
 
 # RewriteError (re-exported from falcon_mlir.pipeline.diagnostics) is what
@@ -112,8 +112,11 @@ def _none_found(root, options: LcmaOptions) -> Optional[dict]:
             "remark": True}
 
 
-def _entry(c, plan, reason: str, options: LcmaOptions) -> dict:
-    """The report entry of contraction ``c`` before it is rewritten."""
+def report_entry(c, plan, reason: str, options: LcmaOptions) -> dict:
+    """The report entry of contraction ``c`` (a ``Contraction``) for ``plan`` (a
+    ``Plan`` or ``None``: classical) before it is rewritten: location, kind,
+    sizes, element types, plan, reason, predicted error and time, and for a
+    bf16/f16 result where the plan rounds."""
     entry = {
         "location": format_location(c.op.location, options.filename),
         "op": c.op.name,
@@ -310,7 +313,7 @@ def run_lcma_rewrite(module_op, options: LcmaOptions) -> list:
             disp, reason = dynamic_choice(c, options)
         elif plan is None and c.dynamic:
             reason += " (run-time dispatch off: dispatch=false)"
-        entry = _entry(c, plan, reason, options)
+        entry = report_entry(c, plan, reason, options)
         if folded is not None:
             folded.describe(entry)
         if c.dynamic:

@@ -158,6 +158,31 @@ def test_main_job_bf16_projections_rewritten_with_error_stated():
     assert "bf16->bf16" in table.getvalue() and "sums f32" in table.getvalue()
 
 
+def test_analyze_states_types_errors_and_the_left_out_plan():
+    """``--lcma analyze`` on a bf16 projection (1024 x 4096 x 4096, Llama-3-8B
+    q/o): nothing is rewritten, the entry has the element types and the
+    predicted error, and the reason names the bf16-sum plan the budget left
+    out with its predicted time and error."""
+    import io
+
+    from iree.compiler import ir
+
+    from cases import contraction_mlir
+    from falcon_mlir.models.main_job import analyze_only, print_contractions
+
+    text, _ = contraction_mlir(1024, 4096, 4096, lhs="bf16", acc="bf16")
+    with ir.Context():
+        module = ir.Module.parse(text)
+        report = analyze_only(module.operation)
+    (e,) = report
+    assert e["plan"] == "classical" and e["element_types"]["acc"] == "bf16"
+    assert e["predicted_error"] == {"classical": pytest.approx(3.9e-3, rel=0.01)}
+    assert "with bf16 sums predicted" in e["reason"] and "error 8.7e-03" in e["reason"], e["reason"]
+    table = io.StringIO()
+    print_contractions(report, ["q_proj"], file=table)
+    assert "bf16->bf16" in table.getvalue() and "3.9e-03" in table.getvalue()
+
+
 def test_result_lines_side_by_side():
     """The printed rows: one per run measured, falcon's speed-up over each
     other run as its median / falcon's median; without the JAX peer

@@ -598,6 +598,24 @@ def test_cuda_defaults_are_applied_visibly_and_never_over_the_user():
     assert rep[0]["plan"]["edge"] == "peel" and rep[0]["predicted_time"]["profile"] == "h200"
 
 
+def test_target_cpu_without_bf16_implies_its_profile():
+    """--iree-llvmcpu-target-cpu=x86-64-v3 (the last one given wins, as in
+    iree-compile) implies the x86-avx2 profile, listed in the defaults; never
+    over the user's profile, never for another CPU."""
+    from falcon_mlir.pipeline.assemble import rewrite_stages
+
+    def lcma_stage(lcma, flags):
+        st = [s for s in rewrite_stages(lcma, None, flags, kernels=None) if s.name == "lcma-rewrite"]
+        return st[0].options.profile, st[0].report_extra.get("defaults", {})
+
+    v3 = "--iree-llvmcpu-target-cpu=x86-64-v3"
+    profile, defaults = lcma_stage("auto", CPU + [v3])
+    assert profile == "x86-avx2" and defaults["profile"].startswith("x86-avx2 (llvm-cpu target cpu")
+    assert lcma_stage("auto", [v3] + CPU)[0] in (None, "auto")
+    assert lcma_stage("profile=host", CPU + [v3]) == ("host", {"barriers": lcma_stage(
+        "auto", CPU)[1]["barriers"]})
+
+
 def test_cli_lcma_explain_shows_the_defaults(tmp_path, capsys):
     src = tmp_path / "mm.mlir"
     src.write_text(LINALG_MM)

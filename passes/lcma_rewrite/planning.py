@@ -239,6 +239,12 @@ def plan_for(c: Contraction, options: LcmaOptions) -> tuple:
             return None, str(e)
         if plan.form == "kernel" and plan.operands is None:
             plan = dataclasses.replace(plan, operands=operands_of(c, options)[0])
+        elif plan.form == "kernel" and c.is_float and str(c.lhs_type) == str(c.rhs_type):
+            from falcon_mlir.decision import numerics
+
+            why = numerics.kernel_operands_unserved(str(c.lhs_type), plan.operands)
+            if why:  # falcon-kernels would leave it to IREE without a word
+                return None, why
         why = schemes_fit(c, plan.schemes, plan.form) or \
             numerics_check(c, plan.schemes, options.max_error, plan.form,
                            sums_type(c, plan, options), plan.operands)

@@ -169,3 +169,22 @@ def test_auto_keeps_plans_within_device_memory():
     unlimited = decision.decide(bf16, dataclasses.replace(p, memory=None))
     assert unlimited.choice.schemes == ("strassen",) * 3
     assert unlimited.choice.temp_bytes + bf16.operand_bytes > decision.MEMORY_FRACTION * p.memory
+
+
+def test_operands_beyond_device_memory_are_named():
+    """Where A, B and C alone pass 90% of the profile's memory (131072^3 f32: 192 GiB on a 140 GiB H200; a
+    batch of 64 16384^3 bf16), the reason says so (it said every plan's temporaries were too big), and a
+    tiny ``memory`` is not printed as 0 GiB."""
+    import dataclasses
+    p = decision.load_profile("h200-falcon")
+    d = decision.decide(decision.Problem(131072, 131072, 131072, lhs="f32", rhs="f32", acc="f32"), p)
+    assert d.choice.schemes == ()
+    assert d.reason == "auto: A, B and C alone (192 GiB) exceed 90% of the 140 GiB of h200-falcon; classical"
+    d = decision.decide(decision.Problem(16384, 16384, 16384, lhs="bf16", rhs="bf16", acc="f32", batch=64), p)
+    assert d.choice.schemes == () and d.reason.startswith("auto: A, B and C alone (128 GiB) exceed 90%")
+    d = decision.decide(decision.Problem(16384, 16384, 16384, lhs="bf16", rhs="bf16", acc="f32", batch=16), p)
+    assert d.choice.schemes == ("strassen", "strassen")  # the batch is counted: 16 fit, 64 do not
+    tiny = decision.decide(decision.Problem(4096, 4096, 4096, lhs="f32", rhs="f32", acc="f32"),
+                           dataclasses.replace(p, memory=1))
+    assert tiny.reason == ("auto: A, B and C alone (0.188 GiB) exceed 90% of the 9.31e-10 GiB of h200-falcon; "
+                           "classical")

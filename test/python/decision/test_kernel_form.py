@@ -188,3 +188,33 @@ def test_operands_beyond_device_memory_are_named():
                            dataclasses.replace(p, memory=1))
     assert tiny.reason == ("auto: A, B and C alone (0.188 GiB) exceed 90% of the 9.31e-10 GiB of h200-falcon; "
                            "classical")
+
+
+def test_forced_plan_beyond_device_memory_warns_up_front(tmp_path):
+    """A forced plan (option or attached falcon.plan) whose temporaries beside A, B and C pass 90% of the
+    profile's memory gets one warning line (auto never picks one; it compiled without a word): two Strassen
+    levels at 65536^3 f32 need 147 GiB beside 48 GiB on the 140 GiB H200. 32768^3 fits: no warning; a CPU
+    profile states no memory: no warning."""
+    import subprocess
+    import sys
+
+    def run(n, opts, plan=""):
+        src = tmp_path / f"x{n}.mlir"
+        t = f"tensor<{n}x{n}xf32>"
+        src.write_text(f"func.func @f(%a: {t}, %b: {t}, %c: {t}) -> {t} {{\n"
+                       f"  %0 = linalg.matmul {plan}ins(%a, %b : {t}, {t}) outs(%c : {t}) -> {t}\n"
+                       f"  return %0 : {t}\n}}\n")
+        r = subprocess.run([sys.executable, "-m", "falcon_mlir.tools.falcon_opt", str(src),
+                            f"--lcma-rewrite={opts}", "-o", str(tmp_path / "o.mlir")], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        return src, [ln for ln in r.stderr.splitlines() if "warning" in ln]
+
+    src, lines = run(65536, "profile=h200-falcon scheme=strassen levels=2")
+    assert lines == [f"{src}:2:8: warning: lcma-rewrite: plan strassen+strassen (per-product) needs 147 GiB of "
+                     "temporaries beside 48 GiB of A, B and C, over 90% of the 140 GiB of h200-falcon: it may run "
+                     "out of device memory"]
+    src, lines = run(65536, "profile=h200-falcon",
+                     '{falcon.plan = {schemes = ["strassen", "strassen"], form = "kernel"}} ')
+    assert len(lines) == 1 and "plan strassen+strassen (kernel) needs 147 GiB" in lines[0], lines
+    assert run(32768, "profile=h200-falcon scheme=strassen levels=2")[1] == []
+    assert run(65536, "profile=x86-dev scheme=strassen levels=2")[1] == []

@@ -218,3 +218,15 @@ def test_forced_plan_beyond_device_memory_warns_up_front(tmp_path):
     assert len(lines) == 1 and "plan strassen+strassen (kernel) needs 147 GiB" in lines[0], lines
     assert run(32768, "profile=h200-falcon scheme=strassen levels=2")[1] == []
     assert run(65536, "profile=x86-dev scheme=strassen levels=2")[1] == []
+
+
+def test_every_gpu_preset_states_its_memory():
+    """The datasheet GPU presets h100, a100 (80 GB) and h20 (96 GB) stated no memory, so auto had no limit
+    there: at 49152^3 f32 the h100 preset picked a plan needing 228 GiB beside A, B and C."""
+    from falcon_mlir.decision.profile import PRESETS
+    gpus = {n: decision.load_profile(n) for n in PRESETS if decision.load_profile(n).kind == "gpu"}
+    assert {"h100", "a100", "h20", "h200"} <= set(gpus)
+    assert all(p.memory for p in gpus.values()), {n: p.memory for n, p in gpus.items()}
+    pb = decision.Problem(49152, 49152, 49152, lhs="f32", rhs="f32", acc="f32")
+    d = decision.decide(pb, gpus["h100"])
+    assert d.choice.temp_bytes + pb.operand_bytes <= decision.MEMORY_FRACTION * 80e9

@@ -143,3 +143,21 @@ def test_kernel_plan_operands_the_kernels_cannot_form(ty, operands, served):
         assert report[0]["plan"] == "classical" and report[0]["remark"] is True
         assert report[0]["reason"].startswith(f"operands = '{operands}' on {ty} inputs: falcon's kernels")
         assert "falcon.plan" not in new
+
+
+@pytest.mark.parametrize("ty,acc,options", [
+    ("i8", "i32", "scheme=auto"), ("f64", "f64", "scheme=auto"),
+    ("i8", "i32", "profile=h200-falcon form=kernel scheme=strassen"),
+    ("f64", "f64", "profile=h200-falcon form=kernel scheme=strassen")])
+def test_kernel_form_on_inputs_the_kernels_do_not_take(ty, acc, options):
+    """A kernel-form plan (attached, or form=kernel) on i8 or f64 inputs was an internal error (PlanError:
+    unknown operands 'i8', from the operand type lcma-rewrite filled in); now classical with a remark."""
+    plan = '{schemes = ["strassen"], form = "kernel"}' if options == "scheme=auto" else None
+    text = _mm_with_plan(plan, M=64, N=64, K=64, ty=ty, acc=acc)
+    if plan is None:
+        text = text.replace(" {falcon.plan = None}", "")
+    new, report = rewrite(text, options)
+    assert report[0]["plan"] == "classical" and report[0]["remark"] is True
+    assert report[0]["reason"] == (f"{ty} x {ty} -> {acc}: a kernel-form plan needs f32, f16 or bf16 inputs of "
+                                   "one type (what falcon's kernels take)")
+    assert "falcon.plan" not in new

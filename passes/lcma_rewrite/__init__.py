@@ -187,9 +187,10 @@ def _warn_device_memory(c, plan, entry: dict, options: LcmaOptions) -> None:
         return
     if temp is None or profile.memory is None:
         return
-    ops = problem_of(c, options).operand_bytes
-    if temp + ops <= decision.MEMORY_FRACTION * profile.memory:
+    pb = problem_of(c, options)
+    if temp <= decision.memory_room(profile, pb):
         return
+    ops = pb.operand_bytes
     gib = 2.0 ** 30
     entry["memory_warning"] = (f"{entry['location']}: warning: lcma-rewrite: plan {'+'.join(plan.schemes)} "
                                f"({plan.form}) needs {temp / gib:.3g} GiB of temporaries beside "

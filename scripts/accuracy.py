@@ -217,6 +217,20 @@ def _splice(path: str, section: str) -> str:
     return old.rstrip("\n") + "\n\n" + section + "\n"
 
 
+def check_markers(path: str) -> None:
+    """Raise a one-line :class:`ToolError` (status 2) unless ``path`` (if it exists) holds the narrow-result
+    markers once each, begin before end, or neither: with one of them missing, a main sweep dropped the
+    narrow section and every hand-written section after it, and ``--narrow`` appended a second section whose
+    next splice cut out everything between the two begin markers."""
+    old = open(path).read() if os.path.exists(path) else ""
+    begins, ends = old.count(NARROW_BEGIN), old.count(NARROW_END)
+    if (begins, ends) == (0, 0) or (begins, ends) == (1, 1) and old.index(NARROW_BEGIN) < old.index(NARROW_END):
+        return
+    raise ToolError(f"falcon-accuracy: error: {path}: the narrow-result markers are {begins} begin and {ends} "
+                    f"end line(s){' (end first)' if (begins, ends) == (1, 1) else ''}; expected one of each, "
+                    f"begin first, or none ({NARROW_BEGIN} ... {NARROW_END})", 2)
+
+
 def _kept_narrow(path: str) -> str:
     """What a main sweep keeps of ``path``: its narrow-result section with the markers and everything
     after it (hand-written sections: bf16 on the CPU, the CUDA kernels, scaled operands); "" if it has no
@@ -617,6 +631,8 @@ def _main(argv_list: list) -> int:
     for out in (args.md, args.png, args.json):  # fail before minutes of measuring, not after
         if out and not Path(out).resolve().parent.is_dir():
             raise ToolError(f"falcon-accuracy: error: {out}: no such directory to write into", 2)
+    if args.md:
+        check_markers(args.md)  # the hand-written sections after the narrow section must survive
     if args.narrow:
         return narrow_main(args, argv_list)
     command = "python3 scripts/accuracy.py" + ("" if not argv_list else " " + shlex.join(argv_list))

@@ -451,18 +451,47 @@ def matmul_mlir(spec) -> str:
             f"  return %r : {c_t}\n}}\n")
 
 
+def _falcon_compile_flags(args) -> list:
+    return list(CPU_FLAGS) if args.cpu else ["--iree-hal-target-device=cuda", "--iree-cuda-target=sm_80"]
+
+
+def check_falcon_compile(args) -> None:
+    """Check ``--falcon-compile``'s options before anything is built (a typo found after the GEMM modules,
+    once per shape and dtype, left a bundle without them).
+
+    Raises:
+        ValueError: options given twice (they would name one module file twice) or options
+            falcon-compile refuses for this bundle's target (``OptionError``, a ValueError).
+    """
+    from falcon_mlir.pipeline.assemble import rewrite_stages
+
+    seen: dict = {}
+    for options in args.falcon_compile or []:
+        tag = _falcon_compile_tag(options)
+        if tag in seen:
+            raise ValueError(f"--falcon-compile {options!r} names the module of {seen[tag]!r} again")
+        seen[tag] = options
+        try:
+            rewrite_stages(options, "auto", _falcon_compile_flags(args))
+        except ValueError as e:
+            raise ValueError(f"--falcon-compile {options!r}: {e}") from None
+
+
+def _falcon_compile_tag(options: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "_", options.lower()).strip("_")
+
+
 def _falcon_compile_module(out, args, entries, failures, label, spec, options: str) -> None:
     """One module through falcon-compile's pipeline (``options``: lcma-rewrite's), entered like a GEMM
     module (kind ``falcon-compile``; the report's plan and kernels in the entry)."""
     import falcon_mlir
 
-    tag = re.sub(r"[^a-z0-9]+", "_", options.lower()).strip("_")
-    name = f"fc_{spec.name}__{tag}"
+    name = f"fc_{spec.name}__{_falcon_compile_tag(options)}"
     try:
         t0 = time.perf_counter()
         report: list = []
-        flags = list(CPU_FLAGS) if args.cpu else ["--iree-hal-target-device=cuda", "--iree-cuda-target=sm_80"]
-        vmfb = falcon_mlir.compile_str(matmul_mlir(spec), extra_args=flags, lcma=options, report=report)
+        vmfb = falcon_mlir.compile_str(matmul_mlir(spec), extra_args=_falcon_compile_flags(args), lcma=options,
+                                       report=report)
         write_atomic(out / "modules" / f"{name}.vmfb", vmfb)
         plan = report[0].get("plan") if report else None
         entries.append({"name": name, "label": label, "kind": "falcon-compile", "file": f"modules/{name}.vmfb",
@@ -536,6 +565,7 @@ def main(argv=None) -> int:
                             else list(default_tune_shapes().values()))
         args.tune_f32_shapes = ([parse_shape(s) for s in args.tune_f32_shapes] if args.tune_f32_shapes
                                 else list(SQUARES.values()))
+        check_falcon_compile(args)
         return prepare(args)
     except ValueError as e:
         log(f"error: {e}")

@@ -324,10 +324,28 @@ def main(argv=None) -> int:
     try:
         for s in getattr(args, "shapes", None) or []:
             parse_shape(s)
+        if args.mode == "run":
+            check_counts(args)
         return {"run": run, "tune": tune, "jit": jit, "check": check}[args.mode](args)
     except ValueError as e:
         log(f"error: {e}")
         return 2
+
+
+def check_counts(args) -> None:
+    """``run``'s counts: ``--repeat`` at least 1, ``--warmup`` at least 0, ``--interleave`` from 0 (off) to
+    ``--repeat`` (rounds of ``repeat // interleave`` calls: more rounds than calls made one call per round, up
+    to ROUNDS calls outside ``--entry-budget-s``; negative ones timed nothing and printed nan).
+
+    Raises:
+        ValueError: a count out of range (one line)."""
+    if args.repeat < 1:
+        raise ValueError(f"--repeat {args.repeat}: at least 1 timed call")
+    if args.warmup < 0:
+        raise ValueError(f"--warmup {args.warmup}: at least 0")
+    if not 0 <= args.interleave <= args.repeat:
+        raise ValueError(f"--interleave {args.interleave}: 0 (off) to --repeat ({args.repeat}) rounds of "
+                         f"--repeat/ROUNDS calls each")
 
 
 if __name__ == "__main__":

@@ -208,6 +208,9 @@ def _compile(args: dict) -> int:
         print(line, file=sys.stderr)
     if args["explain"] and res.report:
         print(explain(res.report), file=sys.stderr)
+    elif args["explain"] and args["lcma"] in (None, "none"):  # off, nothing else reported: say so
+        print("lcma-explain: lcma-rewrite is off (--no-lcma or --lcma-rewrite=none); nothing decided",
+              file=sys.stderr)
     files = []
     if args["report_file"] is not None:
         text = json.dumps(res.report, indent=2, default=str) + "\n"

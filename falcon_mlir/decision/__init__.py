@@ -56,7 +56,7 @@ from .profile import Profile, ProfileError, load_profile, preset_names
 
 __all__ = ["decide", "Decision", "Problem", "Estimate", "Profile", "ProfileError",
            "load_profile", "preset_names", "CostModel", "MIN_GAIN", "BEAM", "MAX_AUTO_LEVELS",
-           "plan_rounding", "product_operands", "MEMORY_FRACTION"]
+           "plan_rounding", "product_operands", "MEMORY_FRACTION", "memory_room"]
 
 #: A plan must be predicted this much faster than classical (fraction) to be chosen.
 MIN_GAIN = 0.03
@@ -444,6 +444,19 @@ def _over_text(first_over, classical: Estimate, min_gain: float) -> str:
             f"({classical.seconds / e.seconds:.2f}x), error {err}")
 
 
+def memory_room(profile: Profile, pb: Problem) -> Optional[float]:
+    """Bytes a plan's temporaries may take on ``profile`` beside ``pb``'s A, B
+    and C: :data:`MEMORY_FRACTION` of the profile's ``memory`` less the
+    operands (negative where they alone do not fit); ``None`` where the
+    profile states no memory (CPU profiles)."""
+    return None if profile.memory is None else MEMORY_FRACTION * profile.memory - pb.operand_bytes
+
+
+def _gib(n: float) -> str:
+    """Bytes ``n`` as GiB for a reason line (three significant digits: a 1-byte profile is not "0 GiB")."""
+    return f"{n / 2**30:.3g} GiB"
+
+
 def _pick(dec: Decision, cands: list, pb: Problem, profile: Profile, budget, min_gain,
           left_out: Optional[tuple] = None) -> None:
     """Fill ``dec`` from the candidates (fastest first): the fastest within the
@@ -457,7 +470,11 @@ def _pick(dec: Decision, cands: list, pb: Problem, profile: Profile, budget, min
     over = slow = big = 0
     first_over = left_out  # the fastest plan the budget left out (candidates come fastest first)
     budget, per_form = budget
-    room = None if profile.memory is None else MEMORY_FRACTION * profile.memory - pb.operand_bytes
+    room = memory_room(profile, pb)
+    if room is not None and room <= 0:  # no plan can fit: say so, not that every plan's temporaries are too big
+        dec.reason = (f"auto: A, B and C alone ({_gib(pb.operand_bytes)}) exceed {MEMORY_FRACTION:.0%} of the "
+                      f"{_gib(profile.memory)} of {profile.name}; classical")
+        return
     for e in cands:
         if e.compile_seconds > LONG_COMPILE_SECONDS:
             slow += 1  # would compile for minutes (compile_cost); never chosen by auto
@@ -477,7 +494,7 @@ def _pick(dec: Decision, cands: list, pb: Problem, profile: Profile, budget, min
         if len(ok) == 4:
             break
     if not ok and big and not over:
-        dec.reason = (f"auto: every fitting plan's temporaries exceed the {profile.memory / 2**30:.0f} GiB "
+        dec.reason = (f"auto: every fitting plan's temporaries exceed the {_gib(profile.memory)} "
                       f"of {profile.name} beside A, B and C ({big} plans); classical")
         return
     if not ok and slow and not over:

@@ -129,6 +129,7 @@ __all__ = [
     "default_max_error", "integer_worst_case", "integer_bound_ok", "rounded_plan_error",
     "kernel_plan_error", "kernel_max_error", "is_narrow_result", "narrow_sums_type",
     "narrow_max_error", "NARROW_RESULTS", "NARROW_BUDGET_FACTOR", "KERNEL_OPERAND_TYPES",
+    "kernel_operands_unserved",
     "OPERAND_CHOICES", "kernel_operands",
 ]
 
@@ -412,6 +413,21 @@ def kernel_operands(lhs: str, choice: str = "auto") -> tuple:
         return scaled, (f"auto: the default for {key} inputs, 0.06-0.8x the error of {key} operands "
                         f"(docs/accuracy.md, Scaled f16 operands); operands=input keeps {key}")
     return key, f"auto: the input type {key}"
+
+
+def kernel_operands_unserved(lhs: str, operands: str) -> Optional[str]:
+    """``None`` where falcon's kernels form the combined operands of a
+    kernel-form plan on ``lhs`` inputs in ``operands`` (the input type, or the
+    scaled type of :data:`KERNEL_OPERAND_TYPES`: f16 for bf16), else one line
+    saying why not (a hand-attached ``falcon.plan`` may name any operand type;
+    ``falcon_mlir.kernels.lcma.PlanSpec`` refuses the others)."""
+    key, ops = _dtype(lhs), _dtype(operands)
+    ok = (key,) + ((KERNEL_OPERAND_TYPES[key],) if key in KERNEL_OPERAND_TYPES else ())
+    if ops in ok:
+        return None
+    return (f"operands = '{operands}' on {key} inputs: falcon's kernels form a kernel-form plan's "
+            f"combined operands in {' or '.join(ok)} (the input type"
+            + (f" or, scaled, {KERNEL_OPERAND_TYPES[key]}" if key in KERNEL_OPERAND_TYPES else "") + ")")
 
 
 def kernel_plan_error(schemes: Sequence, K: int, lhs: str, out: str,

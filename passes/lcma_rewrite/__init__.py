@@ -46,7 +46,7 @@ from .dispatch import DYNAMIC_CHUNK_CANDIDATES, DYNAMIC_CHUNK_M, dynamic_choice,
 from .emit import Emitter
 from .fold import Folded
 from .options import MAX_LEVELS, LcmaOptions, OptionError
-from .planning import (operands_entry, plan_for, predicted_errors, predicted_time, products_type,
+from .planning import (operands_entry, plan_for, predicted_errors, predicted_time, problem_of, products_type,
                        rounding_entry, sums_type)
 from .through import read_through_transposes
 
@@ -170,6 +170,34 @@ def _warn_long_compile(plan, entry: dict, options: LcmaOptions) -> None:
                         f"contractions and {ops.combines} combine ops; IREE is predicted to compile "
                         f"them for about {secs:.0f} s (over {LONG_COMPILE_SECONDS:.0f} s)")
     print(entry["warning"], file=sys.stderr, flush=True)
+
+
+def _warn_device_memory(c, plan, entry: dict, options: LcmaOptions) -> None:
+    """Warn up front (stderr, one line; the entry's ``memory_warning``) when a plan
+    the user forced (option or attached ``falcon.plan``) is predicted to need
+    more than ``decision.MEMORY_FRACTION`` of the profile's ``memory`` with its
+    temporaries beside A, B and C (``auto`` never picks one; profiles without
+    ``memory``, the CPU ones, are not checked)."""
+    import sys
+
+    temp = (entry.get("predicted_time") or {}).get("temp_bytes")
+    try:
+        profile = decision.load_profile(options.profile)
+    except Exception:  # the profile's own error is reported where the decision is made
+        return
+    if temp is None or profile.memory is None:
+        return
+    pb = problem_of(c, options)
+    if temp <= decision.memory_room(profile, pb):
+        return
+    ops = pb.operand_bytes
+    gib = 2.0 ** 30
+    entry["memory_warning"] = (f"{entry['location']}: warning: lcma-rewrite: plan {'+'.join(plan.schemes)} "
+                               f"({plan.form}) needs {temp / gib:.3g} GiB of temporaries beside "
+                               f"{ops / gib:.3g} GiB of A, B and C, over {decision.MEMORY_FRACTION:.0%} of "
+                               f"the {profile.memory / gib:.3g} GiB of {profile.name}: it may run out of "
+                               f"device memory")
+    print(entry["memory_warning"], file=sys.stderr, flush=True)
 
 
 def _warn_long_module(forced: list) -> None:
@@ -322,6 +350,7 @@ def run_lcma_rewrite(module_op, options: LcmaOptions) -> list:
         if plan is not None and (options.forced_schemes() is not None
                                  or PLAN_ATTR in c.op.attributes):
             _warn_long_compile(plan, entry, options)
+            _warn_device_memory(c, plan, entry, options)
             forced.append(entry)
         if PLAN_ATTR in c.op.attributes:
             del c.op.attributes[PLAN_ATTR]

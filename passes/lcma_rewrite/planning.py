@@ -16,7 +16,7 @@ from typing import Optional
 
 from falcon_mlir import decision
 from falcon_mlir.decision.cost import MAX_GROUPED_TERMS, MAX_PRODUCTS, scheme_stats
-from falcon_mlir.dialects.plan import PLAN_ATTR, Plan, PlanError
+from falcon_mlir.dialects.plan import OPERAND_TYPES, PLAN_ATTR, Plan, PlanError
 from falcon_mlir.ir.builders import bit_width, defining_op_name
 from falcon_mlir.ir.contraction import Contraction
 
@@ -237,8 +237,15 @@ def plan_for(c: Contraction, options: LcmaOptions) -> tuple:
             plan = Plan.from_attribute(c.op.attributes[PLAN_ATTR])
         except PlanError as e:
             return None, str(e)
-        if plan.form == "kernel" and plan.operands is None:
-            plan = dataclasses.replace(plan, operands=operands_of(c, options)[0])
+        if plan.form == "kernel":
+            from falcon_mlir.decision import numerics
+
+            why = kernel_inputs_unserved(c) or (
+                plan.operands is not None and numerics.kernel_operands_unserved(str(c.lhs_type), plan.operands))
+            if why:  # falcon-kernels would leave it to IREE without a word (i8, f64: a PlanError before)
+                return None, why
+            if plan.operands is None:
+                plan = dataclasses.replace(plan, operands=operands_of(c, options)[0])
         why = schemes_fit(c, plan.schemes, plan.form) or \
             numerics_check(c, plan.schemes, options.max_error, plan.form,
                            sums_type(c, plan, options), plan.operands)
@@ -260,6 +267,8 @@ def plan_for(c: Contraction, options: LcmaOptions) -> tuple:
         form = "per-product"
         why += (f"; per-product form: the grouped combines of {'*'.join(schemes)} would read "
                 f"{grouped_terms(schemes)} blocks (at most {MAX_GROUPED_TERMS})")
+    if form == "kernel" and kernel_inputs_unserved(c):
+        return None, kernel_inputs_unserved(c)
     operands = operands_of(c, options)[0] if form == "kernel" else None
     unfit = schemes_fit(c, schemes, form) or numerics_check(
         c, schemes, options.max_error if forced is not None else None, form,
@@ -269,6 +278,17 @@ def plan_for(c: Contraction, options: LcmaOptions) -> tuple:
     if form == "kernel":
         edge = "pad"  # the generated kernels pad the blocks (falcon_mlir.kernels.lcma); nothing is peeled
     return Plan(tuple(schemes), edge=edge, form=form, operands=operands), why
+
+
+def kernel_inputs_unserved(c: Contraction) -> Optional[str]:
+    """``None`` where a kernel-form plan on ``c`` can name its operand type (f32,
+    f16 or bf16 inputs of one type, what falcon's kernels take), else one line
+    saying why not (i8, f64, two input types)."""
+    lhs, rhs = str(c.lhs_type), str(c.rhs_type)
+    if lhs == rhs and lhs in OPERAND_TYPES:
+        return None
+    return (f"{lhs} x {rhs} -> {c.acc_type}: a kernel-form plan needs f32, f16 or bf16 inputs of one type "
+            "(what falcon's kernels take)")
 
 
 def operands_of(c: Contraction, options: LcmaOptions) -> tuple:

@@ -169,3 +169,64 @@ def test_auto_keeps_plans_within_device_memory():
     unlimited = decision.decide(bf16, dataclasses.replace(p, memory=None))
     assert unlimited.choice.schemes == ("strassen",) * 3
     assert unlimited.choice.temp_bytes + bf16.operand_bytes > decision.MEMORY_FRACTION * p.memory
+
+
+def test_operands_beyond_device_memory_are_named():
+    """Where A, B and C alone pass 90% of the profile's memory (131072^3 f32: 192 GiB on a 140 GiB H200; a
+    batch of 64 16384^3 bf16), the reason says so (it said every plan's temporaries were too big), and a
+    tiny ``memory`` is not printed as 0 GiB."""
+    import dataclasses
+    p = decision.load_profile("h200-falcon")
+    d = decision.decide(decision.Problem(131072, 131072, 131072, lhs="f32", rhs="f32", acc="f32"), p)
+    assert d.choice.schemes == ()
+    assert d.reason == "auto: A, B and C alone (192 GiB) exceed 90% of the 140 GiB of h200-falcon; classical"
+    d = decision.decide(decision.Problem(16384, 16384, 16384, lhs="bf16", rhs="bf16", acc="f32", batch=64), p)
+    assert d.choice.schemes == () and d.reason.startswith("auto: A, B and C alone (128 GiB) exceed 90%")
+    d = decision.decide(decision.Problem(16384, 16384, 16384, lhs="bf16", rhs="bf16", acc="f32", batch=16), p)
+    assert d.choice.schemes == ("strassen", "strassen")  # the batch is counted: 16 fit, 64 do not
+    tiny = decision.decide(decision.Problem(4096, 4096, 4096, lhs="f32", rhs="f32", acc="f32"),
+                           dataclasses.replace(p, memory=1))
+    assert tiny.reason == ("auto: A, B and C alone (0.188 GiB) exceed 90% of the 9.31e-10 GiB of h200-falcon; "
+                           "classical")
+
+
+def test_forced_plan_beyond_device_memory_warns_up_front(tmp_path):
+    """A forced plan (option or attached falcon.plan) whose temporaries beside A, B and C pass 90% of the
+    profile's memory gets one warning line (auto never picks one; it compiled without a word): two Strassen
+    levels at 65536^3 f32 need 147 GiB beside 48 GiB on the 140 GiB H200. 32768^3 fits: no warning; a CPU
+    profile states no memory: no warning."""
+    import subprocess
+    import sys
+
+    def run(n, opts, plan=""):
+        src = tmp_path / f"x{n}.mlir"
+        t = f"tensor<{n}x{n}xf32>"
+        src.write_text(f"func.func @f(%a: {t}, %b: {t}, %c: {t}) -> {t} {{\n"
+                       f"  %0 = linalg.matmul {plan}ins(%a, %b : {t}, {t}) outs(%c : {t}) -> {t}\n"
+                       f"  return %0 : {t}\n}}\n")
+        r = subprocess.run([sys.executable, "-m", "falcon_mlir.tools.falcon_opt", str(src),
+                            f"--lcma-rewrite={opts}", "-o", str(tmp_path / "o.mlir")], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        return src, [ln for ln in r.stderr.splitlines() if "warning" in ln]
+
+    src, lines = run(65536, "profile=h200-falcon scheme=strassen levels=2")
+    assert lines == [f"{src}:2:8: warning: lcma-rewrite: plan strassen+strassen (per-product) needs 147 GiB of "
+                     "temporaries beside 48 GiB of A, B and C, over 90% of the 140 GiB of h200-falcon: it may run "
+                     "out of device memory"]
+    src, lines = run(65536, "profile=h200-falcon",
+                     '{falcon.plan = {schemes = ["strassen", "strassen"], form = "kernel"}} ')
+    assert len(lines) == 1 and "plan strassen+strassen (kernel) needs 147 GiB" in lines[0], lines
+    assert run(32768, "profile=h200-falcon scheme=strassen levels=2")[1] == []
+    assert run(65536, "profile=x86-dev scheme=strassen levels=2")[1] == []
+
+
+def test_every_gpu_preset_states_its_memory():
+    """The datasheet GPU presets h100, a100 (80 GB) and h20 (96 GB) stated no memory, so auto had no limit
+    there: at 49152^3 f32 the h100 preset picked a plan needing 228 GiB beside A, B and C."""
+    from falcon_mlir.decision.profile import PRESETS
+    gpus = {n: decision.load_profile(n) for n in PRESETS if decision.load_profile(n).kind == "gpu"}
+    assert {"h100", "a100", "h20", "h200"} <= set(gpus)
+    assert all(p.memory for p in gpus.values()), {n: p.memory for n, p in gpus.items()}
+    pb = decision.Problem(49152, 49152, 49152, lhs="f32", rhs="f32", acc="f32")
+    d = decision.decide(pb, gpus["h100"])
+    assert d.choice.temp_bytes + pb.operand_bytes <= decision.MEMORY_FRACTION * 80e9

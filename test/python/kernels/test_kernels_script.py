@@ -35,6 +35,34 @@ def test_bad_shape_is_one_line_error(tmp_path):
     assert not (tmp_path / "b").exists()
 
 
+@pytest.mark.parametrize("options,message", [
+    (["operands=bogus"], "error: --falcon-compile 'operands=bogus': lcma-rewrite option operands='bogus' is invalid"),
+    (["auto", "auto"], "error: --falcon-compile 'auto' names the module of 'auto' again"),
+    (["form=kernel"], "error: --falcon-compile 'form=kernel': form=kernel needs the falcon-kernels pass")])
+def test_bad_falcon_compile_options_are_one_line_errors(tmp_path, options, message):
+    """Checked before anything is built: no bundle, one line (they failed per module after the GEMM
+    modules, and the same options twice wrote one module file twice)."""
+    r = _run(SCRIPT, "prepare", tmp_path / "b", "--cpu", "--shapes", "64x48x80", "--dtypes", "f32",
+             "--no-tune", "--falcon-compile", *options)
+    assert r.returncode == 2 and r.stdout.strip().splitlines() == [r.stdout.strip()], r.stdout + r.stderr
+    assert r.stdout.startswith(message) and "Traceback" not in r.stderr, r.stdout
+    assert not (tmp_path / "b").exists()
+
+
+@pytest.mark.parametrize("counts,message", [
+    (["--interleave", "-1"], "error: --interleave -1: 0 (off) to --repeat (20) rounds"),
+    (["--interleave", "21"], "error: --interleave 21: 0 (off) to --repeat (20) rounds"),
+    (["--repeat", "0"], "error: --repeat 0: at least 1 timed call"),
+    (["--warmup", "-1"], "error: --warmup -1: at least 0")])
+def test_bad_run_counts_are_one_line_errors(tmp_path, counts, message):
+    """--interleave -1 timed nothing and printed nan, more rounds than --repeat made one call per round
+    (ROUNDS calls each, outside --entry-budget-s), --repeat 0 failed every row; now one line before the
+    bundle is read."""
+    r = _run(SCRIPT, "run", tmp_path / "no-bundle", "--cpu", *counts, out=tmp_path / "out")
+    assert r.returncode == 2 and r.stdout.strip().startswith(message), r.stdout + r.stderr
+    assert not (tmp_path / "out").exists()
+
+
 def test_dry_run_bundle(tmp_path):
     if not have("torch"):
         pytest.skip("needs torch")

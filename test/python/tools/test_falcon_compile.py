@@ -112,3 +112,14 @@ def test_compile_disk_full_on_stdout(tmp_path):
                             "--compile-to=input", *CPU], input=MM.encode(), stdout=full,
                            stderr=subprocess.PIPE, timeout=300)
     one_line_error(r.returncode, r.stderr.decode(), "cannot write to stdout")
+
+
+@pytest.mark.parametrize("off", ["--no-lcma", "--lcma-rewrite=none"])
+def test_compile_explain_with_the_rewrite_off_says_so(capfd, src, tmp_path, off):
+    """--lcma-explain with the rewrite off printed nothing at all; now one line."""
+    p, _ = src(MM)
+    out = tmp_path / "o.mlir"
+    rc, _, err = compile_(capfd, p, "-o", out, off, "--lcma-explain", "--compile-to=input", *CPU)
+    assert rc == 0 and out.exists()
+    assert err.strip().splitlines() == ["lcma-explain: lcma-rewrite is off (--no-lcma or --lcma-rewrite=none); "
+                                        "nothing decided"], err

@@ -121,3 +121,43 @@ def test_operands_option_values():
     assert LcmaOptions.parse("operands=input").operands == "input"
     with pytest.raises(OptionError, match="operands='bf16' is invalid .expected auto, input or f16."):
         LcmaOptions.parse("operands=bf16")
+
+
+@pytest.mark.parametrize("ty,operands,served", [
+    ("f32", "f16", False), ("f16", "bf16", False), ("bf16", "f32", False),
+    ("bf16", "bf16", True), ("bf16", "f16", True), ("f16", "f16", True), ("f32", "f32", True)])
+def test_kernel_plan_operands_the_kernels_cannot_form(ty, operands, served):
+    """An attached kernel-form plan whose operands falcon's kernels do not form (only the input
+    type, or f16 scaled for bf16; falcon_mlir.kernels.lcma.PlanSpec) is declined by lcma-rewrite
+    with a remark: falcon-kernels used to leave it to IREE without a word under a report that
+    said rewritten."""
+    from falcon_mlir.decision import numerics
+
+    plan = f'{{schemes = ["strassen"], edge = "pad", form = "kernel", operands = "{operands}"}}'
+    new, report = rewrite(_mm_with_plan(plan, M=64, N=64, K=64, ty=ty), "scheme=auto")
+    if served:
+        assert numerics.kernel_operands_unserved(ty, operands) is None
+        assert report[0]["plan"]["form"] == "kernel" and report[0]["operands"]["type"] == operands
+        assert f'operands = "{operands}"' in new
+    else:
+        assert report[0]["plan"] == "classical" and report[0]["remark"] is True
+        assert report[0]["reason"].startswith(f"operands = '{operands}' on {ty} inputs: falcon's kernels")
+        assert "falcon.plan" not in new
+
+
+@pytest.mark.parametrize("ty,acc,options", [
+    ("i8", "i32", "scheme=auto"), ("f64", "f64", "scheme=auto"),
+    ("i8", "i32", "profile=h200-falcon form=kernel scheme=strassen"),
+    ("f64", "f64", "profile=h200-falcon form=kernel scheme=strassen")])
+def test_kernel_form_on_inputs_the_kernels_do_not_take(ty, acc, options):
+    """A kernel-form plan (attached, or form=kernel) on i8 or f64 inputs was an internal error (PlanError:
+    unknown operands 'i8', from the operand type lcma-rewrite filled in); now classical with a remark."""
+    plan = '{schemes = ["strassen"], form = "kernel"}' if options == "scheme=auto" else None
+    text = _mm_with_plan(plan, M=64, N=64, K=64, ty=ty, acc=acc)
+    if plan is None:
+        text = text.replace(" {falcon.plan = None}", "")
+    new, report = rewrite(text, options)
+    assert report[0]["plan"] == "classical" and report[0]["remark"] is True
+    assert report[0]["reason"] == (f"{ty} x {ty} -> {acc}: a kernel-form plan needs f32, f16 or bf16 inputs of "
+                                   "one type (what falcon's kernels take)")
+    assert "falcon.plan" not in new

@@ -57,6 +57,8 @@ def explain_entry(e: dict) -> str:
                 f"{plan.get('form', 'per-product')} form, {plan.get('edge', 'peel')} edges")
         if e.get("handoff"):
             what += f"; {e.get('products')} products, handed to {e['handoff']}"
+            if not served(e):
+                what += " (not built there: the op stays classical)"
         elif "products" in e:
             what += f"; {e['products']} products, {e.get('combines', 0)} combines emitted"
     else:
@@ -133,16 +135,29 @@ def remark_lines(report: List[dict]) -> List[str]:
             for e in report if e.get("remark")]
 
 
+def served(e: dict) -> bool:
+    """Whether a report entry's plan is in the compiled code: every plan lcma-rewrite emits itself, and
+    a plan handed to falcon-kernels (kernel form) only where that pass ran and built it."""
+    if not e.get("handoff"):
+        return True
+    return any(k.get("kernel") == "plan" for k in e.get("kernels", []))
+
+
 def explain(report: List[dict]) -> str:
     """Explain a whole report: one block per contraction, and a one-line summary."""
     # falcon-tiles entries (tile choices, not decisions) are left to --lcma-report
     report = [e for e in report if e.get("pass") != "falcon-tiles"]
     blocks = [explain_entry(e) for e in report
               if e.get("kind") not in ("not a contraction", "no contraction")]
-    rewritten = sum(1 for e in report if isinstance(e.get("plan"), dict) and "kind" in e)
+    planned = [e for e in report if isinstance(e.get("plan"), dict) and "kind" in e]
+    unserved = sum(1 for e in planned if not served(e))
+    rewritten = len(planned) - unserved
     total_c = sum((e.get("predicted_time") or {}).get("classical", 0) for e in report)
-    total_p = sum((e.get("predicted_time") or {}).get("plan", 0) for e in report)
+    total_p = sum((e.get("predicted_time") or {}).get("plan", 0) for e in report if served(e))
     summary = f"lcma-explain: {rewritten} of {len(blocks)} contractions rewritten"
+    if unserved:
+        summary += (f" ({unserved} more handed to falcon-kernels, which left them classical: "
+                    "see their 'kernels' lines)")
     if total_p:
         summary += (f"; predicted {_ms(total_p)} vs {_ms(total_c)} classical "
                     f"({_ratio(total_c, total_p)} over these contractions)")

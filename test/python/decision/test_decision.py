@@ -226,6 +226,21 @@ def test_explain_says_what_and_why():
     assert out.splitlines()[-1].startswith("lcma-explain: 1 of 1 contractions rewritten")
 
 
+def test_explain_does_not_count_a_plan_falcon_kernels_left_classical():
+    """A kernel-form plan handed to falcon-kernels counts as rewritten only where that pass built it: an
+    attached plan compiled for a CPU target (the pass never runs) was reported '1 of 1 rewritten'."""
+    entry = {"location": "k.mlir:3:8", "op": "linalg.matmul", "kind": "matmul", "M": 128, "N": 128, "K": 128,
+             "plan": {"schemes": ["strassen"], "levels": 1, "edge": "pad", "form": "kernel"},
+             "reason": "attached falcon.plan", "handoff": "falcon-kernels", "products": 7,
+             "predicted_time": {"profile": "h200-falcon", "classical": 2e-3, "plan": 1e-3}}
+    out = explain([entry])
+    assert "handed to falcon-kernels (not built there: the op stays classical)" in out.splitlines()[0]
+    assert out.splitlines()[-1] == ("lcma-explain: 0 of 1 contractions rewritten (1 more handed to "
+                                    "falcon-kernels, which left them classical: see their 'kernels' lines)")
+    built = dict(entry, kernels=[{"kernel": "plan", "arch": "sm_90a", "plan": {"scheme": "strassen", "R": 7}}])
+    assert explain([built]).splitlines()[-1].startswith("lcma-explain: 1 of 1 contractions rewritten; predicted")
+
+
 def test_explain_says_how_much_slower_a_slow_pinned_plan_is(tmp_path):
     """Used to print "(0.00x)" for a forced plan over 100x slower than classical."""
     text, _ = contraction_mlir(16, 16, 16)

@@ -78,7 +78,7 @@ def _forced(options: LcmaOptions) -> bool:
 PIPELINE_DEFAULTS = {
     "lcma-rewrite": (
         Default("barriers", True, "inside IREE's pipeline: data tiling on llvm-cpu needs bare "
-                                  "blocks and products behind util.optimization_barrier"),
+                                  "blocks and products behind a compute barrier"),
     ),
 }
 

@@ -18,7 +18,7 @@ from typing import Optional
 from iree.compiler import ir
 
 from falcon_mlir.dialects.combine import COMBINE_ATTR, combine_group_dims, is_combine
-from falcon_mlir.ir.builders import bit_width
+from falcon_mlir.ir.builders import COMPUTE_BARRIER, bit_width
 from falcon_mlir.ir.contraction import format_location
 
 from .tables import SUBGROUP_SIZE
@@ -197,7 +197,7 @@ def _untileable_combine(op, out_t) -> Optional[str]:
             if isinstance(owner, ir.Block) or not hasattr(owner, "name"):
                 return None
             if owner.name in ("tensor.extract_slice", "tensor.expand_shape",
-                              "tensor.collapse_shape", "util.optimization_barrier"):
+                              "tensor.collapse_shape", COMPUTE_BARRIER):
                 v = owner.operands[0]
                 continue
             return owner.name

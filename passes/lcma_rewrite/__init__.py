@@ -12,7 +12,7 @@ A contraction with several loop dimensions in one role that fold into one
 (a ``batch_matmul`` whose B has no batch dimension: a matmul over batch x M)
 is planned and rewritten through its folded view (:mod:`.fold`).
 Everything emitted is upstream ``linalg``/``tensor``/``arith``/``scf`` (plus
-``util.optimization_barrier`` with ``barriers=true``).
+``iree_tensor_ext.compute_barrier.start`` with ``barriers=true``).
 
 Integer contractions are rewritten only with integer-coefficient schemes and
 only where :func:`falcon_mlir.decision.numerics.integer_bound_ok` proves that no

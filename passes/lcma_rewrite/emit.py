@@ -44,8 +44,8 @@ from iree.compiler.dialects import arith, linalg, tensor
 from falcon_mlir.catalog import composed_format
 from falcon_mlir.dialects.combine import mark_combine
 from falcon_mlir.dialects.plan import PLAN_ATTR, Plan
-from falcon_mlir.ir.builders import (cast, defining_op_name, insert_along, is_float,
-                                     optimization_barrier, pad_along, parallel_generic,
+from falcon_mlir.ir.builders import (COMPUTE_BARRIER, cast, compute_barrier, defining_op_name,
+                                     insert_along, is_float, pad_along, parallel_generic,
                                      slice_accumulator, slice_along, tensor_type, weighted_sum,
                                      zeros)
 from falcon_mlir.ir.contraction import Contraction
@@ -62,7 +62,8 @@ class Emitter(GroupedForm, StackedForm):
     Args:
         c: the contraction (its op's operands are A, B and the accumulator C0).
         barriers: put bare block operands and products behind
-            ``util.optimization_barrier`` (see ``LcmaOptions.barriers``).
+            IREE's compute barrier
+            (:func:`~falcon_mlir.ir.builders.compute_barrier`; see ``LcmaOptions.barriers``).
         fuse_c: combine C as one op over all output blocks (GPU profiles).
         sums: for a bf16/f16 result, the element type name of the combined
             operands (``"f32"`` or the input type; ``None``: f32), in both forms.
@@ -238,7 +239,7 @@ class Emitter(GroupedForm, StackedForm):
         return result
 
     def _fence(self, x: ir.Value) -> ir.Value:
-        """``x`` behind ``util.optimization_barrier`` if it is a bare slice and barriers are on.
+        """``x`` behind a compute barrier if it is a bare slice and barriers are on.
 
         IREE's data tiling otherwise pulls the packing of the slice into the
         consuming contraction's dispatch; for a narrow strip with a long K
@@ -251,15 +252,15 @@ class Emitter(GroupedForm, StackedForm):
         run-time dispatch's remainder fails the same way.
         """
         if self.barriers and defining_op_name(x) == "tensor.extract_slice":
-            return optimization_barrier(x)
+            return compute_barrier(x)
         return x
 
     def fence_product(self, p: ir.Value) -> ir.Value:
-        """A product's result behind ``util.optimization_barrier`` when barriers are on."""
-        return optimization_barrier(p) if self.barriers else p
+        """A product's result behind a compute barrier when barriers are on."""
+        return compute_barrier(p) if self.barriers else p
 
     def fence_unit_lhs(self, x: ir.Value, Mb: int, Kb: int) -> ir.Value:
-        """A combined A operand behind ``util.optimization_barrier`` when its block is
+        """A combined A operand behind a compute barrier when its block is
         1 x 1 (``Mb == Kb == 1``) and barriers are on.
 
         IREE 3.13's data tiling fails on a matmul whose LHS is 1 x 1, N > 1,
@@ -271,9 +272,9 @@ class Emitter(GroupedForm, StackedForm):
         under Strassen); the fence costs one 1-element dispatch. The grouped
         form's batched product (R x 1 x 1 combined A) compiles without it.
         """
-        fenced = defining_op_name(x) == "util.optimization_barrier"
+        fenced = defining_op_name(x) == COMPUTE_BARRIER
         if self.barriers and Mb == 1 and Kb == 1 and not fenced:
-            return optimization_barrier(x)
+            return compute_barrier(x)
         return x
 
     def _combine(self, terms: list) -> ir.Value:
@@ -282,7 +283,7 @@ class Emitter(GroupedForm, StackedForm):
         result the type :func:`.planning.sums_type` chose: one rounding).
 
         A single block with coefficient 1 is used as it is; with the
-        ``barriers`` option it is put behind ``util.optimization_barrier``:
+        ``barriers`` option it is put behind a compute barrier:
         IREE's data tiling otherwise pulls the packing of a bare slice into the
         product's dispatch, which fails on llvm-cpu ("exceeded stack
         allocation limit", IREE 3.13; iree-notes.md). An identity copy would
@@ -317,7 +318,7 @@ class Emitter(GroupedForm, StackedForm):
             # else IREE's data tiling fuses the extension into the product's
             # operand packing and llvm-cpu fails ("exceeded stack allocation
             # limit": 66560 bytes at 1024x4096x4096 bf16 Strassen, IREE 3.13)
-            ext = optimization_barrier(ext)
+            ext = compute_barrier(ext)
         self._extended.append((x, ext))
         return ext
 

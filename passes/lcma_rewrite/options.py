@@ -54,8 +54,10 @@ class LcmaOptions:
             :mod:`falcon_mlir.dialects.plan`).
         barriers: put the bare-slice operands of every contraction the
             rewrite emits (accumulators included), and the products'
-            results, behind ``util.optimization_barrier`` (IREE's util
-            dialect). Data tiling on llvm-cpu needs both: without the first
+            results, behind ``iree_tensor_ext.compute_barrier.start``
+            (:func:`falcon_mlir.ir.builders.compute_barrier`: dispatch
+            creation does not fuse across it, then removes it). Data
+            tiling on llvm-cpu needs both: without the first
             a slice's packing is pulled into the product dispatch (stack
             allocation limit), without the second the unpacks of several
             products fuse into the combine-C dispatch and vectorize whole
@@ -139,7 +141,7 @@ class LcmaOptions:
              "the profile's forms (per-product for a forced scheme)")
     barriers: Optional[bool] = option(
         None, type=bool, auto=True,
-        help="put bare block operands and products behind util.optimization_barrier (IREE data "
+        help="put bare block operands and products behind iree_tensor_ext.compute_barrier.start (IREE data "
              "tiling needs it); auto: on inside IREE's pipeline (falcon-compile, API), off here")
     stack: Optional[bool] = option(
         None, type=bool, auto=True,

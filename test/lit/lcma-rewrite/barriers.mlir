@@ -8,23 +8,24 @@
 
 // Peeled strips of an accumulating 127^3 matmul: the K strip (126 x 1 x 126)
 // reads a slice of the live C as its init, the row and column strips slices
-// of A, B and C; each goes behind util.optimization_barrier.
+// of A, B and C; each goes behind IREE's compute barrier
+// (iree_tensor_ext.compute_barrier.start, which dispatch creation removes).
 // CHECK-LABEL: func.func @peel
 // CHECK-SAME: %[[A:[a-z0-9]+]]: tensor<127x127xf32>, %[[B:[a-z0-9]+]]: tensor<127x127xf32>, %[[C:[a-z0-9]+]]: tensor<127x127xf32>
 // CHECK-DAG: %[[CI:.+]] = tensor.extract_slice %[[C]][0, 0] [126, 126] [1, 1]
 // CHECK-DAG: %[[AK:.+]] = tensor.extract_slice %[[A]][0, 126] [126, 1] [1, 1]
 // CHECK-DAG: %[[BK:.+]] = tensor.extract_slice %[[B]][126, 0] [1, 126] [1, 1]
-// CHECK-DAG: %[[AKB:.+]] = util.optimization_barrier %[[AK]] : tensor<126x1xf32>
-// CHECK-DAG: %[[BKB:.+]] = util.optimization_barrier %[[BK]] : tensor<1x126xf32>
-// CHECK-DAG: %[[CIB:.+]] = util.optimization_barrier %[[CI]] : tensor<126x126xf32>
+// CHECK-DAG: %[[AKB:.+]] = iree_tensor_ext.compute_barrier.start %[[AK]] : tensor<126x1xf32> -> tensor<126x1xf32>
+// CHECK-DAG: %[[BKB:.+]] = iree_tensor_ext.compute_barrier.start %[[BK]] : tensor<1x126xf32> -> tensor<1x126xf32>
+// CHECK-DAG: %[[CIB:.+]] = iree_tensor_ext.compute_barrier.start %[[CI]] : tensor<126x126xf32> -> tensor<126x126xf32>
 // CHECK: linalg.matmul ins(%[[AKB]], %[[BKB]] : tensor<126x1xf32>, tensor<1x126xf32>) outs(%[[CIB]] : tensor<126x126xf32>)
 // CHECK-DAG: %[[AR:.+]] = tensor.extract_slice %[[A]][126, 0] [1, 127] [1, 1]
 // CHECK-DAG: %[[CR:.+]] = tensor.extract_slice %[[C]][126, 0] [1, 127] [1, 1]
-// CHECK-DAG: %[[ARB:.+]] = util.optimization_barrier %[[AR]] : tensor<1x127xf32>
-// CHECK-DAG: %[[CRB:.+]] = util.optimization_barrier %[[CR]] : tensor<1x127xf32>
+// CHECK-DAG: %[[ARB:.+]] = iree_tensor_ext.compute_barrier.start %[[AR]] : tensor<1x127xf32> -> tensor<1x127xf32>
+// CHECK-DAG: %[[CRB:.+]] = iree_tensor_ext.compute_barrier.start %[[CR]] : tensor<1x127xf32> -> tensor<1x127xf32>
 // CHECK: linalg.matmul ins(%[[ARB]], %[[B]] : tensor<1x127xf32>, tensor<127x127xf32>) outs(%[[CRB]] : tensor<1x127xf32>)
 // CHECK-DAG: %[[CC:.+]] = tensor.extract_slice %[[C]][0, 126] [126, 1] [1, 1]
-// CHECK-DAG: %[[CCB:.+]] = util.optimization_barrier %[[CC]] : tensor<126x1xf32>
+// CHECK-DAG: %[[CCB:.+]] = iree_tensor_ext.compute_barrier.start %[[CC]] : tensor<126x1xf32> -> tensor<126x1xf32>
 // CHECK: linalg.matmul ins(%{{.+}}, %{{.+}} : tensor<126x127xf32>, tensor<127x1xf32>) outs(%[[CCB]] : tensor<126x1xf32>)
 func.func @peel(%a: tensor<127x127xf32>, %b: tensor<127x127xf32>, %c: tensor<127x127xf32>) -> tensor<127x127xf32> {
   %0 = linalg.matmul ins(%a, %b : tensor<127x127xf32>, tensor<127x127xf32>) outs(%c : tensor<127x127xf32>) -> tensor<127x127xf32>
@@ -34,17 +35,15 @@ func.func @peel(%a: tensor<127x127xf32>, %b: tensor<127x127xf32>, %c: tensor<127
 // -----
 
 // The run-time dispatch's remainder (M mod 64 rows, classical) reads dynamic
-// slices of A and of the accumulated C: behind barriers too, with their
-// sizes tied back (flow.tensor.tie_shape: the barrier is not shape-aware).
+// slices of A and of the accumulated C: behind barriers too, the barrier
+// carrying their dynamic size.
 // CHECK-LABEL: func.func @dyn_bmm
 // CHECK: scf.for
 // CHECK: %[[REST:.+]] = arith.subi
 // CHECK-NEXT: %[[AT:.+]] = tensor.extract_slice %{{.+}}[0, %{{.+}}, 0] [4, %[[REST]], 96] [1, 1, 1]
 // CHECK-NEXT: %[[CT:.+]] = tensor.extract_slice %{{.+}}[0, %{{.+}}, 0] [4, %[[REST]], 96] [1, 1, 1]
-// CHECK-NEXT: %[[ATB:.+]] = util.optimization_barrier %[[AT]] : tensor<4x?x96xf32>
-// CHECK-NEXT: %[[ATT:.+]] = flow.tensor.tie_shape %[[ATB]] : tensor<4x?x96xf32>{%[[REST]]}
-// CHECK-NEXT: %[[CTB:.+]] = util.optimization_barrier %[[CT]] : tensor<4x?x96xf32>
-// CHECK-NEXT: %[[CTT:.+]] = flow.tensor.tie_shape %[[CTB]] : tensor<4x?x96xf32>{%[[REST]]}
+// CHECK-NEXT: %[[ATT:.+]] = iree_tensor_ext.compute_barrier.start %[[AT]] : tensor<4x?x96xf32>{%[[REST]]} -> tensor<4x?x96xf32>
+// CHECK-NEXT: %[[CTT:.+]] = iree_tensor_ext.compute_barrier.start %[[CT]] : tensor<4x?x96xf32>{%[[REST]]} -> tensor<4x?x96xf32>
 // CHECK-NEXT: linalg.batch_matmul ins(%[[ATT]], %{{.+}} : tensor<4x?x96xf32>, tensor<4x96x96xf32>) outs(%[[CTT]] : tensor<4x?x96xf32>)
 func.func @dyn_bmm(%a: tensor<4x?x96xf32>, %b: tensor<4x96x96xf32>, %c: tensor<4x?x96xf32>) -> tensor<4x?x96xf32> {
   %0 = linalg.batch_matmul ins(%a, %b : tensor<4x?x96xf32>, tensor<4x96x96xf32>) outs(%c : tensor<4x?x96xf32>) -> tensor<4x?x96xf32>
@@ -59,7 +58,7 @@ func.func @dyn_bmm(%a: tensor<4x?x96xf32>, %b: tensor<4x96x96xf32>, %c: tensor<4
 // or equal to the input rank for pack"; found by scripts/fuzz_diff.py).
 // CHECK-LABEL: func.func @unit_lhs
 // CHECK: %[[S:.+]] = linalg.generic {{.*}} outs(%{{.+}} : tensor<1x1xf32>)
-// CHECK: %[[SB:.+]] = util.optimization_barrier %[[S]] : tensor<1x1xf32>
+// CHECK: %[[SB:.+]] = iree_tensor_ext.compute_barrier.start %[[S]] : tensor<1x1xf32> -> tensor<1x1xf32>
 // CHECK: linalg.matmul ins(%[[SB]], %{{.+}} : tensor<1x1xf32>, tensor<1x2xf32>)
 // CHECK: return
 func.func @unit_lhs(%a: tensor<2x2xf32>, %b: tensor<2x4xf32>, %c: tensor<2x4xf32>) -> tensor<2x4xf32> {

@@ -123,28 +123,42 @@ def time_jax(dir_: Path, file: str, host_args: list, warmup: int, repeat: int) -
     return statistics.median(times), times, np.asarray(f(*args)).astype(np.float32)
 
 
+def each_variant(entry: dict, call, line, trim=None) -> dict:
+    """``{name: call(name, file) or {"error": ...}}`` for JAX, plain IREE and falcon of one
+    manifest entry, in that order, one process; a variant that was not built or fails gets its error
+    and the run goes on. Each result is printed as ``line(name, result)``. ``trim``: an IREE config
+    whose caching allocator is emptied after each variant."""
+    res = {}
+    for name in ("jax", "iree", "falcon"):
+        v = entry.get(name, {})
+        if "file" not in v:
+            res[name] = {"error": v.get("error", "not built")}
+            continue
+        try:
+            res[name] = call(name, v["file"])
+        except Exception as e:  # noqa: BLE001 - one variant failing must not end the run
+            res[name] = {"error": " ".join(str(e).split())[:300]}
+        finally:
+            if trim is not None:
+                gc.collect()
+                trim.device.allocator.trim()
+        print(line(name, res[name]), flush=True)
+    return res
+
+
 def run(dir_: Path, repeat: int, warmup: int, seed: int) -> dict:
     man = json.loads((dir_ / "manifest.json").read_text())
     config = runner.device_config("cuda")
     rows = []
     for dtype, entry in man["variants"].items():
         host = inputs(entry, dtype, seed)
-        res = {}
-        for name in ("jax", "iree", "falcon"):
-            v = entry.get(name, {})
-            if "file" not in v:
-                res[name] = {"error": v.get("error", "not built")}
-                continue
-            try:
-                if name == "jax":
-                    t, ts, y = time_jax(dir_, v["file"], host, warmup, repeat)
-                else:
-                    t, ts, y = time_iree(dir_, v["file"], host, config, warmup, repeat)
-                res[name] = {"seconds": t, "all": ts, "out": y}
-            except Exception as e:  # noqa: BLE001 - one variant failing must not end the run
-                res[name] = {"error": " ".join(str(e).split())[:300]}
-            print(f"{dtype} {name}: " + (f"{res[name]['seconds'] * 1e3:.3f} ms"
-                                         if "seconds" in res[name] else res[name]["error"]), flush=True)
+
+        def call(name, file):
+            t, ts, y = (time_jax(dir_, file, host, warmup, repeat) if name == "jax"
+                        else time_iree(dir_, file, host, config, warmup, repeat))
+            return {"seconds": t, "all": ts, "out": y}
+        res = each_variant(entry, call, lambda name, r: f"{dtype} {name}: " + (
+            f"{r['seconds'] * 1e3:.3f} ms" if "seconds" in r else r["error"]))
         ref = res.get("jax", {}).get("out")
         for name, r in res.items():
             row = {"dtype": dtype, "variant": name, "tokens": man["tokens"]}
@@ -216,28 +230,15 @@ def run_train(dir_: Path, steps: int, warmup: int, seed: int) -> dict:
     for dtype, entry in man["variants"].items():
         params = train_params(entry, seed)
         batches = [train_batch(entry, seed, s) for s in range(steps)]
-        res = {}
-        for name in ("jax", "iree", "falcon"):
-            v = entry.get(name, {})
-            if "file" not in v:
-                res[name] = {"error": v.get("error", "not built")}
-                continue
-            try:
-                if name == "jax":
-                    res[name] = train_jax(dir_, v["file"], params, batches, warmup)
-                else:
-                    res[name] = train_iree(dir_, v["file"], params, batches, config, warmup)
-            except Exception as e:  # noqa: BLE001 - one variant failing must not end the run
-                res[name] = {"error": " ".join(str(e).split())[:300]}
-            finally:
-                # IREE's caching allocator keeps a variant's blocks after it is done; with XLA's pool beside
-                # it the next variant ran out of memory (run 19: falcon f16 at 8192 tokens, 32 GB alone).
-                gc.collect()
-                config.device.allocator.trim()
-            r = res[name]
-            print(f"train {dtype} {name}: " + (f"{statistics.median(r['times']) * 1e3:.3f} ms/step, loss "
-                                                + " ".join(f"{x:.6g}" for x in r["loss"])
-                                                if "times" in r else r["error"]), flush=True)
+
+        def call(name, file):
+            return (train_jax(dir_, file, params, batches, warmup) if name == "jax"
+                    else train_iree(dir_, file, params, batches, config, warmup))
+        # IREE's caching allocator keeps a variant's blocks after it is done; with XLA's pool beside it
+        # the next variant ran out of memory (run 19: falcon f16 at 8192 tokens, 32 GB alone).
+        res = each_variant(entry, call, lambda name, r: f"train {dtype} {name}: " + (
+            f"{statistics.median(r['times']) * 1e3:.3f} ms/step, loss " + " ".join(f"{x:.6g}" for x in r["loss"])
+            if "times" in r else r["error"]), trim=config)
         ref = res.get("jax", {})
         for name, r in res.items():
             row = {"dtype": dtype, "variant": name, "tokens": man["tokens"], "train": True}

@@ -267,8 +267,8 @@ def plan_for(c: Contraction, options: LcmaOptions) -> tuple:
         form = "per-product"
         why += (f"; per-product form: the grouped combines of {'*'.join(schemes)} would read "
                 f"{grouped_terms(schemes)} blocks (at most {MAX_GROUPED_TERMS})")
-    if form == "kernel" and kernel_inputs_unserved(c):
-        return None, kernel_inputs_unserved(c)
+    if form == "kernel" and (unserved := kernel_inputs_unserved(c)):
+        return None, unserved
     operands = operands_of(c, options)[0] if form == "kernel" else None
     unfit = schemes_fit(c, schemes, form) or numerics_check(
         c, schemes, options.max_error if forced is not None else None, form,

@@ -52,7 +52,8 @@ Presets (:data:`PRESETS`, shipped as ``profiles/*.json``): the x86
 development host (measured with ``falcon-calibrate``; cores and caches of the
 running host are filled in when ``host`` is asked for), ``x86-avx2`` (that
 host compiled for ``x86-64-v3``, no native bf16: derived from it by measured
-ratios, see its ``provenance``), AArch64 Neoverse-N1
+ratios, see its ``provenance``; falcon-compile and the API imply it for every
+target CPU without AVX512-BF16, ``falcon_mlir.pipeline.assemble.NO_NATIVE_BF16_CPUS``), AArch64 Neoverse-N1
 and V1, NVIDIA H200, H100, A100 and H20, and ``h200-iree`` (the H200 as
 IREE's CUDA code runs on it: sm_80 PTX with falcon's tile choices, measured
 with ``falcon-calibrate --device cuda``). Presets whose ``source`` is

@@ -24,7 +24,8 @@ pass it changed lists it under ``"defaults"`` (``--lcma-explain`` shows it).
 * :data:`KERNEL_DEFAULTS`: what falcon-kernels running implies (applied
   before the target's, so they win).
 * :data:`TARGET_DEFAULTS`: what a compile target implies.
-* :data:`CPU_DEFAULTS`: what an llvm-cpu target CPU implies.
+* :data:`CPU_DEFAULTS`: what an llvm-cpu target CPU implies (the CPUs without
+  native bf16, :data:`NO_NATIVE_BF16_CPUS`: the ``x86-avx2`` profile).
 
 The compile target itself defaults to this machine's CPU
 (:data:`DEFAULT_TARGET`) when the flags name no device.
@@ -46,6 +47,7 @@ from .session import DEFAULT_REWRITE_PHASE, CompileResult, compile_module
 from .stages import Pipeline, Stage, merge_kernel_entries
 
 __all__ = ["Default", "PIPELINE_DEFAULTS", "KERNEL_DEFAULTS", "TARGET_DEFAULTS", "CPU_DEFAULTS",
+           "NO_NATIVE_BF16_CPUS",
            "DEFAULT_TARGET",
            "target_devices", "targets_cuda", "with_default_target", "check_cuda_target",
            "DEFAULT_CUDA_TARGET", "lcma_options",
@@ -108,18 +110,34 @@ TARGET_DEFAULTS = {
     },
 }
 
-#: What the llvm-cpu target CPU (``--iree-llvmcpu-target-cpu=NAME``) implies.
-#: ``x86-64-v3`` (AVX2, no AVX512-BF16): IREE emulates bf16 there, its bf16
-#: GEMM measured 1/50-1/63 of its f32 rate on this host (docs/benchmarks.md),
-#: so the profile says so and auto gives bf16 contractions plans whose
-#: products multiply f32.
+#: llvm-cpu target CPUs (``--iree-llvmcpu-target-cpu=NAME``, LLVM's x86
+#: names) without AVX512-BF16: IREE emulates bf16 arithmetic there. On
+#: ``x86-64-v3`` its bf16 GEMM measured 1/50-1/63 of its f32 rate on this host
+#: (docs/benchmarks.md). CPUs with AVX512-BF16 (``cooperlake``,
+#: ``sapphirerapids`` and later Xeons, ``znver4``, ``znver5``), ``host`` and
+#: names not listed imply nothing.
+NO_NATIVE_BF16_CPUS = (
+    "x86-64", "x86-64-v2", "x86-64-v3", "x86-64-v4",
+    "nehalem", "westmere", "sandybridge", "ivybridge", "haswell", "broadwell",
+    "skylake", "skylake-avx512", "cascadelake", "cannonlake", "icelake-client",
+    "icelake-server", "tigerlake", "rocketlake", "alderlake", "raptorlake", "meteorlake",
+    "btver2", "bdver1", "bdver2", "bdver3", "bdver4", "znver1", "znver2", "znver3",
+)
+
+#: What the llvm-cpu target CPU implies (from :data:`NO_NATIVE_BF16_CPUS`): the
+#: ``x86-avx2`` profile (this host built for x86-64-v3: bf16 emulated, f32 at
+#: the AVX2 rate), so auto gives bf16 contractions plans whose products
+#: multiply f32. On the CPUs other than x86-64-v3 only its bf16 verdict is
+#: measured, not its rates.
 CPU_DEFAULTS = {
-    "x86-64-v3": {
+    cpu: {
         "lcma-rewrite": (
-            Default("profile", "x86-avx2", "llvm-cpu target cpu x86-64-v3: no native bf16 "
-                                           "(IREE's bf16 GEMM runs at about 1/55 of its f32 rate)"),
+            Default("profile", "x86-avx2", f"llvm-cpu target cpu {cpu}: no AVX512-BF16, bf16 "
+                                           "is emulated (IREE's bf16 GEMM ran at about 1/55 of its "
+                                           "f32 rate on x86-64-v3)"),
         ),
-    },
+    }
+    for cpu in NO_NATIVE_BF16_CPUS
 }
 
 #: What falcon-kernels running implies for the other passes.

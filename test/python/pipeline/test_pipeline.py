@@ -616,6 +616,25 @@ def test_target_cpu_without_bf16_implies_its_profile():
         "auto", CPU)[1]["barriers"]})
 
 
+@pytest.mark.parametrize("cpu,profile", [
+    ("haswell", "x86-avx2"), ("broadwell", "x86-avx2"), ("skylake", "x86-avx2"),
+    ("skylake-avx512", "x86-avx2"), ("znver1", "x86-avx2"), ("znver2", "x86-avx2"),
+    ("znver3", "x86-avx2"), ("x86-64-v2", "x86-avx2"), ("x86-64-v3", "x86-avx2"),
+    ("znver4", None), ("znver5", None), ("sapphirerapids", None), ("cooperlake", None),
+    ("host", None)])
+def test_every_cpu_without_avx512_bf16_implies_the_no_bf16_profile(cpu, profile):
+    """Were: only x86-64-v3 implied x86-avx2 (break-it review): haswell, znver3,
+    x86-64-v2... emulate bf16 as well and got the host profile, whose bf16 is
+    native. CPUs with AVX512-BF16 and host imply nothing."""
+    from falcon_mlir.pipeline.assemble import rewrite_stages
+
+    st = [s for s in rewrite_stages("auto", None, CPU + [f"--iree-llvmcpu-target-cpu={cpu}"],
+                                    kernels=None) if s.name == "lcma-rewrite"][0]
+    assert st.options.profile == profile
+    why = st.report_extra.get("defaults", {}).get("profile", "")
+    assert why.startswith(f"x86-avx2 (llvm-cpu target cpu {cpu}: no AVX512-BF16") if profile else not why
+
+
 def test_cli_lcma_explain_shows_the_defaults(tmp_path, capsys):
     src = tmp_path / "mm.mlir"
     src.write_text(LINALG_MM)

@@ -82,13 +82,33 @@ def make_lcma_rewrite(lcma: LcmaSpec = "auto"):
     return make_rewrite(lcma, tiles=None, flags=())
 
 
+def _joined(args: Sequence[str]) -> list:
+    """``args`` with each ``--name value`` pair (a flag without ``=`` followed
+    by an item that does not start with ``-``) written ``--name=value``, the
+    only form IREE's session takes ("requires a value!") and the form the
+    pipeline reads the target from (``--iree-llvmcpu-target-cpu``,
+    ``--iree-hal-target-device``)."""
+    out: list = []
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if (a.startswith("-") and "=" not in a and i + 1 < len(args)
+                and not args[i + 1].startswith("-")):
+            out.append(f"{a}={args[i + 1]}")
+            i += 2
+        else:
+            out.append(a)
+            i += 1
+    return out
+
+
 def _flags(target_backends, input_type, extra_args) -> list:
     flags = backend_flags(target_backends or ())
     if input_type is not None:
         flags.append(f"--iree-input-type={input_type}")
     if isinstance(extra_args, str):
         extra_args = [extra_args]
-    flags.extend(str(a) for a in extra_args)
+    flags.extend(_joined([str(a) for a in extra_args]))
     return flags
 
 
@@ -136,7 +156,8 @@ def compile_str(
             target: this machine's CPU (llvm-cpu with
             ``--iree-llvmcpu-target-cpu=host``;
             :data:`falcon_mlir.pipeline.assemble.DEFAULT_TARGET`).
-        extra_args: any further iree-compile flags (``--name=value``), e.g.
+        extra_args: any further iree-compile flags (``--name=value``, or
+            ``--name`` and ``value`` as two items), e.g.
             ``--iree-opt-data-tiling``, ``--compile-to=global-optimization``
             (then the output is MLIR text, not a vmfb).
         input_type: ``--iree-input-type`` (``auto`` by default in IREE;

@@ -635,6 +635,17 @@ def test_every_cpu_without_avx512_bf16_implies_the_no_bf16_profile(cpu, profile)
     assert why.startswith(f"x86-avx2 (llvm-cpu target cpu {cpu}: no AVX512-BF16") if profile else not why
 
 
+def test_api_extra_args_take_a_flag_and_its_value_as_two_items():
+    """Were: ["--iree-llvmcpu-target-cpu", "haswell"] failed in IREE ("requires a
+    value!") and was not read as the target CPU; both forms now mean the same."""
+    for extra in (["--iree-llvmcpu-target-cpu", "haswell", "--compile-to", "global-optimization"],
+                  ["--iree-llvmcpu-target-cpu=haswell", "--compile-to=global-optimization"]):
+        out, rep = falcon_mlir.compile_str(LINALG_MM, extra_args=extra, return_report=True)
+        assert out.startswith(b"module") or b"util.func" in out or b"func.func" in out
+        assert rep[0]["predicted_time"]["profile"] == "x86-avx2"
+        assert rep[0]["defaults"]["profile"].startswith("x86-avx2 (llvm-cpu target cpu haswell")
+
+
 def test_cli_lcma_explain_shows_the_defaults(tmp_path, capsys):
     src = tmp_path / "mm.mlir"
     src.write_text(LINALG_MM)

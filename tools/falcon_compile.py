@@ -18,7 +18,8 @@ Ours:
   --lcma-rewrite[=OPTIONS]  run the rewrite with OPTIONS ("scheme=S levels=L";
                             the default, without this flag, is "auto"; see
                             falcon-opt --help for the keys)
-  --no-lcma                 do not rewrite (plain iree-compile)
+  --no-lcma                 do not rewrite (plain iree-compile); an error
+                            together with --lcma-rewrite
   --lcma-report=FILE        write the rewrite's report as JSON (a list of
                             entries, one per contraction; "defaults" lists
                             what falcon-compile or the target implied)
@@ -98,12 +99,14 @@ def parse_args(argv: Sequence[str]) -> dict:
         ``--no-lcma``), ``report_file``, ``explain``, ``phase``, ``tiles``, ``kernels``.
 
     Raises:
-        ToolError: missing input, several inputs, a flag without value.
+        ToolError: missing input, several inputs, a flag without value,
+            ``--no-lcma`` together with ``--lcma-rewrite``.
     """
     inputs, iree_flags = [], []
     a = {"help": False, "output": None, "lcma": "auto", "report_file": None, "explain": False,
          "phase": None, "tiles": "auto", "kernels": "auto"}
     i, only_positional = 0, False
+    given: dict = {}  # the first --lcma-rewrite and --no-lcma seen
     while i < len(argv):
         arg = argv[i]
         if only_positional or arg == "-" or not arg.startswith("-"):
@@ -120,8 +123,10 @@ def parse_args(argv: Sequence[str]) -> dict:
             a["output"], i = _take_value(argv, i, arg, name)
         elif name in ("--lcma-rewrite", "-lcma-rewrite"):
             a["lcma"], i = (arg.split("=", 1)[1] if "=" in arg else "auto"), i + 1
+            given.setdefault("rewrite", arg)
         elif name in ("--no-lcma", "-no-lcma"):
             a["lcma"], i = None, i + 1
+            given.setdefault("off", arg)
         elif name in ("--lcma-explain", "-lcma-explain"):
             a["explain"], i = True, i + 1
         elif name.lstrip("-") in _VALUE_FLAGS and name in ("-" + name.lstrip("-"),
@@ -132,6 +137,9 @@ def parse_args(argv: Sequence[str]) -> dict:
             i += 1
     if a["help"]:
         return {"help": True}
+    if len(given) == 2:
+        raise _fail(f"{given['off']} and {given['rewrite']} contradict each other: give one "
+                    "(--no-lcma turns the rewrite off, as --lcma-rewrite=none does)")
     if not inputs:
         raise _fail("no input file (give a path, or - for stdin)")
     if len(inputs) > 1:

@@ -97,6 +97,9 @@ def test_compile_directory_and_missing_input(capfd, tmp_path):
     (["-o"], "requires a value"),
     (["second.mlir"], "more than one input"),
     (["--split-input-file"], "not supported"),
+    # were: the last of the two won silently
+    (["--no-lcma", "--lcma-rewrite=scheme=strassen"], "--no-lcma and --lcma-rewrite=scheme=strassen contradict"),
+    (["--lcma-rewrite", "--no-lcma"], "--no-lcma and --lcma-rewrite contradict"),
 ])
 def test_compile_bad_command_lines(capfd, src, tmp_path, argv, needle):
     p, snap = src(MM)

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 __all__ = ["OptionError", "OptionSpec", "option", "option_specs", "parse_options", "to_text",
-           "format_help", "option_keys"]
+           "format_help", "option_keys", "strip_text"]
 
 _META = "falcon.option"
 
@@ -230,7 +230,9 @@ def option_keys(cls) -> tuple:
     return tuple(s.key for s in option_specs(cls))
 
 
-def _strip(text: str) -> str:
+def strip_text(text: Optional[str]) -> str:
+    """Option text without its outer white space, braces and quotes
+    (``"{scheme=strassen}"`` -> ``scheme=strassen``), as :func:`parse_options` reads it."""
     text = (text or "").strip()
     for _ in range(2):  # '{...}', "'...'", or '{...}' inside quotes
         q = text[:1]
@@ -263,7 +265,7 @@ def parse_options(cls, text: Optional[str]):
     positional = next((s for s in specs if s.positional), None)
     keys = ", ".join(s.key for s in specs)
     values, seen = {}, {}
-    for tok in _strip(text).split():
+    for tok in strip_text(text).split():
         key, eq, val = tok.partition("=")
         if not eq and positional is not None:
             key, val, eq = positional.key, tok, "="

@@ -41,8 +41,8 @@ class PassInfo:
 #: falcon's passes, in the order ``--help`` lists them.
 PASSES = {p.name: p for p in (
     PassInfo("lcma-rewrite", LcmaOptions, run_lcma_rewrite,
-             "rewrite contractions with LCMA schemes; OPTIONS is a space-separated list of "
-             "key=value:"),
+             "rewrite contractions with LCMA schemes; OPTIONS is none (the pass does not run) or "
+             "a space-separated list of key=value:"),
     PassInfo("falcon-kernels", KernelsOptions, run_falcon_kernels,
              "run contractions (and kernel-form plans) as falcon's generated CUDA kernels "
              "(Triton, sm_90a, embedded in the module; needs the cuda extra):"),

@@ -217,8 +217,9 @@ def _compile(args: dict) -> int:
     if args["explain"] and res.report:
         print(explain(res.report), file=sys.stderr)
     elif args["explain"] and args["lcma"] in (None, "none"):  # off, nothing else reported: say so
-        print("lcma-explain: lcma-rewrite is off (--no-lcma or --lcma-rewrite=none); nothing decided",
-              file=sys.stderr)
+        from falcon_mlir.decision.explain import off_line
+
+        print(off_line("--no-lcma or --lcma-rewrite=none"), file=sys.stderr)
     files = []
     if args["report_file"] is not None:
         text = json.dumps(res.report, indent=2, default=str) + "\n"

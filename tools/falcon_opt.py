@@ -227,6 +227,10 @@ def run(argv: list) -> int:
         from falcon_mlir.decision.explain import explain
 
         print(explain(report), file=sys.stderr)
+    elif args.lcma_explain and any(st.name == "lcma-rewrite" and st.options is None for st in stages):
+        from falcon_mlir.decision.explain import off_line  # --lcma-rewrite=none: say so
+
+        print(off_line("--lcma-rewrite=none"), file=sys.stderr)
     if failed:
         return 1
     if args.emit_bytecode:

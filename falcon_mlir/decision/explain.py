@@ -135,6 +135,12 @@ def remark_lines(report: List[dict]) -> List[str]:
             for e in report if e.get("remark")]
 
 
+def off_line(how: str) -> str:
+    """The one ``--lcma-explain`` line when the rewrite is off (``how``: the
+    flags that turn it off, e.g. ``--lcma-rewrite=none``): nothing decided."""
+    return f"lcma-explain: lcma-rewrite is off ({how}); nothing decided"
+
+
 def served(e: dict) -> bool:
     """Whether a report entry's plan is in the compiled code: every plan lcma-rewrite emits itself, and
     a plan handed to falcon-kernels (kernel form) only where that pass ran and built it."""

@@ -283,7 +283,7 @@ def lcma_options(spec) -> Optional[LcmaOptions]:
         return spec
     if isinstance(spec, str):
         text = spec.strip()
-        if text == "none":
+        if LcmaOptions.means_off(text):
             return None
         return LcmaOptions.parse("" if text == "auto" else text)
     raise TypeError(

@@ -138,6 +138,8 @@ def split_top_level(text: str) -> list:
 
 def parse_element(elem: str, filename: Optional[str] = None) -> Stage:
     """One pipeline element (``name``, ``name{opts}`` or ``anchor(...)``) as a :class:`Stage`.
+    A falcon pass whose options turn it off (``lcma-rewrite{none}``) is a
+    stage with ``options`` ``None`` that never runs.
 
     Raises:
         PipelineError: an unknown falcon option or an upstream pass MLIR does not know.
@@ -154,6 +156,9 @@ def parse_element(elem: str, filename: Optional[str] = None) -> Stage:
                 opts = elem[i + 1:-1]
             break
     if name in PASSES:
+        off = getattr(PASSES[name].options, "means_off", None)
+        if off is not None and off(opts):  # lcma-rewrite{none}: kept, never run (options None)
+            return Stage(name, elem, None, when=lambda report: False)
         try:
             return Stage(name, elem, parse_pass_options(name, opts, filename))
         except OptionError as e:

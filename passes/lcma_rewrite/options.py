@@ -1,7 +1,8 @@
 """Options of ``lcma-rewrite``, declared once (see :mod:`falcon_mlir.options`).
 
 Text form (mlir-opt style): ``--lcma-rewrite="scheme=strassen levels=2
-edge=pad"`` or ``lcma-rewrite{scheme=strassen levels=2}`` in a pipeline;
+edge=pad"`` or ``lcma-rewrite{scheme=strassen levels=2}`` in a pipeline
+(``none``: the pass does not run, :meth:`LcmaOptions.means_off`);
 :meth:`LcmaOptions.parse` reads it, ``falcon-opt --help`` shows the
 declarations below.
 """
@@ -13,7 +14,7 @@ from typing import ClassVar, Optional
 
 from falcon_mlir.decision.numerics import OPERAND_CHOICES
 from falcon_mlir.dialects.plan import EDGES, FORMS
-from falcon_mlir.options import OptionError, option, parse_options
+from falcon_mlir.options import OptionError, option, parse_options, strip_text
 
 __all__ = ["LcmaOptions", "OptionError", "MAX_LEVELS"]
 
@@ -186,6 +187,15 @@ class LcmaOptions:
              "auto: scaled f16 for bf16 inputs (docs/accuracy.md, Scaled f16 operands), else "
              "the input type")
     filename: Optional[str] = None
+
+    #: The option text that turns the pass off (falcon-opt ``--lcma-rewrite=none``,
+    #: ``lcma-rewrite{none}``; falcon-compile ``--lcma-rewrite=none``; the API's ``lcma="none"``).
+    OFF: ClassVar[str] = "none"
+
+    @classmethod
+    def means_off(cls, text: Optional[str]) -> bool:
+        """Whether option ``text`` is :data:`OFF` (braces, quotes and white space aside)."""
+        return isinstance(text, str) and strip_text(text) == cls.OFF
 
     @classmethod
     def parse(cls, text: Optional[str]) -> "LcmaOptions":

@@ -294,6 +294,22 @@ def test_empty_lcma_options_mean_auto(capfd, src):
     assert rc == 0 and err == "" and out.count("linalg.matmul") == 1  # 8x6x4: auto keeps it
 
 
+@pytest.mark.parametrize("how", [["--lcma-rewrite=none"], ["--lcma-rewrite='none'"],
+                                 ["--pass-pipeline=builtin.module(lcma-rewrite{none},canonicalize)"]])
+def test_lcma_rewrite_none_turns_it_off_as_in_the_api(capfd, src, tmp_path, how):
+    """Were: 'lcma-rewrite option 'none' must be key=value' (the API and
+    falcon-compile take lcma none as off). Off: the input unchanged, the report
+    empty, --lcma-explain's one line."""
+    p, _ = src(MM)
+    rep = tmp_path / "r.json"
+    rc, out, err = opt(capfd, p, *how, "--lcma-explain", f"--lcma-report={rep}")
+    assert rc == 0, err
+    assert out.count("linalg.matmul") == 1 and rep.read_text().strip() == "[]"
+    assert lines(err) == ["lcma-explain: lcma-rewrite is off (--lcma-rewrite=none); nothing decided"]
+    rc, out, err = opt(capfd, p, "--lcma-rewrite=none", "--lcma-rewrite=scheme=strassen")
+    assert rc == 0 and out.count("linalg.matmul") == 7, err  # passes run in order: the second rewrites
+
+
 @pytest.mark.parametrize("argv,needle", [
     (["--bogus-flag"], "unknown pass or option '--bogus-flag'"),
     (["--nosuch-pass=x=1"], "unknown pass or option '--nosuch-pass'"),

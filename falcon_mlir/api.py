@@ -200,7 +200,9 @@ def compile_str(
         CompileError: IREE rejected a flag, the input, or failed; or the
             rewrite failed (``RewriteError``).  The message holds IREE's
             diagnostics with locations.
-        OptionError (ValueError): bad ``lcma``, ``tiles`` or ``kernels`` option text.
+        OptionError (ValueError): bad ``lcma``, ``tiles`` or ``kernels`` option
+            text, or one of them of another type (``lcma=0``: an
+            ``OptionTypeError``, also a ``TypeError``).
         OSError: ``output_file`` cannot be written.
     """
     if not isinstance(source, (str, bytes, bytearray, memoryview)):

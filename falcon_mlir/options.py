@@ -43,7 +43,7 @@ import textwrap
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-__all__ = ["OptionError", "OptionSpec", "option", "option_specs", "parse_options", "to_text",
+__all__ = ["OptionError", "OptionTypeError", "OptionSpec", "option", "option_specs", "parse_options", "to_text",
            "format_help", "option_keys", "strip_text"]
 
 _META = "falcon.option"
@@ -51,6 +51,12 @@ _META = "falcon.option"
 
 class OptionError(ValueError):
     """Invalid pass options: unknown key, bad value, duplicate key (one line)."""
+
+
+class OptionTypeError(OptionError, TypeError):
+    """Options given as a Python value of the wrong type (``lcma=0``, a list,
+    bytes): an :class:`OptionError` like any bad option (one line), and a
+    ``TypeError`` for callers that catch that."""
 
 
 @dataclass(frozen=True)

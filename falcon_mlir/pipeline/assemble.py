@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
 from falcon_mlir import targets
-from falcon_mlir.options import option_specs, to_text
+from falcon_mlir.options import OptionTypeError, option_specs, to_text
 from falcon_mlir.passes.falcon_kernels import KernelsOptions, triton_available
 from falcon_mlir.passes.falcon_tiles import TilesOptions
 from falcon_mlir.passes.lcma_rewrite import LcmaOptions
@@ -273,7 +273,8 @@ def lcma_options(spec) -> Optional[LcmaOptions]:
 
     Raises:
         OptionError: bad option text.
-        TypeError: another kind of spec (a callable is :func:`make_rewrite`'s).
+        OptionTypeError (an OptionError and a TypeError): another kind of spec
+            (``0``, a list; a callable is :func:`make_rewrite`'s).
     """
     if spec is None or spec is False:
         return None
@@ -286,8 +287,9 @@ def lcma_options(spec) -> Optional[LcmaOptions]:
         if LcmaOptions.means_off(text):
             return None
         return LcmaOptions.parse("" if text == "auto" else text)
-    raise TypeError(
-        f"lcma must be None, 'auto', an option string or LcmaOptions, not {type(spec).__name__}")
+    raise OptionTypeError(
+        f"lcma must be None, 'auto', 'none', an option string, LcmaOptions or a callable, "
+        f"not {type(spec).__name__} {spec!r:.40}")
 
 
 def _pass_options(spec, cls, what: str):
@@ -297,7 +299,8 @@ def _pass_options(spec, cls, what: str):
 
     Raises:
         OptionError: bad option text.
-        TypeError: another kind of spec (bytes, a list, a dict, a number...).
+        OptionTypeError (an OptionError and a TypeError): another kind of
+            spec (bytes, a list, a dict, a number...).
     """
     if isinstance(spec, cls):
         return spec
@@ -305,8 +308,8 @@ def _pass_options(spec, cls, what: str):
         return cls.parse("auto")
     if isinstance(spec, str):
         return cls.parse(spec)
-    raise TypeError(f"{what} must be None, 'auto', 'none', an option string or {cls.__name__}, "
-                    f"not {type(spec).__name__}")
+    raise OptionTypeError(f"{what} must be None, 'auto', 'none', an option string or {cls.__name__}, "
+                          f"not {type(spec).__name__} {spec!r:.40}")
 
 
 def _tiles(spec, flags: Sequence[str]) -> tuple:
@@ -353,7 +356,8 @@ def kernels_options(spec, flags: Sequence[str] = ()) -> Optional[KernelsOptions]
 
     Raises:
         OptionError: an unknown option or value.
-        TypeError: ``spec`` of another kind (bytes, a list, ...).
+        OptionTypeError (an OptionError and a TypeError): ``spec`` of
+            another kind (bytes, a list, ...).
     """
     return _kernels(spec, flags)[0]
 
@@ -367,7 +371,8 @@ def tiles_options(spec, flags: Sequence[str] = ()) -> Optional[TilesOptions]:
 
     Raises:
         OptionError: an unknown table or option.
-        TypeError: ``spec`` of another kind (bytes, a list, ...).
+        OptionTypeError (an OptionError and a TypeError): ``spec`` of
+            another kind (bytes, a list, ...).
     """
     return _tiles(spec, flags)[0]
 

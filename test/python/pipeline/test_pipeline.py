@@ -646,6 +646,19 @@ def test_api_extra_args_take_a_flag_and_its_value_as_two_items():
         assert rep[0]["defaults"]["profile"].startswith("x86-avx2 (llvm-cpu target cpu haswell")
 
 
+@pytest.mark.parametrize("kw,shown", [({"lcma": 0}, "lcma must be .* not int 0"),
+                                      ({"lcma": 1.5}, "lcma must be .* not float 1.5"),
+                                      ({"lcma": ["scheme=strassen"]}, "lcma must be .* not list"),
+                                      ({"tiles": 0}, "tiles must be .* not int 0"),
+                                      ({"kernels": b"arch=none"}, "kernels must be .* not bytes")])
+def test_api_options_of_another_type_are_an_option_error(kw, shown):
+    """Were: a bare TypeError from inside the pipeline (break-it review); now
+    the library's OptionError, one line (still a TypeError too)."""
+    with pytest.raises(falcon_mlir.OptionError, match=shown) as e:
+        falcon_mlir.compile_str(LINALG_MM, **kw)
+    assert isinstance(e.value, TypeError) and "\n" not in str(e.value)
+
+
 def test_cli_lcma_explain_shows_the_defaults(tmp_path, capsys):
     src = tmp_path / "mm.mlir"
     src.write_text(LINALG_MM)

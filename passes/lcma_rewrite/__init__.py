@@ -200,6 +200,49 @@ def _warn_device_memory(c, plan, entry: dict, options: LcmaOptions) -> None:
     print(entry["memory_warning"], file=sys.stderr, flush=True)
 
 
+def _warn_gpu_iree_form(c, plan, entry: dict, options: LcmaOptions) -> None:
+    """Warn up front (stderr, one line; the entry's ``form_warning``) when a plan
+    the user forced in IREE's own forms (per-product, grouped: not ``kernel``)
+    on bf16/f16 inputs is taken on a CUDA profile and its products are not
+    input-type GEMMs (f32 sums: f32 x f32 or mixed f32 x bf16 products) or the
+    model predicts it slower than classical. Such products leave the tensor
+    cores; mixed ones (two input types) falcon's kernels do not take, and IREE's
+    CUDA code ran a forced bf16 per-product Strassen 1700x slower than cuBLAS
+    (349 ms against 0.20 ms at 4096^3 on the H200, docs/benchmarks.md run 23).
+    ``auto`` never takes these forms on ``h200-falcon``."""
+    import sys
+
+    lhs = str(c.lhs_type)
+    if plan.form == "kernel" or lhs not in ("bf16", "f16"):
+        return
+    try:
+        profile = decision.load_profile(options.profile)
+    except Exception:  # the profile's own error is reported where the decision is made
+        return
+    if profile.kind != "gpu" or not str(profile.device).startswith("cuda"):
+        return
+    sums = sums_type(c, plan, options)
+    prods = products_type(c, plan, options, sums)
+    pt = entry.get("predicted_time") or {}
+    cl, pl = pt.get("classical"), pt.get("plan")
+    slower = bool(cl and pl and pl > cl)
+    if prods not in ("f32", "mixed") and not slower:
+        return
+    what = {"mixed": f"f32 x {lhs} (mixed) products, which falcon's kernels do not take and IREE's "
+                     f"CUDA code runs off the tensor cores (a forced bf16 per-product Strassen measured "
+                     f"1700x slower than cuBLAS at 4096^3 on the H200)",
+            "f32": "f32 x f32 products, at the f32 rate rather than on the tensor cores"}.get(
+                prods, f"{lhs} products in IREE's forms")
+    predicted = (f"; predicted {pl * 1e3:.3g} ms against {cl * 1e3:.3g} ms classical "
+                 f"({pl / cl:.3g}x slower)" if slower else "")
+    advice = ("scheme=auto takes no such plan, form=kernel runs the plan on falcon's kernels"
+              if "kernel" in profile.plan_forms else "scheme=auto takes no such plan")
+    entry["form_warning"] = (f"{entry['location']}: warning: lcma-rewrite: plan {'+'.join(plan.schemes)} "
+                             f"({plan.form}) on {lhs} inputs on {profile.name} (cuda) forms its products "
+                             f"as {what}{predicted}; {advice}")
+    print(entry["form_warning"], file=sys.stderr, flush=True)
+
+
 def _warn_long_module(forced: list) -> None:
     """One more warning line when the forced plans of the whole module
     (``forced``: their report entries) are predicted to add over
@@ -307,7 +350,9 @@ def run_lcma_rewrite(module_op, options: LcmaOptions) -> list:
         "dispatches", "temp_bytes", "parts", "compile_seconds"}``; ``None`` where unsupported),
         ``emission`` (a per-product plan of several levels: ``"stacked"``
         or ``"recursive"``, :class:`_Emission`), ``warning`` (a forced plan predicted to compile for long: the line
-        printed on stderr before IREE compiles, :func:`_warn_long_compile`), ``remark``
+        printed on stderr before IREE compiles, :func:`_warn_long_compile`), ``memory_warning``
+        (:func:`_warn_device_memory`), ``form_warning`` (a forced bf16/f16 plan in IREE's forms on
+        a CUDA profile, :func:`_warn_gpu_iree_form`), ``remark``
         (whether the user should be told), and for rewritten ones
         ``products`` and ``combines`` (the number of contractions and combine
         ops emitted). Dynamic sizes are ``None``; a contraction with a
@@ -351,6 +396,7 @@ def run_lcma_rewrite(module_op, options: LcmaOptions) -> list:
                                  or PLAN_ATTR in c.op.attributes):
             _warn_long_compile(plan, entry, options)
             _warn_device_memory(c, plan, entry, options)
+            _warn_gpu_iree_form(c, plan, entry, options)
             forced.append(entry)
         if PLAN_ATTR in c.op.attributes:
             del c.op.attributes[PLAN_ATTR]

@@ -220,6 +220,46 @@ def test_forced_plan_beyond_device_memory_warns_up_front(tmp_path):
     assert run(65536, "profile=x86-dev scheme=strassen levels=2")[1] == []
 
 
+def _opt_warnings(tmp_path, dtype, n, opts):
+    """falcon-opt on one n^3 ``dtype`` matmul (bf16 -> bf16 from a zero fill) with
+    ``--lcma-rewrite=opts``: (source path, its warning lines)."""
+    import subprocess
+    import sys
+
+    src = tmp_path / f"{dtype}{n}.mlir"
+    t = f"tensor<{n}x{n}x{dtype}>"
+    src.write_text(f"func.func @f(%a: {t}, %b: {t}) -> {t} {{\n"
+                   f"  %z = arith.constant 0.0 : {dtype}\n  %e = tensor.empty() : {t}\n"
+                   f"  %c = linalg.fill ins(%z : {dtype}) outs(%e : {t}) -> {t}\n"
+                   f"  %0 = linalg.matmul ins(%a, %b : {t}, {t}) outs(%c : {t}) -> {t}\n"
+                   f"  return %0 : {t}\n}}\n")
+    r = subprocess.run([sys.executable, "-m", "falcon_mlir.tools.falcon_opt", str(src),
+                        f"--lcma-rewrite={opts}", "-o", str(tmp_path / "o.mlir")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return src, [ln for ln in r.stderr.splitlines() if "warning" in ln]
+
+
+def test_forced_bf16_plan_in_iree_forms_on_cuda_warns_up_front(tmp_path):
+    """A forced bf16 per-product Strassen on CUDA ran 1700x slower than cuBLAS (349 ms against 0.20 ms at
+    4096^3 on the H200, run 23: its mixed f32 x bf16 products were left to IREE's CUDA code) without a
+    word; now one warning line with the model's prediction. The kernel form, auto, f32 inputs and CPU
+    profiles: no warning."""
+    src, lines = _opt_warnings(tmp_path, "bf16", 4096, "profile=h200-falcon scheme=strassen form=per-product")
+    assert lines == [f"{src}:5:8: warning: lcma-rewrite: plan strassen (per-product) on bf16 inputs on "
+                     "h200-falcon (cuda) forms its products as f32 x bf16 (mixed) products, which falcon's kernels "
+                     "do not take and IREE's CUDA code runs off the tensor cores (a forced bf16 per-product "
+                     "Strassen measured 1700x slower than cuBLAS at 4096^3 on the H200); predicted 5.2 ms "
+                     "against 0.232 ms classical (22.4x slower); scheme=auto takes no such plan, form=kernel "
+                     "runs the plan on falcon's kernels"]
+    _, lines = _opt_warnings(tmp_path, "bf16", 4096, "profile=h200-iree scheme=strassen form=grouped")
+    assert len(lines) == 1 and "plan strassen (grouped) on bf16 inputs on h200-iree (cuda)" in lines[0] \
+        and "as f32 x f32 products" in lines[0] and lines[0].endswith("; scheme=auto takes no such plan"), lines
+    for opts in ("profile=h200-falcon scheme=strassen form=kernel", "profile=h200-falcon",
+                 "profile=x86-dev scheme=strassen form=per-product"):
+        assert _opt_warnings(tmp_path, "bf16", 4096, opts)[1] == [], opts
+    assert _opt_warnings(tmp_path, "f32", 4096, "profile=h200-iree scheme=strassen")[1] == []
+
+
 def test_every_gpu_preset_states_its_memory():
     """The datasheet GPU presets h100, a100 (80 GB) and h20 (96 GB) stated no memory, so auto had no limit
     there: at 49152^3 f32 the h100 preset picked a plan needing 228 GiB beside A, B and C."""

@@ -243,6 +243,33 @@ def _warn_gpu_iree_form(c, plan, entry: dict, options: LcmaOptions) -> None:
     print(entry["form_warning"], file=sys.stderr, flush=True)
 
 
+def _warn_operands_unused(options: LcmaOptions, report: list) -> None:
+    """Warn once (stderr, one line; the first contraction's entry's
+    ``options_warning``) when ``operands=`` was given but can change nothing:
+    it applies to kernel-form plans only (falcon's CUDA kernels), and the
+    profile's forms hold no kernel form (CPU targets, ``h200-iree``) nor was
+    one forced or attached."""
+    import sys
+
+    if options.operands == "auto" or options.form == "kernel":
+        return
+    entries = [e for e in report if e.get("element_types") is not None]
+    if not entries or any(isinstance(e.get("plan"), dict) and e["plan"].get("form") == "kernel"
+                          for e in entries):
+        return
+    try:
+        profile = decision.load_profile(options.profile)
+    except Exception:  # reported where the decision is made
+        return
+    if "kernel" in profile.plan_forms:
+        return
+    line = (f"{entries[0]['location']}: warning: lcma-rewrite: operands={options.operands} applies "
+            f"to kernel-form plans only (form=kernel: falcon's CUDA kernels, the falcon-kernels pass); "
+            f"profile {profile.name} ({profile.kind}) has none, so it changes nothing here")
+    entries[0]["options_warning"] = line
+    print(line, file=sys.stderr, flush=True)
+
+
 def _warn_long_module(forced: list) -> None:
     """One more warning line when the forced plans of the whole module
     (``forced``: their report entries) are predicted to add over
@@ -352,7 +379,8 @@ def run_lcma_rewrite(module_op, options: LcmaOptions) -> list:
         or ``"recursive"``, :class:`_Emission`), ``warning`` (a forced plan predicted to compile for long: the line
         printed on stderr before IREE compiles, :func:`_warn_long_compile`), ``memory_warning``
         (:func:`_warn_device_memory`), ``form_warning`` (a forced bf16/f16 plan in IREE's forms on
-        a CUDA profile, :func:`_warn_gpu_iree_form`), ``remark``
+        a CUDA profile, :func:`_warn_gpu_iree_form`), ``options_warning`` (first entry only:
+        ``operands=`` where no kernel-form plan can be, :func:`_warn_operands_unused`), ``remark``
         (whether the user should be told), and for rewritten ones
         ``products`` and ``combines`` (the number of contractions and combine
         ops emitted). Dynamic sizes are ``None``; a contraction with a
@@ -429,6 +457,7 @@ def run_lcma_rewrite(module_op, options: LcmaOptions) -> list:
                 folded.discard()
         report.append(entry)
     _warn_long_module(forced)
+    _warn_operands_unused(options, report)
     if not contractions:
         none = _none_found(root, options)
         if none is not None:

@@ -117,6 +117,9 @@ class LcmaOptions:
             operands for bf16, no absmax passes) or ``"f16"`` (scaled f16 for
             bf16 inputs). Carried to falcon-kernels in the plan attribute
             (``operands``); :func:`falcon_mlir.decision.numerics.kernel_operands`.
+            Where no plan can be kernel-form (the profile's forms hold none:
+            CPU profiles, ``h200-iree``) it changes nothing, and the pass says
+            so in one warning line.
         filename: name used for the ``"-"`` buffer in report locations (not
             a text option).
     """

@@ -260,6 +260,18 @@ def test_forced_bf16_plan_in_iree_forms_on_cuda_warns_up_front(tmp_path):
     assert _opt_warnings(tmp_path, "f32", 4096, "profile=h200-iree scheme=strassen")[1] == []
 
 
+def test_operands_where_no_kernel_form_can_be_warns_once(tmp_path):
+    """operands= applies to kernel-form plans only; on a CPU profile (or h200-iree, whose forms are IREE's)
+    it was ignored without a word. One line; none where the kernel form is possible."""
+    src, lines = _opt_warnings(tmp_path, "bf16", 512, "scheme=strassen operands=f16")
+    assert lines == [f"{src}:5:8: warning: lcma-rewrite: operands=f16 applies to kernel-form plans only "
+                     "(form=kernel: falcon's CUDA kernels, the falcon-kernels pass); profile host (cpu) has none, "
+                     "so it changes nothing here"]
+    assert len(_opt_warnings(tmp_path, "bf16", 512, "profile=h200-iree operands=input")[1]) == 1
+    assert _opt_warnings(tmp_path, "bf16", 512, "profile=h200-falcon operands=f16")[1] == []
+    assert _opt_warnings(tmp_path, "bf16", 512, "scheme=strassen")[1] == []
+
+
 def test_every_gpu_preset_states_its_memory():
     """The datasheet GPU presets h100, a100 (80 GB) and h20 (96 GB) stated no memory, so auto had no limit
     there: at 49152^3 f32 the h100 preset picked a plan needing 228 GiB beside A, B and C."""

@@ -48,7 +48,7 @@ from .stages import Pipeline, Stage, merge_kernel_entries
 
 __all__ = ["Default", "PIPELINE_DEFAULTS", "KERNEL_DEFAULTS", "TARGET_DEFAULTS", "CPU_DEFAULTS",
            "NO_NATIVE_BF16_CPUS",
-           "DEFAULT_TARGET",
+           "DEFAULT_TARGET", "profile_mismatch",
            "target_devices", "targets_cuda", "with_default_target", "check_cuda_target",
            "DEFAULT_CUDA_TARGET", "lcma_options",
            "tiles_options", "kernels_options", "rewrite_stages", "make_rewrite", "compile_source",
@@ -265,6 +265,44 @@ def _target_cpu(flags: Sequence[str]) -> str:
     return cpu
 
 
+def _target_kind(flags: Sequence[str]) -> Optional[str]:
+    """``"gpu"`` for a cuda device, ``"cpu"`` when every device the flags select
+    is IREE's local one (llvm-cpu, vmvx), ``None`` otherwise (none, or others)."""
+    devices = [d.split(":")[0] for d in target_devices(flags)]
+    if not devices:
+        return None
+    if targets_cuda(flags):
+        return "gpu"
+    return "cpu" if all(d in ("local", "llvm-cpu", "vmvx") for d in devices) else None
+
+
+def profile_mismatch(options: LcmaOptions, flags: Sequence[str]) -> Optional[str]:
+    """One warning line when the cost model's profile (``options.profile``, or
+    ``$FALCON_PROFILE`` where that is ``None``/``host``) is for another kind of
+    target than the one ``flags`` compile for (a GPU profile on llvm-cpu, a CPU
+    one on cuda), else ``None``: the model would decide for other hardware."""
+    import os
+
+    from falcon_mlir.decision.profile import ProfileError, load_profile
+
+    want = _target_kind(flags)
+    if want is None:
+        return None
+    try:
+        profile = load_profile(options.profile)
+    except ProfileError:  # reported where the decision is made
+        return None
+    if profile.kind == want:
+        return None
+    env = os.environ.get("FALCON_PROFILE")
+    named = (f"$FALCON_PROFILE={env}" if options.profile in (None, "host") and env
+             else f"profile={options.profile}")
+    target = "cuda" if want == "gpu" else "llvm-cpu"
+    return (f"warning: lcma-rewrite: the cost model's profile {profile.name} ({named}) is for a "
+            f"{profile.kind} target, but this compiles for {target}: its decisions are for other "
+            f"hardware")
+
+
 def lcma_options(spec) -> Optional[LcmaOptions]:
     """The user's lcma spec as options (before any default), or ``None`` when
     the rewrite is off: ``None``/``False``/``"none"`` off (as for the tiles and
@@ -402,6 +440,9 @@ def rewrite_stages(lcma, tiles, flags: Sequence[str], kernels="auto") -> list:
     if options is not None:
         options, applied = _with_defaults(options, "lcma-rewrite", flags, kernels=kopts is not None)
         extra = {"defaults": applied} if applied else {}
+        mismatch = profile_mismatch(options, flags)
+        if mismatch:
+            extra["profile_warning"] = mismatch
         stages.append(Stage("lcma-rewrite", f"lcma-rewrite{{{to_text(options)}}}", options,
                             report_extra=extra))
         stages.append(Stage("canonicalize", "canonicalize,cse", when=_rewritten))
@@ -425,7 +466,10 @@ def make_rewrite(lcma="auto", tiles="auto", flags: Sequence[str] = (),
     runs in place of lcma-rewrite (and its cleanup), falcon-tiles after it.
     The callback returns the lcma-rewrite report, with falcon-kernels'
     entries joined to it (each contraction's ``kernels`` list); falcon-tiles'
-    entries go to ``tiles_report`` when given. It has ``options`` (the
+    entries go to ``tiles_report`` when given. Where the cost model's profile
+    is for another kind of target than ``flags`` compile for
+    (:func:`profile_mismatch`), the callback prints that warning line on
+    stderr once and each lcma-rewrite entry carries it as ``profile_warning``. It has ``options`` (the
     lcma-rewrite options with defaults, or ``None``) and ``stages`` attributes.
 
     Raises:
@@ -442,7 +486,14 @@ def make_rewrite(lcma="auto", tiles="auto", flags: Sequence[str] = (),
     kapplied = _kernels(kernels, flags)[1]
     no_kernels = kapplied.get("arch", "") if kapplied.get("arch", "").startswith("none") else None
 
+    lcma_stage = next((s for s in stages if s.name == "lcma-rewrite"), None)
+    mismatch = lcma_stage.report_extra.get("profile_warning") if lcma_stage else None
+
     def rewrite(module_op):
+        if mismatch:  # once per compile, before the rewrite decides anything
+            import sys
+
+            print(mismatch, file=sys.stderr, flush=True)
         report = list(custom(module_op) or []) if custom is not None else []
         pipe = Pipeline(stages)
         pipe.run(module_op, reraise=True)

@@ -659,6 +659,31 @@ def test_api_options_of_another_type_are_an_option_error(kw, shown):
     assert isinstance(e.value, TypeError) and "\n" not in str(e.value)
 
 
+def test_profile_for_another_kind_of_target_warns_once(monkeypatch, capfd):
+    """Were: FALCON_PROFILE=h200 on a CPU compile decided for the H200 without a
+    word (break-it review). One line per compile, also on each entry; none
+    where the kinds agree or no target is known."""
+    from falcon_mlir.pipeline.assemble import rewrite_stages
+
+    monkeypatch.setenv("FALCON_PROFILE", "h200")
+    _, rep = falcon_mlir.compile_str(LINALG_MM, extra_args=CPU + ["--compile-to=global-optimization"],
+                                     return_report=True)
+    warned = [ln for ln in capfd.readouterr().err.splitlines() if "warning" in ln]
+    assert warned == ["warning: lcma-rewrite: the cost model's profile h200 ($FALCON_PROFILE=h200) is for a "
+                      "gpu target, but this compiles for llvm-cpu: its decisions are for other hardware"]
+    assert rep and all(e["profile_warning"] == warned[0] for e in rep)
+    monkeypatch.delenv("FALCON_PROFILE")
+
+    def warning(lcma, flags):
+        return rewrite_stages(lcma, None, flags, kernels=None)[0].report_extra.get("profile_warning")
+
+    cuda = ["--iree-hal-target-device=cuda"]
+    assert "profile x86-dev (profile=x86-dev) is for a cpu target, but this compiles for cuda" in \
+        warning("profile=x86-dev", cuda)
+    assert warning("auto", cuda) is None and warning("profile=h200", cuda) is None
+    assert warning("auto", ["--iree-hal-target-device=local"]) is None and warning("profile=h200", []) is None
+
+
 def test_cli_lcma_explain_shows_the_defaults(tmp_path, capsys):
     src = tmp_path / "mm.mlir"
     src.write_text(LINALG_MM)

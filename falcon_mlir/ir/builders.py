@@ -19,7 +19,7 @@ from iree.compiler.dialects import arith, linalg, tensor
 __all__ = ["tensor_type", "bit_width", "is_float", "cast", "constant", "index", "zeros",
            "slice_along", "slice_accumulator", "insert_along", "pad_along",
            "dynamic_slice", "dynamic_insert", "parallel_generic", "weighted_sum",
-           "COMPUTE_BARRIER", "compute_barrier", "defining_op_name", "reassociation_attr",
+           "COMPUTE_BARRIER", "compute_barrier", "compute_barrier_text", "defining_op_name", "reassociation_attr",
            "permutation_source"]
 
 
@@ -227,6 +227,14 @@ def compute_barrier(v: ir.Value) -> ir.Value:
         rt = ir.RankedTensorType(t)
         dims = [tensor.DimOp(v, index(p)).result for p in range(rt.rank) if rt.is_dynamic_dim(p)]
     return ir.Operation.create(COMPUTE_BARRIER, results=[t], operands=[v] + dims).result
+
+
+def compute_barrier_text(result: str, value: str, tensor_type: str) -> str:
+    """The MLIR text of :func:`compute_barrier` on a statically shaped tensor:
+    ``RESULT = iree_tensor_ext.compute_barrier.start VALUE : T -> T``, for
+    modules written as text (falcon-calibrate's micro-benchmarks) that fence
+    as the rewrite does."""
+    return f"{result} = {COMPUTE_BARRIER} {value} : {tensor_type} -> {tensor_type}"
 
 
 def defining_op_name(v: ir.Value) -> str:

@@ -154,6 +154,19 @@ def test_grouped_module_shape():
     assert per_product_mlir(4).count("linalg.generic") == 1
 
 
+def test_dispatch_chain_fences_as_the_rewrite_does():
+    """The dispatch-cost chain was fenced with util.optimization_barrier, which IREE 3.13 turns into a
+    host wait per op (70-110 us per dispatch here against the 1-1.5 us the rewrite's compute-barrier
+    plans see); now with the rewrite's own fence, and still one dispatch per op."""
+    from falcon_mlir.calibration.bundle import DEVICE_FLAGS, _count_dispatches
+    from falcon_mlir.calibration.microbench import dispatch_chain_mlir
+    from falcon_mlir.ir.builders import COMPUTE_BARRIER
+
+    text = dispatch_chain_mlir(5)
+    assert "util.optimization_barrier" not in text and text.count(COMPUTE_BARRIER) == 5
+    assert _count_dispatches(text, DEVICE_FLAGS["local-task"]) == 5
+
+
 def test_fit_solves_the_products_factor_exactly():
     """falcon_mlir.calibration.fit: measured times made from known factors are fitted back."""
     from falcon_mlir.calibration.fit import _parts, fit_forms

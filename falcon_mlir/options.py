@@ -254,7 +254,8 @@ def parse_options(cls, text: Optional[str]):
 
     Tokens are separated by white space; the whole text may sit in braces
     and/or quotes, each value in quotes. Options not given keep their
-    defaults. After all tokens, ``cls.validate(self)`` runs if the class has
+    defaults; a text that is only the class's ``AUTO`` word (if it has one,
+    e.g. ``auto``) means all defaults. After all tokens, ``cls.validate(self)`` runs if the class has
     one (checks across options).
 
     Raises:
@@ -271,7 +272,10 @@ def parse_options(cls, text: Optional[str]):
     positional = next((s for s in specs if s.positional), None)
     keys = ", ".join(s.key for s in specs)
     values, seen = {}, {}
-    for tok in strip_text(text).split():
+    words = strip_text(text).split()
+    if words == [getattr(cls, "AUTO", None)]:
+        words = []
+    for tok in words:
         key, eq, val = tok.partition("=")
         if not eq and positional is not None:
             key, val, eq = positional.key, tok, "="

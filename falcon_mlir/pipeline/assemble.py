@@ -324,7 +324,7 @@ def lcma_options(spec) -> Optional[LcmaOptions]:
         text = spec.strip()
         if LcmaOptions.means_off(text):
             return None
-        return LcmaOptions.parse("" if text == "auto" else text)
+        return LcmaOptions.parse(text)
     raise OptionTypeError(
         f"lcma must be None, 'auto', 'none', an option string, LcmaOptions or a callable, "
         f"not {type(spec).__name__} {spec!r:.40}")

@@ -194,6 +194,9 @@ class LcmaOptions:
     #: The option text that turns the pass off (falcon-opt ``--lcma-rewrite=none``,
     #: ``lcma-rewrite{none}``; falcon-compile ``--lcma-rewrite=none``; the API's ``lcma="none"``).
     OFF: ClassVar[str] = "none"
+    #: The option text that names the defaults (falcon-opt ``--lcma-rewrite=auto``, the API's ``lcma="auto"``,
+    #: falcon-compile's default): the same as no option at all.
+    AUTO: ClassVar[str] = "auto"
 
     @classmethod
     def means_off(cls, text: Optional[str]) -> bool:
@@ -203,7 +206,7 @@ class LcmaOptions:
     @classmethod
     def parse(cls, text: Optional[str]) -> "LcmaOptions":
         """Options from ``"scheme=strassen levels=2 edge=pad"`` (space separated;
-        see :func:`falcon_mlir.options.parse_options`).
+        see :func:`falcon_mlir.options.parse_options`; :data:`AUTO` alone means the defaults).
 
         Raises:
             OptionError: unknown key, missing ``=``, a key given twice, levels

@@ -10,6 +10,7 @@ as a subprocess.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -308,6 +309,23 @@ def test_lcma_rewrite_none_turns_it_off_as_in_the_api(capfd, src, tmp_path, how)
     assert lines(err) == ["lcma-explain: lcma-rewrite is off (--lcma-rewrite=none); nothing decided"]
     rc, out, err = opt(capfd, p, "--lcma-rewrite=none", "--lcma-rewrite=scheme=strassen")
     assert rc == 0 and out.count("linalg.matmul") == 7, err  # passes run in order: the second rewrites
+
+
+@pytest.mark.parametrize("how", [["--lcma-rewrite=auto"], ["--lcma-rewrite='auto'"],
+                                 ["--pass-pipeline=builtin.module(lcma-rewrite{auto},canonicalize)"]])
+def test_lcma_rewrite_auto_means_the_defaults_as_in_the_api(capfd, src, tmp_path, how):
+    """Were: 'lcma-rewrite option 'auto' must be key=value' (the API and
+    falcon-compile take lcma auto as the defaults). The same output and
+    report as ``--lcma-rewrite`` with no options."""
+    p, _ = src(MM)
+    rep, rep0 = tmp_path / "r.json", tmp_path / "r0.json"
+    rc, out, err = opt(capfd, p, *how, f"--lcma-report={rep}")
+    assert rc == 0, err
+    rc0, out0, err0 = opt(capfd, p, "--lcma-rewrite", f"--lcma-report={rep0}")
+    assert rc0 == 0, err0
+    assert out == out0 and out.count("linalg.matmul") == 1  # 8x6x4: auto keeps it
+    assert json.loads(rep.read_text())[0]["plan"] == "classical"
+    assert json.loads(rep.read_text()) == json.loads(rep0.read_text())
 
 
 @pytest.mark.parametrize("argv,needle", [

@@ -30,7 +30,9 @@ predicted plan that meets the error budget, or classical:
    on odd blocks and peeled strips: measured, docs/benchmarks.md);
 6. plans predicted to add more than ``LONG_COMPILE_SECONDS`` of IREE
    compile time (:mod:`falcon_mlir.decision.compile_cost`, a count of the
-   ops the rewrite emits) are not chosen;
+   ops the rewrite emits), or kernel-form plans whose generated combine
+   kernels are predicted to take Triton more than
+   ``LONG_KERNEL_COMPILE_SECONDS``, are not chosen;
 7. a plan is chosen only when it is predicted at least the profile's
    ``min_gain`` (default :data:`MIN_GAIN`) faster than classical: the
    model's measured uncertainty on that target (x86 host: 20%).
@@ -49,7 +51,7 @@ from typing import Dict, List, Optional, Sequence
 
 from falcon_mlir.dialects.plan import EDGES, FORMS  # the plan's edge strategies and forms
 
-from .compile_cost import LONG_COMPILE_SECONDS
+from .compile_cost import LONG_COMPILE_SECONDS, long_compile_seconds
 from .cost import (MAX_GROUPED_TERMS, MAX_PRODUCTS, CostModel, Estimate, Problem, scheme_stats,
                    single_level_names)
 from .profile import Profile, ProfileError, load_profile, preset_names
@@ -281,7 +283,7 @@ def _narrow_sums_left_out(cm, pb, profile, levels, forms, edges, budget) -> Opti
     allowed = [levels] if levels else list(range(1, _max_auto(profile) + 1))
     for e in sorted((e for (s, f, _), e in seen.items() if len(s) in allowed and f in forms
                      and f != "kernel" and e.sums not in (None, "f32")), key=lambda e: e.seconds):
-        if e.compile_seconds > LONG_COMPILE_SECONDS:
+        if e.compile_seconds > long_compile_seconds(e.form):
             continue
         e.error = _error(e.schemes, pb, e.form, e.sums)
         if e.error is None or e.error > budget:
@@ -476,7 +478,7 @@ def _pick(dec: Decision, cands: list, pb: Problem, profile: Profile, budget, min
                       f"{_gib(profile.memory)} of {profile.name}; classical")
         return
     for e in cands:
-        if e.compile_seconds > LONG_COMPILE_SECONDS:
+        if e.compile_seconds > long_compile_seconds(e.form):
             slow += 1  # would compile for minutes (compile_cost); never chosen by auto
             continue
         if room is not None and e.temp_bytes > room:
@@ -498,7 +500,7 @@ def _pick(dec: Decision, cands: list, pb: Problem, profile: Profile, budget, min
                       f"of {profile.name} beside A, B and C ({big} plans); classical")
         return
     if not ok and slow and not over:
-        dec.reason = (f"auto: every fitting plan would compile for over {LONG_COMPILE_SECONDS:.0f} s "
+        dec.reason = (f"auto: every fitting plan would compile for over {long_compile_seconds(cands[0].form):.0f} s "
                       f"({slow} plans); classical")
         return
     if not ok:

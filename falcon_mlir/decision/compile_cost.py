@@ -21,7 +21,8 @@ from __future__ import annotations
 import math
 from typing import NamedTuple, Sequence
 
-__all__ = ["EmittedOps", "emitted_ops", "compile_seconds", "compile_cost",
+__all__ = ["EmittedOps", "emitted_ops", "compile_seconds", "compile_cost", "kernel_source_size",
+           "kernel_compile_seconds", "long_compile_seconds", "LONG_KERNEL_COMPILE_SECONDS",
            "SECONDS_PER_CONTRACTION", "SECONDS_PER_COMBINE", "SECONDS_PER_TABLE_COMBINE",
            "LONG_COMPILE_SECONDS", "LONG_MODULE_SECONDS", "recursive_ops",
            "recursive_compile_seconds", "RECURSIVE_SECONDS", "RECURSIVE_MODULE_SECONDS", "STACKED_BYTES", "stacked_bytes"]
@@ -56,6 +57,22 @@ RECURSIVE_MODULE_SECONDS = 15.0
 #: the stacked form's few dispatches run faster than the R^L of recursion
 #: (strassen^2 on 256 x 512 x 512: 5.4 ms stacked, 9.7 ms recursive).
 STACKED_BYTES = 32 * 2 ** 20
+#: Triton's time for a kernel-form plan's three generated combine kernels (each coefficient a literal, each
+#: output group's block loads written out; :mod:`falcon_mlir.kernels.lcma.source`) grows faster than their
+#: size: CPU seconds ``KERNEL_SECONDS_REF * (size / KERNEL_SIZE_REF) ** KERNEL_POWER``, size = coefficient
+#: terms of U, V and W plus the block loads of all output groups (:func:`kernel_source_size`). Measured on the
+#: 2-core x86 host, sm_90a, Triton's cache empty, 2026-12-02 (docs/compile-time.md): Strassen^2 (size 513)
+#: 3.1 s with the products' GEMM, Strassen^3 (7125) 43 s, Winograd^3 (11601) 70 s, 2x4x4:26^2 (16288)
+#: 375 s, Strassen^4 (90359) over 23 min for the first of its three kernels (stopped). The power is fitted
+#: to Strassen^3 and 2x4x4:26^2 (it over-predicts Winograd^3 2x).
+KERNEL_SIZE_REF = 7125
+KERNEL_SECONDS_REF = 43.0
+KERNEL_POWER = 2.5
+#: A kernel-form plan whose kernels are predicted to compile for longer than this is never chosen by
+#: ``auto``, and a forced one gets a warning. Higher than :data:`LONG_COMPILE_SECONDS`: the kernels are
+#: cached on disk by content, so it is paid once per plan and shape, not per compile (Strassen^3, 43 s,
+#: is auto's f32 plan on the H200).
+LONG_KERNEL_COMPILE_SECONDS = 180.0
 
 
 class EmittedOps(NamedTuple):
@@ -144,13 +161,42 @@ def recursive_compile_seconds(schemes: Sequence[str], edges: bool = False) -> fl
     return ops.contractions * SECONDS_PER_CONTRACTION + ops.combines * SECONDS_PER_COMBINE
 
 
+def kernel_source_size(schemes: Sequence[str]) -> int:
+    """Size of a kernel-form plan's generated combine kernels: the nonzero coefficients of the composed
+    U, V and W plus the block loads of their output groups
+    (:func:`falcon_mlir.decision.cost.kernel_combine_loads`).
+
+    Raises:
+        falcon_mlir.catalog.UnknownSchemeError: unknown scheme name.
+    """
+    from .cost import kernel_combine_loads, scheme_terms
+
+    name = "*".join(schemes)
+    return sum(scheme_terms(name)) + sum(kernel_combine_loads(name))
+
+
+def kernel_compile_seconds(schemes: Sequence[str]) -> float:
+    """Rough CPU seconds Triton spends on a kernel-form plan's combine kernels (uncached; see
+    :data:`KERNEL_POWER` for the measurements); 0 for classical."""
+    if not schemes:
+        return 0.0
+    return KERNEL_SECONDS_REF * (kernel_source_size(schemes) / KERNEL_SIZE_REF) ** KERNEL_POWER
+
+
+def long_compile_seconds(form: str) -> float:
+    """The compile time over which ``auto`` leaves a plan of ``form`` out and a forced one is warned about."""
+    return LONG_KERNEL_COMPILE_SECONDS if form == "kernel" else LONG_COMPILE_SECONDS
+
+
 def compile_seconds(schemes: Sequence[str], form: str = "per-product",
                     edges: bool = False) -> float:
-    """Rough seconds IREE spends compiling what the plan emits for one contraction."""
+    """Rough seconds IREE (and, for the kernel form, Triton: :func:`kernel_compile_seconds`) spends
+    compiling what the plan emits for one contraction."""
     ops = emitted_ops(schemes, form, edges)
     return (ops.contractions * SECONDS_PER_CONTRACTION
             + (ops.combines - ops.tables) * SECONDS_PER_COMBINE
-            + ops.tables * SECONDS_PER_TABLE_COMBINE)
+            + ops.tables * SECONDS_PER_TABLE_COMBINE
+            + (kernel_compile_seconds(schemes) if form == "kernel" else 0.0))
 
 
 def compile_cost(schemes: Sequence[str], form: str = "per-product", edges: bool = False) -> float:

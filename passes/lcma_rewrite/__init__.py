@@ -155,11 +155,20 @@ def _warn_long_compile(plan, entry: dict, options: LcmaOptions) -> None:
     ``warning``."""
     import sys
 
-    from falcon_mlir.decision.compile_cost import LONG_COMPILE_SECONDS, emitted_ops, recursive_ops
+    from falcon_mlir.decision.compile_cost import (emitted_ops, kernel_compile_seconds, kernel_source_size,
+                                                   long_compile_seconds, recursive_ops)
 
     pt = entry.get("predicted_time") or {}
     secs = pt.get("compile_seconds")
-    if secs is None or secs <= LONG_COMPILE_SECONDS:
+    limit = long_compile_seconds(plan.form)
+    if secs is None or secs <= limit:
+        return
+    if plan.form == "kernel":
+        entry["warning"] = (f"{entry['location']}: warning: lcma-rewrite: plan {'+'.join(plan.schemes)} "
+                            f"(kernel) has generated combine kernels of size {kernel_source_size(plan.schemes)} "
+                            f"(coefficients and block loads); Triton is predicted to compile them for about "
+                            f"{kernel_compile_seconds(plan.schemes):.0f} s (over {limit:.0f} s; cached afterwards)")
+        print(entry["warning"], file=sys.stderr, flush=True)
         return
     if entry.get("emission") == "recursive":
         ops = recursive_ops(plan.schemes, bool((pt.get("parts") or {}).get("edges")))
@@ -168,7 +177,7 @@ def _warn_long_compile(plan, entry: dict, options: LcmaOptions) -> None:
     entry["warning"] = (f"{entry['location']}: warning: lcma-rewrite: plan "
                         f"{'+'.join(plan.schemes)} ({plan.form}) emits {ops.contractions} "
                         f"contractions and {ops.combines} combine ops; IREE is predicted to compile "
-                        f"them for about {secs:.0f} s (over {LONG_COMPILE_SECONDS:.0f} s)")
+                        f"them for about {secs:.0f} s (over {limit:.0f} s)")
     print(entry["warning"], file=sys.stderr, flush=True)
 
 
@@ -283,8 +292,10 @@ def _warn_long_module(forced: list) -> None:
         return
     total = sum((e.get("predicted_time") or {}).get("compile_seconds") or 0 for e in forced)
     if total > LONG_MODULE_SECONDS:
-        line = (f"{forced[0]['location']}: warning: lcma-rewrite: the {len(forced)} forced plans "
-                f"of this module are predicted to add about {total:.0f} s of IREE compile time "
+        kernels = any((e.get("plan") or {}).get("form") == "kernel" for e in forced)
+        plans = "plan of this module is" if len(forced) == 1 else f"{len(forced)} plans of this module are"
+        line = (f"{forced[0]['location']}: warning: lcma-rewrite: the forced {plans} predicted to add "
+                f"about {total:.0f} s of {'IREE and Triton' if kernels else 'IREE'} compile time "
                 f"(over {LONG_MODULE_SECONDS:.0f} s)")
         forced[0]["warning"] = line
         print(line, file=sys.stderr, flush=True)

@@ -10,9 +10,10 @@ import pytest
 
 from cases import FLAT_PROFILE, contraction_mlir, rewrite
 from falcon_mlir.decision import Problem, decide, load_profile
-from falcon_mlir.decision.compile_cost import (LONG_COMPILE_SECONDS, SECONDS_PER_COMBINE,
-                                               SECONDS_PER_CONTRACTION, SECONDS_PER_TABLE_COMBINE,
-                                               compile_seconds, emitted_ops)
+from falcon_mlir.decision.compile_cost import (LONG_COMPILE_SECONDS, LONG_KERNEL_COMPILE_SECONDS,
+                                               SECONDS_PER_COMBINE, SECONDS_PER_CONTRACTION,
+                                               SECONDS_PER_TABLE_COMBINE, compile_seconds, emitted_ops,
+                                               kernel_compile_seconds, kernel_source_size)
 
 
 @pytest.mark.parametrize("options, schemes, form", [
@@ -72,6 +73,46 @@ def test_auto_never_picks_a_plan_that_compiles_for_long():
     assert forced.choice.compile_seconds > LONG_COMPILE_SECONDS
     # the flat profile ranks 6x6x6:153 (fewest products per block) above the choice
     assert forced.choice.seconds < d.choice.seconds
+
+
+# -- the kernel form: Triton's time for the generated combine kernels -----------
+
+def test_kernel_source_size_counts_coefficients_and_block_loads():
+    # Strassen: U, V, W have 12 nonzeros each; its combine kernels load 4 + 4 + 7 blocks once.
+    assert kernel_source_size(("strassen",)) == 36 + 15
+    assert kernel_source_size(("strassen",) * 3) == 3 * 12 ** 3 + 572 + 596 + 773
+
+
+def test_kernel_compile_seconds_against_the_measured_plans():
+    """Measured on the 2-core host, Triton's cache empty (compile_cost's KERNEL_POWER): Strassen^3 43 s,
+    Winograd^3 70 s, 2x4x4:26^2 375 s, Strassen^4 over 23 min for its first kernel alone."""
+    assert kernel_compile_seconds(("strassen",) * 2) < 1
+    assert kernel_compile_seconds(("strassen",) * 3) == pytest.approx(43, rel=0.01)
+    assert 70 <= kernel_compile_seconds(("winograd",) * 3) <= 2.5 * 70
+    assert kernel_compile_seconds(("2x4x4:26",) * 2) == pytest.approx(375, rel=0.15)
+    assert kernel_compile_seconds(("strassen",) * 4) > 3 * 23 * 60
+    assert compile_seconds(("strassen",) * 3, "kernel") > kernel_compile_seconds(("strassen",) * 3)
+
+
+def test_auto_leaves_out_kernel_plans_that_compile_for_long_and_forced_ones_warn(tmp_path):
+    h200 = load_profile("h200-falcon")
+    d = decide(Problem(16384, 16384, 16384), h200, forms=("kernel",))
+    assert d.choice.schemes == ("strassen",) * 3, d.reason  # 43 s: kept (the kernels are cached)
+    assert d.choice.compile_seconds <= LONG_KERNEL_COMPILE_SECONDS
+    forced = decide(Problem(16384, 16384, 16384), h200, forced=("strassen",) * 4, forms=("kernel",))
+    assert forced.choice.compile_seconds > LONG_KERNEL_COMPILE_SECONDS
+    text, _ = contraction_mlir(1024, 1024, 1024)
+    src = tmp_path / "x.mlir"
+    src.write_text(text)
+    r = subprocess.run([sys.executable, "-m", "falcon_mlir.tools.falcon_opt", str(src),
+                        "--lcma-rewrite=profile=h200-falcon scheme=strassen levels=4 form=kernel",
+                        "-o", str(tmp_path / "o.mlir")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if "warning" in ln]
+    assert len(lines) == 1 and lines[0].startswith(
+        f"{src}:2:8: warning: lcma-rewrite: plan strassen+strassen+strassen+strassen (kernel) has generated "
+        "combine kernels of size 92359"), r.stderr
+    assert "Triton is predicted to compile them for about" in lines[0]
 
 
 # -- recursive or stacked emission of multi-level per-product plans -----------

@@ -462,6 +462,11 @@ def kernel_max_error(out: str) -> Optional[float]:
     return default_max_error(out)
 
 
+#: Input types whose sums ``auto`` never forms in the input type: their exponent range is narrower than f32's,
+#: so a sum can overflow where classical (f32 accumulation) stays finite.
+LIMITED_RANGE_SUMS = frozenset({"f16"})
+
+
 def narrow_sums_type(schemes: Sequence, K: int, lhs: str, out: str,
                      budget: Optional[float], sum_roundings: int = 1) -> str:
     """The type a narrow-result plan forms its combined operands in: the input
@@ -469,9 +474,13 @@ def narrow_sums_type(schemes: Sequence, K: int, lhs: str, out: str,
     :func:`rounded_plan_error` with ``sums = lhs`` (``sum_roundings`` as
     there) is within ``budget``, else
     ``"f32"`` (no rounding of the sums).  ``budget=None`` (no limit) gives
-    ``lhs``.  Inputs wider than ``out`` (f32 x f32 -> bf16) give ``"f32"``."""
+    ``lhs``.  Inputs wider than ``out`` (f32 x f32 -> bf16) give ``"f32"``.
+    f16 inputs give ``"f32"`` too: the error model judges precision, not range,
+    and a sum of two f16 elements overflows to inf where both pass 32752
+    (A of +-40000 gave a NaN result where classical's was finite; break-it
+    review of issue 13); f16 sums only where the user asks (``sums=input``)."""
     key = _dtype(lhs)
-    if key not in NARROW_RESULTS:
+    if key not in NARROW_RESULTS or key in LIMITED_RANGE_SUMS:
         return "f32"
     if budget is None or rounded_plan_error(schemes, K, out, sums=key,
                                             sum_roundings=sum_roundings) <= budget:

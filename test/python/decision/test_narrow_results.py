@@ -65,7 +65,8 @@ def test_budget_is_relative_to_classical(out, K):
         assert numerics.rounded_plan_error(plan, K, out) <= b, plan      # f32 sums fit
     assert numerics.rounded_plan_error(["strassen"], K, out, sums=out) > b  # rounded sums do not
     assert numerics.narrow_sums_type(["strassen"], K, out, out, b) == "f32"
-    assert numerics.narrow_sums_type(["strassen"], K, out, out, None) == out
+    # no budget: the input type, except f16's (its range: only where asked for, sums=input)
+    assert numerics.narrow_sums_type(["strassen"], K, out, out, None) == ("f32" if out == "f16" else out)
     assert numerics.narrow_sums_type(["strassen"], K, "f32", out, None) == "f32"
 
 
@@ -251,3 +252,25 @@ def test_dynamic_m_chunks_round_once():
     assert e["predicted_error"]["plan"] == pytest.approx(
         numerics.rounded_plan_error(["strassen"], 128, "bf16", sums="bf16"))
     assert out.count("arith.truncf") == 1 + 10  # the chunk's result, 5 + 5 combined operands
+
+
+def test_f16_sums_only_when_asked_for_they_overflow_where_classical_does_not():
+    """Were: with a user's max-error, auto formed an f16 result's sums in f16 (the
+    error model judges precision only) and A of +-40000 gave NaN where classical
+    (f32 accumulation) is finite (break-it review of issue 13). auto now keeps f16
+    sums in f32; bf16 sums (f32's exponent range) are still chosen by budget."""
+    assert numerics.narrow_sums_type(["strassen"], 64, "f16", "f16", None) == "f32"
+    assert numerics.narrow_sums_type(["strassen"], 64, "bf16", "bf16", None) == "bf16"
+    text, shapes = contraction_mlir(64, 64, 64, lhs="f16", acc="f16")
+    new, report = rewrite(text, "scheme=strassen max-error=0.01")
+    assert report[0]["rounding"]["sums"] == "f32"
+    rng = np.random.default_rng(5)
+    a = (np.sign(rng.standard_normal((64, 64))) * 40000).astype(np.float16)
+    b = (rng.standard_normal((64, 64)) * 1e-3).astype(np.float16)
+    c = (rng.standard_normal((64, 64)) * 1e-3).astype(np.float16)
+    ref = reference(a, b, c)
+    out = run_mlir(new, "f", a, b, c)
+    assert np.isfinite(out.astype(np.float32)).all()
+    assert rel_err(out, ref) <= 2 * rel_err(ref.astype(np.float16), ref) + 1e-3
+    forced, report = rewrite(text, "scheme=strassen sums=input")  # asked for: f16 sums, as told
+    assert report[0]["rounding"]["sums"] == "f16"

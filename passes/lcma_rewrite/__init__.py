@@ -448,7 +448,7 @@ def run_lcma_rewrite(module_op, options: LcmaOptions) -> list:
                     entry["through_transpose"] = through
             eplan = disp.plan if disp is not None else plan
             esums = sums_type(c, eplan, options)
-            em = Emitter(c, barriers=bool(options.barriers), fuse_c=fuse_c, sums=esums,
+            em = Emitter(c, barriers=options.barriers is not False, fuse_c=fuse_c, sums=esums,
                          products=products_type(c, eplan, options, esums), stacked=stacked)
             with c.op.location, ir.InsertionPoint(c.op):
                 if disp is not None:

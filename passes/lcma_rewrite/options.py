@@ -62,10 +62,13 @@ class LcmaOptions:
             a slice's packing is pulled into the product dispatch (stack
             allocation limit), without the second the unpacks of several
             products fuse into the combine-C dispatch and vectorize whole
-            ("large vector sizes"), IREE 3.13. ``None`` (auto): on inside
-            IREE's pipeline (falcon-compile and the Python API apply it as a
-            visible default, :mod:`falcon_mlir.pipeline.assemble`), off in
-            falcon-opt so its output stays upstream-only.
+            ("large vector sizes"), IREE 3.13. ``None`` (auto): on (falcon-compile
+            and the Python API apply it as a visible default,
+            :mod:`falcon_mlir.pipeline.assemble`; falcon-opt too, so that its
+            output compiles with ``iree-compile --iree-opt-data-tiling=true``:
+            it was off there, and the break-it review of issue 13 found
+            falcon-opt's output failing under data tiling). ``False`` keeps the
+            output to upstream dialects only.
         stack: how a per-product plan of several levels is emitted: ``True``
             stacked (:mod:`.stacked`: one batched contraction over all
             R_1 * ... * R_L products; IREE compiles it in seconds), ``False``
@@ -146,7 +149,7 @@ class LcmaOptions:
     barriers: Optional[bool] = option(
         None, type=bool, auto=True,
         help="put bare block operands and products behind iree_tensor_ext.compute_barrier.start (IREE data "
-             "tiling needs it); auto: on inside IREE's pipeline (falcon-compile, API), off here")
+             "tiling needs it); auto: on (false: upstream dialects only, but data tiling then fails)")
     stack: Optional[bool] = option(
         None, type=bool, auto=True,
         help="multi-level per-product plans: true stacked (one batched contraction, compiles "

@@ -32,8 +32,22 @@ predicted plan that meets the error budget, or classical:
    compile time (:mod:`falcon_mlir.decision.compile_cost`, a count of the
    ops the rewrite emits) are not chosen;
 7. a plan is chosen only when it is predicted at least the profile's
-   ``min_gain`` (default :data:`MIN_GAIN`) faster than classical: the
-   model's measured uncertainty on that target (x86 host: 20%).
+   ``min_gain`` (default :data:`MIN_GAIN`) faster than the best classical
+   plan: the model's measured uncertainty on that target (x86 host: 20%).
+
+Classical plans (CPU profiles, per-product form allowed): IREE's one GEMM and
+classical blocking ``<m,k,n; m*k*n>`` for every format of
+:data:`BLOCKING_FORMATS` (R = m*k*n block products accumulating into C, no
+combines; :func:`falcon_mlir.catalog.blocking_scheme`), priced with the same
+GEMM-rate tables at the block size, under the same block rules. A blocking
+plan becomes the classical reference when it is predicted ``min_gain``
+faster than IREE's GEMM (x86 host: IREE's f32 GEMM runs 4096^3 at 0.58x the
+rate of 2048^3, and 2x2x2 blocks of 2048 measured 1.04-1.15x faster). LCMA
+plans are also tried over a blocking base (``strassen`` then ``2x2x2:8``
+inside each product; the blocking level does not count towards ``levels``
+or the profile's ``max_levels``). The decision reports the blocking gain
+(IREE's GEMM / best classical plan) apart from the algebra's own gain (best
+classical plan / the chosen plan).
 
 Deciding takes a few milliseconds per contraction after a one-off load of
 the catalog's statistics (~0.3 s per process); results are memoized per
@@ -50,13 +64,14 @@ from typing import Dict, List, Optional, Sequence
 from falcon_mlir.dialects.plan import EDGES, FORMS  # the plan's edge strategies and forms
 
 from .compile_cost import LONG_COMPILE_SECONDS
-from .cost import (MAX_GROUPED_TERMS, MAX_PRODUCTS, CostModel, Estimate, Problem, scheme_stats,
-                   single_level_names)
+from .cost import (MAX_GROUPED_TERMS, MAX_PRODUCTS, CostModel, Estimate, Problem, lcma_levels,
+                   scheme_stats, single_level_names)
 from .profile import Profile, ProfileError, load_profile, preset_names
 
 __all__ = ["decide", "Decision", "Problem", "Estimate", "Profile", "ProfileError",
            "load_profile", "preset_names", "CostModel", "MIN_GAIN", "BEAM", "MAX_AUTO_LEVELS",
-           "plan_rounding", "product_operands", "MEMORY_FRACTION", "memory_room"]
+           "plan_rounding", "product_operands", "MEMORY_FRACTION", "memory_room",
+           "BLOCKING_FORMATS"]
 
 #: A plan must be predicted this much faster than classical (fraction) to be chosen.
 MIN_GAIN = 0.03
@@ -68,6 +83,14 @@ MEMORY_FRACTION = 0.9
 BEAM = 5
 #: Most levels ``auto`` considers.
 MAX_AUTO_LEVELS = 3
+#: An LCMA level over a blocking base is kept where predicted this much
+#: (fraction) faster than the same level alone.
+BLOCKING_BASE_GAIN = 0.01
+#: The classical blocking formats ``(m, k, n)`` ``auto`` tries on CPU profiles,
+#: alone and under the best LCMA schemes: 1 to 4 blocks per dimension (at
+#: most 64 products), the profile's block rules permitting.
+BLOCKING_FORMATS = tuple((m, k, n) for m in range(1, 5) for k in range(1, 5)
+                         for n in range(1, 5) if m * k * n > 1)
 
 
 @dataclass
@@ -76,11 +99,13 @@ class Decision:
 
     Attributes:
         choice: the chosen :class:`Estimate` (``choice.is_classical`` for classical).
-        classical: the classical estimate (predicted seconds of plain GEMM).
+        classical: the classical estimate (predicted seconds of IREE's one GEMM).
         alternatives: the next best candidates (up to 3, fastest first).
         reason: one line saying why.
         profile: the profile's name.
         candidates: how many plans were evaluated.
+        blocked: the fastest classical blocking plan (:attr:`Estimate.is_blocking`)
+            predicted the profile's margin faster than IREE's GEMM, or ``None``.
     """
 
     choice: Estimate
@@ -89,11 +114,29 @@ class Decision:
     reason: str = ""
     profile: str = ""
     candidates: int = 0
+    blocked: Optional[Estimate] = None
 
     @property
     def speedup(self) -> float:
-        """Predicted classical seconds / chosen seconds (1.0 for classical)."""
+        """Predicted classical (IREE's GEMM) seconds / chosen seconds (1.0 for classical)."""
         return self.classical.seconds / self.choice.seconds if self.choice.seconds else 1.0
+
+    @property
+    def best_classical(self) -> Estimate:
+        """The best classical plan: :attr:`blocked`, else IREE's GEMM (:attr:`classical`)."""
+        return self.blocked if self.blocked is not None else self.classical
+
+    @property
+    def blocking_gain(self) -> float:
+        """Predicted IREE GEMM seconds / best classical plan seconds (1.0 without blocking)."""
+        b = self.best_classical.seconds
+        return self.classical.seconds / b if b else 1.0
+
+    @property
+    def algebra_gain(self) -> float:
+        """Predicted best classical plan seconds / chosen seconds: the algebra's
+        own gain (1.0 where a classical plan is chosen)."""
+        return self.best_classical.seconds / self.choice.seconds if self.choice.seconds else 1.0
 
 
 def _fits(pb: Problem, schemes: Sequence[str]) -> bool:
@@ -252,11 +295,14 @@ def _decide(pb, profile, levels, forms, edges, budget, forced, min_gain) -> Deci
     cm = CostModel(profile)
     classical = cm.classical(pb)
     dec = Decision(classical, classical, profile=profile.name)
-    if _settled(dec, cm, pb, profile, forms, edges, forced):
+    if profile.min_gain is not None and min_gain == MIN_GAIN:
+        min_gain = profile.min_gain
+    if _settled(dec, cm, pb, profile, forms, edges, forced, min_gain):
         return dec
+    dec.blocked = _best_blocked(cm, pb, profile, forms, min_gain)
     seen = _Search(cm, pb, profile, forms, edges, budget[0]).run(levels)
     allowed_levels = [levels] if levels else list(range(1, _max_auto(profile) + 1))
-    cands = sorted((e for (s, f, _), e in seen.items() if len(s) in allowed_levels
+    cands = sorted((e for (s, f, _), e in seen.items() if lcma_levels(s) in allowed_levels
                     and f in forms), key=lambda e: (e.seconds, len(e.schemes)))
     dec.candidates = len(seen)
     _pick(dec, cands, pb, profile, budget, min_gain,
@@ -294,14 +340,83 @@ def _ms(e: Estimate) -> str:
     return f"{e.seconds * 1e3:.3g} ms"
 
 
+def _blocking_ok(profile: Profile, forms) -> bool:
+    """Whether classical blocking plans are candidates: CPU profiles (where
+    IREE's GEMM rate falls at large sizes) that allow the per-product form."""
+    return profile.kind == "cpu" and "per-product" in forms
+
+
+def _blocking_formats(pb: Problem, profile: Profile, inner=()) -> list:
+    """The :data:`BLOCKING_FORMATS` whose blocks under the levels ``inner``
+    fit ``pb`` and follow the profile's block rules (:func:`_aligned`)."""
+    out = []
+    for f in BLOCKING_FORMATS:
+        name = f"{f[0]}x{f[1]}x{f[2]}:{f[0] * f[1] * f[2]}"
+        if _fits_all(pb, tuple(inner) + (name,)) and _aligned(
+                pb, tuple(inner) + (name,), profile.align, profile.pow2_blocks,
+                profile.min_block_k, profile.min_block_m):
+            out.append(f)
+    return out
+
+
+def _fits_all(pb: Problem, schemes) -> bool:
+    """Whether every level's blocks fit the sizes left by the levels above."""
+    M, N, K = pb.M, pb.N, pb.K
+    for nm in schemes:
+        st = scheme_stats(nm)
+        if M < st.m or N < st.n or K < st.k:
+            return False
+        M, N, K = M // st.m, N // st.n, K // st.k
+    return True
+
+
+def _best_blocked(cm: CostModel, pb: Problem, profile: Profile, forms,
+                  min_gain: float) -> Optional[Estimate]:
+    """The fastest classical blocking plan of ``pb`` (alone, one level), if it
+    is predicted ``min_gain`` faster than IREE's GEMM and compiles within
+    :data:`LONG_COMPILE_SECONDS`; else ``None``. Its error is classical's."""
+    if not _blocking_ok(profile, forms):
+        return None
+    budget_free = [e for e in cm.blocking_plans(pb, _blocking_formats(pb, profile))
+                   if e.compile_seconds <= LONG_COMPILE_SECONDS]
+    if not budget_free:
+        return None
+    best = min(budget_free, key=lambda e: (e.seconds, scheme_stats(e.schemes[0]).R))
+    if best.seconds * (1.0 + min_gain) > cm.classical(pb).seconds:
+        return None
+    best.error = _error(best.schemes, pb, best.form, best.sums)
+    return best
+
+
+def _blocked_text(dec: Decision) -> str:
+    """``blocking 2x2x2:8 318 ms (1.73x IREE's GEMM 548 ms)``: the best classical plan."""
+    b = dec.blocked
+    return (f"blocking {b.schemes[0]} {_ms(b)} "
+            f"({dec.classical.seconds / b.seconds:.2f}x IREE's GEMM {_ms(dec.classical)})")
+
+
+def _keep_classical(dec: Decision, reason: str) -> None:
+    """Settle ``dec`` on the best classical plan: IREE's GEMM, or the blocking
+    plan :attr:`Decision.blocked` (then ``reason``, which ends in ``; classical``,
+    ends in ``; classical blocking ...`` instead)."""
+    if dec.blocked is None:
+        dec.reason = reason
+        return
+    dec.choice = dec.blocked
+    base = reason[:-len("; classical")] if reason.endswith("; classical") else reason
+    dec.reason = f"{base}; classical {_blocked_text(dec)}"
+
+
 def _max_auto(profile: Profile) -> int:
     return min(MAX_AUTO_LEVELS, profile.max_levels or MAX_AUTO_LEVELS)
 
 
 def _settled(dec: Decision, cm: CostModel, pb: Problem, profile: Profile, forms, edges,
-             forced) -> bool:
+             forced, min_gain: float = MIN_GAIN) -> bool:
     """Decide without a search where none is needed (a forced scheme, integer
-    or f64 accumulators, a memory-bound contraction); ``dec`` is filled in."""
+    or f64 accumulators, a memory-bound contraction); ``dec`` is filled in
+    (for a forced float plan also :attr:`Decision.blocked`, the reference of
+    its algebra gain)."""
     acc = str(pb.acc)
     is_float = acc.startswith(("f", "bf"))
     classical = dec.classical
@@ -311,6 +426,8 @@ def _settled(dec: Decision, cm: CostModel, pb: Problem, profile: Profile, forms,
                       plan_rounding(pb, profile, tuple(forced), form, None))
         est.error = _error(forced, pb, form, est.sums) if is_float else None
         dec.choice = est
+        if is_float:
+            dec.blocked = _best_blocked(cm, pb, profile, ("per-product",), min_gain)
         dec.reason = (f"scheme forced by option ({', '.join(forced)}); predicted {_ms(est)} "
                       f"vs classical {_ms(classical)}")
         return True
@@ -421,7 +538,27 @@ class _Search:
                               if len(s) == L and self.r_of(s) * min_r <= MAX_PRODUCTS),
                              key=lambda s: self.best[s].seconds)
             prefixes = level_l[:BEAM]
+        if _blocking_ok(self.profile, self.forms):
+            self.over_blocking(top)
         return self.seen
+
+    def over_blocking(self, top) -> None:
+        """One LCMA level over a classical blocking base: ``(n, "mxkxn:R")`` for
+        each scheme ``n`` in ``top`` and each blocking format its blocks take
+        (per-product; the blocking runs inside each of the R products). Kept
+        only where predicted :data:`BLOCKING_BASE_GAIN` faster than ``n``
+        alone (else the alternatives fill with equal plans)."""
+        for n in top:
+            alone = self.best.get((n,))
+            for f in _blocking_formats(self.pb, self.profile, (n,)):
+                s = (n, f"{f[0]}x{f[1]}x{f[2]}:{f[0] * f[1] * f[2]}")
+                if self.r_of(s) > MAX_PRODUCTS or (s, "per-product", "peel") in self.seen:
+                    continue
+                est = self.cm.plan(self.pb, s, "peel", "per-product",
+                                   plan_rounding(self.pb, self.profile, s, "per-product", self.budget))
+                if alone is None or est.seconds * (1.0 + BLOCKING_BASE_GAIN) <= alone.seconds:
+                    self.seen[(s, "per-product", "peel")] = est
+                    self.best[s] = est
 
 
 def _sums_text(e: Estimate) -> str:
@@ -498,11 +635,11 @@ def _pick(dec: Decision, cands: list, pb: Problem, profile: Profile, budget, min
                       f"of {profile.name} beside A, B and C ({big} plans); classical")
         return
     if not ok and slow and not over:
-        dec.reason = (f"auto: every fitting plan would compile for over {LONG_COMPILE_SECONDS:.0f} s "
-                      f"({slow} plans); classical")
+        _keep_classical(dec, f"auto: every fitting plan would compile for over "
+                             f"{LONG_COMPILE_SECONDS:.0f} s ({slow} plans); classical")
         return
     if not ok:
-        dec.reason = (f"auto: no plan meets max-error {over_budget:.1e} ({over} over it); classical"
+        _keep_classical(dec, f"auto: no plan meets max-error {over_budget:.1e} ({over} over it); classical"
                       if over else
                       (f"auto: no plan divides M, N, K into blocks that are multiples of {align}"
                        + (", powers of two" if profile.pow2_blocks else "")
@@ -514,15 +651,18 @@ def _pick(dec: Decision, cands: list, pb: Problem, profile: Profile, budget, min
                        else "auto: no plan fits the shape; classical"))
         return
     best = ok[0]
-    if profile.min_gain is not None and min_gain == MIN_GAIN:
-        min_gain = profile.min_gain
-    if best.seconds * (1.0 + min_gain) > classical.seconds:
+    ref = dec.best_classical  # IREE's GEMM or the best classical blocking plan
+    if best.seconds * (1.0 + min_gain) > ref.seconds:
         dec.alternatives = ok[:3]
-        dec.reason = (f"auto: best plan {best.label()}{_sums_text(best)} predicted {_ms(best)} vs "
-                      f"classical {_ms(classical)} on {profile.name} (not {min_gain:.0%} faster)"
-                      f"{_over_text(first_over, classical, min_gain)}; classical")
+        vs = ("classical" if dec.blocked is None else f"classical blocking {dec.blocked.schemes[0]}")
+        _keep_classical(dec, f"auto: best plan {best.label()}{_sums_text(best)} predicted {_ms(best)} "
+                             f"vs {vs} {_ms(ref)} on {profile.name} (not {min_gain:.0%} faster)"
+                             f"{_over_text(first_over, ref, min_gain)}; classical")
         return
     dec.choice = best
     dec.alternatives = ok[1:4]
     dec.reason = (f"auto: {best.label()} predicted {_ms(best)} vs classical {_ms(classical)} "
                   f"({classical.seconds / best.seconds:.2f}x) on {profile.name}")
+    if dec.blocked is not None:
+        dec.reason += (f"; best classical plan {_blocked_text(dec)}: algebra gain "
+                       f"{dec.blocked.seconds / best.seconds:.2f}x")

@@ -37,6 +37,7 @@ from typing import Optional
 from iree.compiler import ir
 
 from falcon_mlir import decision
+from falcon_mlir.decision.cost import has_blocking
 from falcon_mlir.dialects.plan import PLAN_ATTR
 from falcon_mlir.ir.contraction import FOLD_REASON, analyze, find_contractions, format_location
 from falcon_mlir.pipeline.diagnostics import RewriteError
@@ -250,6 +251,8 @@ class _Emission:
         if plan is None or plan.form != "per-product" or len(plan.schemes) < 2:
             return True
         choice = self.options.stack
+        if choice is None and has_blocking(plan.schemes):
+            choice = False  # a blocking level stacked would copy its blocks; it has no combines
         if choice is None:
             pt = entry.get("predicted_time") or {}
             edges = bool((pt.get("parts") or {}).get("edges"))

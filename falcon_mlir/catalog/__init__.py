@@ -34,7 +34,7 @@ from .scheme import Scheme, blocking_scheme
 
 __all__ = ["Scheme", "Catalog", "load_catalog", "get_scheme", "permuted_name", "UnknownSchemeError",
            "Composed", "composed_format", "blocking_scheme", "MAX_BLOCKING_PRODUCTS",
-           "is_blocking_name"]
+           "is_blocking_name", "blocking_format"]
 
 #: Most products a generated classical blocking ``mxkxn:R`` (R = m*k*n) may have.
 MAX_BLOCKING_PRODUCTS = 4096
@@ -211,15 +211,20 @@ class Catalog:
         return None
 
 
-def is_blocking_name(name: str) -> bool:
-    """Whether ``name`` names classical blocking ``mxkxn:R`` with ``R = m*k*n``
-    (no tag; :func:`blocking_scheme`), without building the scheme (no
-    stored scheme has that rank)."""
+def blocking_format(name: str) -> Optional[Composed]:
+    """The format ``(m, k, n)`` where ``name`` names classical blocking
+    ``mxkxn:R`` with ``R = m*k*n`` (no tag; :func:`blocking_scheme`), else
+    ``None``; without building the scheme (no stored scheme has that rank)."""
     mt = _NAME_RE.match(str(name).strip().lower())
     if not mt or mt.group(5):
-        return False
+        return None
     m, k, n, r = (int(x) for x in mt.groups()[:4])
-    return r == m * k * n and 1 <= r <= MAX_BLOCKING_PRODUCTS
+    return Composed(m, k, n) if r == m * k * n and 1 <= r <= MAX_BLOCKING_PRODUCTS else None
+
+
+def is_blocking_name(name: str) -> bool:
+    """Whether ``name`` names classical blocking (:func:`blocking_format`)."""
+    return blocking_format(name) is not None
 
 
 @lru_cache(maxsize=256)

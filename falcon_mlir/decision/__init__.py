@@ -35,7 +35,8 @@ predicted plan that meets the error budget, or classical:
    ``min_gain`` (default :data:`MIN_GAIN`) faster than the best classical
    plan: the model's measured uncertainty on that target (x86 host: 20%).
 
-Classical plans (CPU profiles, per-product form allowed): IREE's one GEMM and
+Classical plans (CPU profiles, per-product form allowed, a result of the
+accumulator's type): IREE's one GEMM and
 classical blocking ``<m,k,n; m*k*n>`` for every format of
 :data:`BLOCKING_FORMATS` (R = m*k*n block products accumulating into C, no
 combines; :func:`falcon_mlir.catalog.blocking_scheme`), priced with the same
@@ -71,7 +72,7 @@ from .profile import Profile, ProfileError, load_profile, preset_names
 __all__ = ["decide", "Decision", "Problem", "Estimate", "Profile", "ProfileError",
            "load_profile", "preset_names", "CostModel", "MIN_GAIN", "BEAM", "MAX_AUTO_LEVELS",
            "plan_rounding", "product_operands", "MEMORY_FRACTION", "memory_room",
-           "BLOCKING_FORMATS"]
+           "BLOCKING_FORMATS", "BASE_FORMATS"]
 
 #: A plan must be predicted this much faster than classical (fraction) to be chosen.
 MIN_GAIN = 0.03
@@ -86,11 +87,13 @@ MAX_AUTO_LEVELS = 3
 #: An LCMA level over a blocking base is kept where predicted this much
 #: (fraction) faster than the same level alone.
 BLOCKING_BASE_GAIN = 0.01
-#: The classical blocking formats ``(m, k, n)`` ``auto`` tries on CPU profiles,
-#: alone and under the best LCMA schemes: 1 to 4 blocks per dimension (at
-#: most 64 products), the profile's block rules permitting.
-BLOCKING_FORMATS = tuple((m, k, n) for m in range(1, 5) for k in range(1, 5)
-                         for n in range(1, 5) if m * k * n > 1)
+#: The classical blocking formats ``(m, k, n)`` ``auto`` tries alone on CPU
+#: profiles: 1, 2, 3, 4, 6 or 8 blocks per dimension, at most 128 products
+#: (IREE compiles them in about 20 s), the profile's block rules permitting.
+BLOCKING_FORMATS = tuple((m, k, n) for m in (1, 2, 3, 4, 6, 8) for k in (1, 2, 3, 4, 6, 8)
+                         for n in (1, 2, 3, 4, 6, 8) if 1 < m * k * n <= 128)
+#: The blocking formats tried under an LCMA level: 1, 2 or 4 blocks per dimension.
+BASE_FORMATS = tuple(f for f in BLOCKING_FORMATS if all(x in (1, 2, 4) for x in f))
 
 
 @dataclass
@@ -250,7 +253,8 @@ _CACHE: Dict[tuple, Decision] = {}
 def decide(pb: Problem, profile: Optional[Profile] = None, *, levels: Optional[int] = None,
            forms: Optional[Sequence[str]] = None, edges: Sequence[str] = EDGES,
            budget: Optional[float] = None, forced: Optional[Sequence[str]] = None,
-           min_gain: float = MIN_GAIN, kernel_budget: Optional[float] = None) -> Decision:
+           min_gain: float = MIN_GAIN, kernel_budget: Optional[float] = None,
+           blocking: bool = True) -> Decision:
     """Rank classical and LCMA plans for one contraction and pick one.
 
     Args:
@@ -268,6 +272,9 @@ def decide(pb: Problem, profile: Optional[Profile] = None, *, levels: Optional[i
         kernel_budget: the error budget of ``kernel``-form plans (their error
             is :func:`falcon_mlir.decision.numerics.kernel_plan_error`; ``None``:
             ``budget``).
+        blocking: consider classical blocking plans, alone and under LCMA
+            levels (where the profile and the result type allow them);
+            ``False``: IREE's GEMM is the only classical plan.
 
     Returns:
         :class:`Decision` (the chosen estimate, classical's, alternatives, reason).
@@ -279,28 +286,33 @@ def decide(pb: Problem, profile: Optional[Profile] = None, *, levels: Optional[i
     if forms is None:
         forms = profile.plan_forms
     key = (pb, json.dumps(profile.to_dict(), sort_keys=True), levels, tuple(forms),
-           tuple(edges), budget, tuple(forced) if forced else None, min_gain, kernel_budget)
+           tuple(edges), budget, tuple(forced) if forced else None, min_gain, kernel_budget,
+           blocking)
     hit = _CACHE.get(key)
     if hit is not None:
         return hit
     budgets = {"kernel": budget if kernel_budget is None else kernel_budget}
-    d = _decide(pb, profile, levels, tuple(forms), tuple(edges), (budget, budgets), forced, min_gain)
+    d = _decide(pb, profile, levels, tuple(forms), tuple(edges), (budget, budgets), forced, min_gain,
+                blocking)
     if len(_CACHE) > 4096:
         _CACHE.clear()
     _CACHE[key] = d
     return d
 
 
-def _decide(pb, profile, levels, forms, edges, budget, forced, min_gain) -> Decision:
+def _decide(pb, profile, levels, forms, edges, budget, forced, min_gain, blocking=True) -> Decision:
     cm = CostModel(profile)
     classical = cm.classical(pb)
     dec = Decision(classical, classical, profile=profile.name)
     if profile.min_gain is not None and min_gain == MIN_GAIN:
         min_gain = profile.min_gain
-    if _settled(dec, cm, pb, profile, forms, edges, forced, min_gain):
+    if _settled(dec, cm, pb, profile, forms, edges, forced, min_gain, blocking):
         return dec
-    dec.blocked = _best_blocked(cm, pb, profile, forms, min_gain)
-    seen = _Search(cm, pb, profile, forms, edges, budget[0]).run(levels)
+    search = _Search(cm, pb, profile, forms, edges, budget[0])
+    search.blocking = blocking and _blocking_ok(profile, forms, pb)
+    if search.blocking:
+        dec.blocked = _best_blocked(cm, pb, profile, min_gain)
+    seen = search.run(levels)
     allowed_levels = [levels] if levels else list(range(1, _max_auto(profile) + 1))
     cands = sorted((e for (s, f, _), e in seen.items() if lcma_levels(s) in allowed_levels
                     and f in forms), key=lambda e: (e.seconds, len(e.schemes)))
@@ -340,17 +352,22 @@ def _ms(e: Estimate) -> str:
     return f"{e.seconds * 1e3:.3g} ms"
 
 
-def _blocking_ok(profile: Profile, forms) -> bool:
+def _blocking_ok(profile: Profile, forms, pb: Problem) -> bool:
     """Whether classical blocking plans are candidates: CPU profiles (where
-    IREE's GEMM rate falls at large sizes) that allow the per-product form."""
-    return profile.kind == "cpu" and "per-product" in forms
+    IREE's GEMM rate falls at large sizes) that allow the per-product form,
+    on a result of the accumulator's type (a bf16/f16 result would take an
+    f32 copy of C and a rounding pass, not measured: forced only)."""
+    from falcon_mlir.decision import numerics
+
+    return profile.kind == "cpu" and "per-product" in forms and not numerics.is_narrow_result(pb.acc)
 
 
 def _blocking_formats(pb: Problem, profile: Profile, inner=()) -> list:
-    """The :data:`BLOCKING_FORMATS` whose blocks under the levels ``inner``
-    fit ``pb`` and follow the profile's block rules (:func:`_aligned`)."""
+    """The blocking formats (:data:`BLOCKING_FORMATS` alone, :data:`BASE_FORMATS`
+    under the levels ``inner``) whose blocks fit ``pb`` and follow the
+    profile's block rules (:func:`_aligned`)."""
     out = []
-    for f in BLOCKING_FORMATS:
+    for f in (BASE_FORMATS if inner else BLOCKING_FORMATS):
         name = f"{f[0]}x{f[1]}x{f[2]}:{f[0] * f[1] * f[2]}"
         if _fits_all(pb, tuple(inner) + (name,)) and _aligned(
                 pb, tuple(inner) + (name,), profile.align, profile.pow2_blocks,
@@ -370,13 +387,11 @@ def _fits_all(pb: Problem, schemes) -> bool:
     return True
 
 
-def _best_blocked(cm: CostModel, pb: Problem, profile: Profile, forms,
+def _best_blocked(cm: CostModel, pb: Problem, profile: Profile,
                   min_gain: float) -> Optional[Estimate]:
     """The fastest classical blocking plan of ``pb`` (alone, one level), if it
     is predicted ``min_gain`` faster than IREE's GEMM and compiles within
     :data:`LONG_COMPILE_SECONDS`; else ``None``. Its error is classical's."""
-    if not _blocking_ok(profile, forms):
-        return None
     budget_free = [e for e in cm.blocking_plans(pb, _blocking_formats(pb, profile))
                    if e.compile_seconds <= LONG_COMPILE_SECONDS]
     if not budget_free:
@@ -412,7 +427,7 @@ def _max_auto(profile: Profile) -> int:
 
 
 def _settled(dec: Decision, cm: CostModel, pb: Problem, profile: Profile, forms, edges,
-             forced, min_gain: float = MIN_GAIN) -> bool:
+             forced, min_gain: float = MIN_GAIN, blocking: bool = True) -> bool:
     """Decide without a search where none is needed (a forced scheme, integer
     or f64 accumulators, a memory-bound contraction); ``dec`` is filled in
     (for a forced float plan also :attr:`Decision.blocked`, the reference of
@@ -426,8 +441,8 @@ def _settled(dec: Decision, cm: CostModel, pb: Problem, profile: Profile, forms,
                       plan_rounding(pb, profile, tuple(forced), form, None))
         est.error = _error(forced, pb, form, est.sums) if is_float else None
         dec.choice = est
-        if is_float:
-            dec.blocked = _best_blocked(cm, pb, profile, ("per-product",), min_gain)
+        if is_float and blocking and _blocking_ok(profile, ("per-product",), pb):
+            dec.blocked = _best_blocked(cm, pb, profile, min_gain)
         dec.reason = (f"scheme forced by option ({', '.join(forced)}); predicted {_ms(est)} "
                       f"vs classical {_ms(classical)}")
         return True
@@ -459,6 +474,7 @@ class _Search:
         self.seen: Dict[tuple, Estimate] = {}
         self.best: Dict[tuple, Estimate] = {}   # fastest estimate per scheme tuple
         self.rprod: Dict[tuple, int] = {}       # products of a scheme tuple
+        self.blocking = False                    # also LCMA levels over a blocking base
 
     def aligned(self, schemes) -> bool:
         p = self.profile
@@ -538,7 +554,7 @@ class _Search:
                               if len(s) == L and self.r_of(s) * min_r <= MAX_PRODUCTS),
                              key=lambda s: self.best[s].seconds)
             prefixes = level_l[:BEAM]
-        if _blocking_ok(self.profile, self.forms):
+        if self.blocking:
             self.over_blocking(top)
         return self.seen
 

@@ -263,8 +263,13 @@ def scheme_stats(name: str) -> SchemeStats:
     """
     import numpy as np
 
-    from falcon_mlir.catalog import get_scheme
+    from falcon_mlir.catalog import blocking_format, get_scheme
 
+    if blocking_format(name) is not None:  # classical blocking: known without building the scheme
+        m, k, n = blocking_format(name)
+        return SchemeStats(name=name, m=m, k=k, n=n, R=m * k * n, comb_a=(), comb_b=(),
+                           comb_c=(k,) * (m * n), used_a=m * k, used_b=k * n,
+                           max_terms=max(m * k, k * n, k), integral=True, blocking=True)
     if "*" in name:  # a Kronecker composition: combine the parts' statistics exactly
         parts = [scheme_stats(p) for p in name.split("*")]
         st = parts[0]

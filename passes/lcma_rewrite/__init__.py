@@ -340,7 +340,8 @@ def run_lcma_rewrite(module_op, options: LcmaOptions) -> list:
             c = folded.view
         plan, reason = plan_for(c, options)
         disp = None
-        if plan is None and c.dynamic and options.dispatch is not False:
+        if plan is None and c.dynamic and options.dispatch is not False \
+                and not options.keeps_classical():
             disp, reason = dynamic_choice(c, options)
         elif plan is None and c.dynamic:
             reason += " (run-time dispatch off: dispatch=false)"

@@ -250,6 +250,8 @@ def plan_for(c: Contraction, options: LcmaOptions) -> tuple:
             numerics_check(c, plan.schemes, options.max_error, plan.form,
                            sums_type(c, plan, options), plan.operands)
         return (None, why) if why else (plan, f"plan attached by {PLAN_ATTR}")
+    if options.keeps_classical():
+        return None, "scheme=classical: IREE's one GEMM (no blocking, no LCMA)"
     forced = options.forced_schemes()
     form = "per-product" if options.form == "auto" else options.form
     edge = options.edge_strategy()

@@ -23,7 +23,7 @@
 // REPORT: "location": "{{.*}}auto.mlir:35:8"
 // REPORT: "M": 4096,
 // REPORT: "schemes": [
-// REPORT: "reason": "auto: {{.*}} predicted {{.*}} vs classical {{.*}} on host"
+// REPORT: "reason": "auto: {{.*}} predicted {{.*}} vs classical {{.*}} on host {{.*}}; classical blocking 2x2x2:8 {{.*}}"
 // REPORT: "predicted_time": {
 // REPORT-NEXT: "profile": "host",
 // REPORT-NEXT: "classical": {{[0-9.e-]+}},

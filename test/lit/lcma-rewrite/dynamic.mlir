@@ -105,9 +105,8 @@ func.func @dyn_k(%a: tensor<8x?xf32>, %b: tensor<?x4xf32>, %c: tensor<8x4xf32>) 
   return %0 : tensor<8x4xf32>
 }
 
-// The LLM case under auto: the cost model picks the chunk (and threshold);
-// on the host profile the chunk's plan is classical blocking (K in 4 blocks).
-// AUTO: "reason": "dynamic M: run-time dispatch, M >= [[T:[0-9]+]] in chunks of [[T]] rows through the plan (auto: {{.*}}; classical blocking {{.*}} IREE's GEMM
+// The LLM case under auto: the cost model picks the chunk (and threshold).
+// AUTO: "reason": "dynamic M: run-time dispatch, M >= [[T:[0-9]+]] in chunks of [[T]] rows through the plan (auto: {{.*}} predicted {{.*}} vs classical
 // AUTO: "remark": false,
 // AUTO-NEXT: "dispatch": {
 // AUTO-NEXT: "threshold_M": [[T]],

@@ -63,29 +63,36 @@ def _decide(profile, M, N, K):
 
 
 def test_lcma_that_only_beats_irees_collapse_is_not_chosen():
-    # x86-dev: IREE's f32 GEMM at 4096^3 runs at 251 GFLOP/s, at 2048^3 at 433.
-    # Strassen is predicted 1.83x faster than IREE's GEMM but only 1.06x
-    # faster than 2x2x2 blocks of 2048: under the 20% margin, blocking wins.
+    # x86-dev, Llama-3-8B k/v at 2048 tokens (2048 x 4096 by 4096 x 1024): IREE's
+    # GEMM runs at the rate of a 2896^3 product there (A's footprint). Strassen's
+    # 1024 x 2048 x 2048 products are predicted 1.26x faster than IREE's GEMM,
+    # over the profile's 20% margin (auto took it before), but K in two blocks
+    # is faster still: classical blocking wins.
     p = decision.load_profile("x86-dev")
-    d = _decide(p, 4096, 4096, 4096)
-    assert d.choice.is_blocking and d.choice.schemes == ("2x2x2:8",)
+    d = _decide(p, 2048, 1024, 4096)
+    assert d.choice.is_blocking and d.choice.schemes == ("1x2x1:2",)
     assert d.best_classical is d.choice and d.algebra_gain == 1.0
-    assert d.blocking_gain == pytest.approx(d.classical.seconds / d.choice.seconds) and d.blocking_gain > 1.5
+    assert d.blocking_gain == pytest.approx(d.classical.seconds / d.choice.seconds)
+    assert d.blocking_gain > 1.2
     best_lcma = d.alternatives[0]
     assert best_lcma.schemes == ("strassen",)
     assert d.classical.seconds / best_lcma.seconds > 1 + p.min_gain  # it would have won before
-    assert d.choice.seconds / best_lcma.seconds < 1 + p.min_gain
-    assert "classical blocking 2x2x2:8" in d.reason and "IREE's GEMM" in d.reason
+    assert best_lcma.seconds > d.choice.seconds
+    assert "not 3% faster than classical blocking 1x2x1:2" in d.reason and "IREE's GEMM" in d.reason
+    # without blocking (IREE's GEMM the only classical plan) the same search picks Strassen
+    d0 = decision.decide(decision.Problem(2048, 1024, 4096), p,
+                         budget=numerics.default_max_error("f32"), blocking=False)
+    assert d0.choice.schemes == ("strassen",) and d0.blocked is None
 
 
 def test_algebra_gain_is_reported_apart_from_the_blocking_gain():
-    base = decision.load_profile("x86-dev")
-    p = dataclasses.replace(base, name="x86-margin3", min_gain=0.03)
-    d = _decide(p, 4096, 4096, 4096)
+    # x86-dev, 4096^3: Strassen 1.83x IREE's GEMM, of which 1.73x is blocking's
+    # (2x2x2 blocks of 2048) and 1.06x the algebra's own
+    d = _decide(decision.load_profile("x86-dev"), 4096, 4096, 4096)
     assert d.choice.schemes == ("strassen",)
     assert d.blocked is not None and d.blocked.schemes == ("2x2x2:8",)
     assert d.algebra_gain == pytest.approx(d.blocked.seconds / d.choice.seconds)
-    assert 1.03 < d.algebra_gain < 1.2
+    assert 1.03 < d.algebra_gain < 1.1 and 1.6 < d.blocking_gain < 1.8
     assert d.speedup == pytest.approx(d.blocking_gain * d.algebra_gain)
     assert f"algebra gain {d.algebra_gain:.2f}x" in d.reason
 
@@ -100,7 +107,8 @@ def test_lcma_over_a_blocking_base_is_a_candidate():
     assert over.seconds < 0.7 * cm.plan(pb, ("strassen",)).seconds
     d = _decide(p, 8192, 8192, 8192)
     assert d.best_classical.schemes == ("4x4x4:64",)
-    assert any(len(a.schemes) == 2 and is_blocking_name(a.schemes[1]) for a in d.alternatives)
+    plans = [d.choice] + d.alternatives
+    assert any(len(a.schemes) == 2 and is_blocking_name(a.schemes[1]) for a in plans)
 
 
 @pytest.mark.parametrize("preset", ["h200-iree", "h200"])

@@ -41,12 +41,14 @@ accumulator's type): IREE's one GEMM and
 classical blocking ``<m,k,n; m*k*n>`` for every format of
 :data:`BLOCKING_FORMATS` (R = m*k*n block products accumulating into C, no
 combines; :func:`falcon_mlir.catalog.blocking_scheme`), priced with the same
-GEMM-rate tables at the block size, under the same block rules. A blocking
-plan becomes the classical reference when it is predicted ``min_gain``
-faster than IREE's GEMM (x86 host: IREE's f32 GEMM runs 4096^3 at 0.58x the
-rate of 2048^3, and 2x2x2 blocks of 2048 measured 1.04-1.15x faster); an
-LCMA plan must then beat it by :data:`ALGEBRA_MIN_GAIN`, else the blocking
-plan is chosen. LCMA plans are also tried over a blocking base (``strassen`` then ``2x2x2:8``
+GEMM-rate tables at the block size times the profile's
+``forms.blocking_products``, under the same block rules. A blocking plan
+becomes the classical reference when it is predicted ``min_gain`` faster
+than IREE's GEMM; an LCMA plan must then beat it by
+:data:`ALGEBRA_MIN_GAIN`, else the blocking plan is chosen. (x86 host: the
+table says IREE's f32 GEMM runs 4096^3 at 0.58x the rate of 2048^3, but
+blocked plans measured 0.72-1.04x of IREE's GEMM, so x86-dev's
+``blocking_products`` is 1.7 and blocking is seldom the reference there.) LCMA plans are also tried over a blocking base (``strassen`` then ``2x2x2:8``
 inside each product; the blocking level does not count towards ``levels``
 or the profile's ``max_levels``). The decision reports the blocking gain
 (IREE's GEMM / best classical plan) apart from the algebra's own gain (best

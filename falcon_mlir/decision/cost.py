@@ -582,9 +582,12 @@ class CostModel:
                 self.stream(B * Kb * Nb * ext_b * (bb + 4), est, "combine_b", eff, dispatches=ext_b)
             in_a, in_b = "f32", "f32"
         self._level(Mb, Nb, Kb, pb, inner, edge, sub, in_a, in_b)
+        # classical blocking: its products at the profile's measured factor against
+        # the isolated GEMM of the block size (forms.blocking_products; 1.0 if unknown)
+        k = self.p.product_factor("blocking") if st.blocking else 1.0
         for part, t in sub.parts.items():
-            est.parts[part] = est.parts.get(part, 0.0) + st.R * t
-        est.seconds += st.R * sub.seconds
+            est.parts[part] = est.parts.get(part, 0.0) + st.R * t * k
+        est.seconds += st.R * sub.seconds * k
         est.dispatches += st.R * sub.dispatches
         self._combine_c(B, Mb, Nb, bc, st, est, eff, eacc)
         kept = 0 if st.blocking else st.R  # blocking: products accumulate into C in place

@@ -33,6 +33,11 @@ unset.
   the choice's runners-up on the host profile, or the best ones when the
   choice is classical) as forced option strings, so falcon's choice is
   compared with the other top candidates in the same run.
+* ``blocked``: per shape, the cost model's best classical blocking plan
+  (``scheme=MxKxN:R``, R = M*K*N block products accumulating into C, no
+  algebra) where it is predicted to beat IREE's GEMM, so that ``auto`` is
+  measured against the best classical plan (the algebra's own gain); left
+  out where none is.
 
 ``--quality`` adds the decision-quality table: per shape, the best measured
 candidate (IREE candidates only), falcon's choice (``auto``) against it and
@@ -132,7 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", choices=["f32", "f16", "bf16"], default="f32", help="element type of A and B")
     p.add_argument("--acc", choices=["same", "f32"], default="same", help="element type of C (default: as A, B)")
     p.add_argument("--candidates", default="classical,auto,scheme=strassen levels=1",
-                   help="comma-separated: classical, auto, numpy, torch, top, or lcma option strings")
+                   help="comma-separated: classical, auto, numpy, torch, top, blocked, or lcma option strings")
     p.add_argument("--flags", choices=sorted(FLAG_SETS), default="best", help="IREE CPU flag set")
     p.add_argument("--iree-flag", action="append", metavar="FLAG", help="extra iree-compile flag (repeatable)")
     p.add_argument("--const-weights", action="store_true", help="B as a module constant (dense_resource)")

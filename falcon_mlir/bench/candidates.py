@@ -26,7 +26,8 @@ class Candidate:
 
 
 def parse_candidates(text: str, numpy_peer: bool = False, torch_peer: bool = False) -> List[Candidate]:
-    """Comma-separated candidates -> list, ``classical`` first (added when
+    """Comma-separated candidates (``classical``, ``auto``, ``numpy``, ``torch``,
+    ``top``, ``blocked``, lcma option strings) -> list, ``classical`` first (added when
     absent), then ``numpy`` with ``numpy_peer`` and ``torch`` with
     ``torch_peer`` last; duplicates dropped.
 
@@ -60,6 +61,8 @@ def parse_candidates(text: str, numpy_peer: bool = False, torch_peer: bool = Fal
             cands.append(Candidate("torch", "torch"))
         elif name == "top":
             cands.append(Candidate("top", "top"))
+        elif name == "blocked":
+            cands.append(Candidate("blocked", "blocked"))
         else:
             try:
                 make_lcma_rewrite(name)
@@ -75,8 +78,11 @@ def expand_top(shape: Shape, cands: List[Candidate], *, dtype: str, acc: str,
     """``cands`` with the ``top`` candidate replaced by the cost model's best
     plans for ``shape`` on the host profile (at most ``top`` of them, forced
     option strings): the choice's runners-up, or the best plans when the
-    choice is classical. ``acc`` is the accumulator type (not ``same``)."""
-    if not any(c.kind == "top" for c in cands):
+    choice is classical; and the ``blocked`` candidate by the best classical
+    blocking plan (``blocked scheme=2x2x2:8``: the decision's classical
+    reference where it beats IREE's GEMM; left out where none does, IREE's
+    GEMM being ``classical``). ``acc`` is the accumulator type (not ``same``)."""
+    if not any(c.kind in ("top", "blocked") for c in cands):
         return cands
     from falcon_mlir import decision
     from falcon_mlir.decision import numerics
@@ -92,9 +98,13 @@ def expand_top(shape: Shape, cands: List[Candidate], *, dtype: str, acc: str,
         if opt not in seen and len(extra) < top:
             seen.add(opt)
             extra.append(Candidate(opt, "iree", opt))
+    blocked = []
+    if d.blocked is not None:
+        opt = f"scheme={d.blocked.schemes[0]}"
+        blocked = [Candidate(f"blocked {opt}", "iree", opt)]
     out: List[Candidate] = []
     for c in cands:
-        out.extend(extra if c.kind == "top" else [c])
+        out.extend(extra if c.kind == "top" else blocked if c.kind == "blocked" else [c])
     return out
 
 

@@ -36,7 +36,7 @@ from typing import Optional, Sequence, Tuple
 
 import numpy as np
 
-__all__ = ["Scheme", "to_fraction_array"]
+__all__ = ["Scheme", "to_fraction_array", "blocking_scheme"]
 
 _INT64_SAFE = 2**62
 
@@ -204,6 +204,18 @@ class Scheme:
     def is_integral(self) -> bool:
         """True iff all coefficients are integers (bool)."""
         return self.coefficient_set != "Q"
+
+    @cached_property
+    def is_blocking(self) -> bool:
+        """True iff this is classical blocking ``<m,k,n; m*k*n>``
+        (:func:`blocking_scheme`): every product multiplies one block of A by
+        one block of B (coefficient 1) and adds into one block of C
+        (coefficient 1), so combine A and B are block extracts and combine C
+        is accumulation (bool)."""
+        if self.R != self.m * self.k * self.n:
+            return False
+        return all(sorted(x for x in X[r].reshape(-1) if x != 0) == [1]
+                   for X in (self.U, self.V, self.W) for r in range(self.R))
 
     # ------------------------------------------------------------ verification
     def _brent_tensor(self) -> Tuple[np.ndarray, int]:
@@ -523,3 +535,38 @@ class Scheme:
 
     def __repr__(self) -> str:
         return f"Scheme({self.name or self.canonical_name!r}, {self.format}, R={self.R}, {self.coefficient_set})"
+
+
+def blocking_scheme(m: int, k: int, n: int) -> Scheme:
+    """Classical blocking as a scheme: ``<m,k,n; m*k*n>``, named ``"mxkxn:R"``.
+
+    Product ``r = (i*k + j)*n + l`` multiplies block ``A[i,j]`` by block
+    ``B[j,l]`` and adds into ``C[i,l]``: the R = m*k*n block products of
+    classical GEMM, no algebra. As a plan level it splits one GEMM into
+    smaller ones (the x86 host's IREE GEMM runs 4096^3 f32 at 0.6x the rate
+    of 2048^3: docs/benchmarks.md); the rewrite emits its products as
+    matmuls accumulating into their block of C (no combine ops).
+
+    Args:
+        m, k, n: the block format (each >= 1).
+
+    Returns:
+        :class:`Scheme` with U, V, W of 0/1 entries (stability factor E = k).
+
+    Raises:
+        ValueError: a size below 1.
+    """
+    m, k, n = int(m), int(k), int(n)
+    if min(m, k, n) < 1:
+        raise ValueError(f"bad format {m}x{k}x{n}")
+    R = m * k * n
+    U = np.zeros((R, m, k), dtype=int)
+    V = np.zeros((R, k, n), dtype=int)
+    W = np.zeros((R, m, n), dtype=int)
+    for i in range(m):
+        for j in range(k):
+            for l in range(n):
+                r = (i * k + j) * n + l
+                U[r, i, j] = V[r, j, l] = W[r, i, l] = 1
+    return Scheme(m, k, n, U.tolist(), V.tolist(), W.tolist(), name=f"{m}x{k}x{n}:{R}",
+                  source="classical blocking (generated)")

@@ -34,8 +34,27 @@ predicted plan that meets the error budget, or classical:
    kernels are predicted to take Triton more than
    ``LONG_KERNEL_COMPILE_SECONDS``, are not chosen;
 7. a plan is chosen only when it is predicted at least the profile's
-   ``min_gain`` (default :data:`MIN_GAIN`) faster than classical: the
-   model's measured uncertainty on that target (x86 host: 20%).
+   ``min_gain`` (default :data:`MIN_GAIN`) faster than IREE's GEMM (the
+   model's measured uncertainty on that target, x86 host: 20%) and
+   :data:`ALGEBRA_MIN_GAIN` faster than the best classical blocking plan.
+
+Classical plans (CPU profiles, per-product form allowed, a result of the
+accumulator's type): IREE's one GEMM and
+classical blocking ``<m,k,n; m*k*n>`` for every format of
+:data:`BLOCKING_FORMATS` (R = m*k*n block products accumulating into C, no
+combines; :func:`falcon_mlir.catalog.blocking_scheme`), priced with the same
+GEMM-rate tables at the block size times the profile's
+``forms.blocking_products``, under the same block rules. A blocking plan
+becomes the classical reference when it is predicted ``min_gain`` faster
+than IREE's GEMM; an LCMA plan must then beat it by
+:data:`ALGEBRA_MIN_GAIN`, else the blocking plan is chosen. (x86 host: the
+table says IREE's f32 GEMM runs 4096^3 at 0.58x the rate of 2048^3, but
+blocked plans measured 0.72-1.04x of IREE's GEMM, so x86-dev's
+``blocking_products`` is 1.7 and blocking is seldom the reference there.) LCMA plans are also tried over a blocking base (``strassen`` then ``2x2x2:8``
+inside each product; the blocking level does not count towards ``levels``
+or the profile's ``max_levels``). The decision reports the blocking gain
+(IREE's GEMM / best classical plan) apart from the algebra's own gain (best
+classical plan / the chosen plan).
 
 Deciding takes a few milliseconds per contraction after a one-off load of
 the catalog's statistics (~0.3 s per process); results are memoized per
@@ -52,13 +71,14 @@ from typing import Dict, List, Optional, Sequence
 from falcon_mlir.dialects.plan import EDGES, FORMS  # the plan's edge strategies and forms
 
 from .compile_cost import LONG_COMPILE_SECONDS, long_compile_seconds
-from .cost import (MAX_GROUPED_TERMS, MAX_PRODUCTS, CostModel, Estimate, Problem, scheme_stats,
-                   single_level_names)
+from .cost import (MAX_GROUPED_TERMS, MAX_PRODUCTS, CostModel, Estimate, Problem, lcma_levels,
+                   scheme_stats, single_level_names)
 from .profile import Profile, ProfileError, load_profile, preset_names
 
 __all__ = ["decide", "Decision", "Problem", "Estimate", "Profile", "ProfileError",
            "load_profile", "preset_names", "CostModel", "MIN_GAIN", "BEAM", "MAX_AUTO_LEVELS",
-           "plan_rounding", "product_operands", "MEMORY_FRACTION", "memory_room"]
+           "plan_rounding", "product_operands", "MEMORY_FRACTION", "memory_room",
+           "BLOCKING_FORMATS", "BASE_FORMATS", "ALGEBRA_MIN_GAIN"]
 
 #: A plan must be predicted this much faster than classical (fraction) to be chosen.
 MIN_GAIN = 0.03
@@ -70,6 +90,24 @@ MEMORY_FRACTION = 0.9
 BEAM = 5
 #: Most levels ``auto`` considers.
 MAX_AUTO_LEVELS = 3
+#: The predicted gain (fraction) an LCMA plan needs over the best classical
+#: blocking plan, beside the profile's ``min_gain`` over IREE's GEMM. Both are
+#: priced from the same GEMM-rate table at the same block sizes, so the
+#: model's error on the products (what ``min_gain`` covers: x86 20%) is shared;
+#: what the algebra must pay for is its combines, priced from the measured add
+#: rate. Measured on the x86 host at 4096^3 f32 (issue 14, under load):
+#: Strassen 703-744 ms, 2x2x2 blocks of 2048 772-861 ms, predicted 300 / 318 ms.
+ALGEBRA_MIN_GAIN = MIN_GAIN
+#: An LCMA level over a blocking base is kept where predicted this much
+#: (fraction) faster than the same level alone.
+BLOCKING_BASE_GAIN = 0.01
+#: The classical blocking formats ``(m, k, n)`` ``auto`` tries alone on CPU
+#: profiles: 1, 2, 3, 4, 6 or 8 blocks per dimension, at most 128 products
+#: (IREE compiles them in about 20 s), the profile's block rules permitting.
+BLOCKING_FORMATS = tuple((m, k, n) for m in (1, 2, 3, 4, 6, 8) for k in (1, 2, 3, 4, 6, 8)
+                         for n in (1, 2, 3, 4, 6, 8) if 1 < m * k * n <= 128)
+#: The blocking formats tried under an LCMA level: 1, 2 or 4 blocks per dimension.
+BASE_FORMATS = tuple(f for f in BLOCKING_FORMATS if all(x in (1, 2, 4) for x in f))
 
 
 @dataclass
@@ -78,11 +116,13 @@ class Decision:
 
     Attributes:
         choice: the chosen :class:`Estimate` (``choice.is_classical`` for classical).
-        classical: the classical estimate (predicted seconds of plain GEMM).
+        classical: the classical estimate (predicted seconds of IREE's one GEMM).
         alternatives: the next best candidates (up to 3, fastest first).
         reason: one line saying why.
         profile: the profile's name.
         candidates: how many plans were evaluated.
+        blocked: the fastest classical blocking plan (:attr:`Estimate.is_blocking`)
+            predicted the profile's margin faster than IREE's GEMM, or ``None``.
     """
 
     choice: Estimate
@@ -91,11 +131,29 @@ class Decision:
     reason: str = ""
     profile: str = ""
     candidates: int = 0
+    blocked: Optional[Estimate] = None
 
     @property
     def speedup(self) -> float:
-        """Predicted classical seconds / chosen seconds (1.0 for classical)."""
+        """Predicted classical (IREE's GEMM) seconds / chosen seconds (1.0 for classical)."""
         return self.classical.seconds / self.choice.seconds if self.choice.seconds else 1.0
+
+    @property
+    def best_classical(self) -> Estimate:
+        """The best classical plan: :attr:`blocked`, else IREE's GEMM (:attr:`classical`)."""
+        return self.blocked if self.blocked is not None else self.classical
+
+    @property
+    def blocking_gain(self) -> float:
+        """Predicted IREE GEMM seconds / best classical plan seconds (1.0 without blocking)."""
+        b = self.best_classical.seconds
+        return self.classical.seconds / b if b else 1.0
+
+    @property
+    def algebra_gain(self) -> float:
+        """Predicted best classical plan seconds / chosen seconds: the algebra's
+        own gain (1.0 where a classical plan is chosen)."""
+        return self.best_classical.seconds / self.choice.seconds if self.choice.seconds else 1.0
 
 
 def _fits(pb: Problem, schemes: Sequence[str]) -> bool:
@@ -209,7 +267,8 @@ _CACHE: Dict[tuple, Decision] = {}
 def decide(pb: Problem, profile: Optional[Profile] = None, *, levels: Optional[int] = None,
            forms: Optional[Sequence[str]] = None, edges: Sequence[str] = EDGES,
            budget: Optional[float] = None, forced: Optional[Sequence[str]] = None,
-           min_gain: float = MIN_GAIN, kernel_budget: Optional[float] = None) -> Decision:
+           min_gain: float = MIN_GAIN, kernel_budget: Optional[float] = None,
+           blocking: bool = True) -> Decision:
     """Rank classical and LCMA plans for one contraction and pick one.
 
     Args:
@@ -227,6 +286,9 @@ def decide(pb: Problem, profile: Optional[Profile] = None, *, levels: Optional[i
         kernel_budget: the error budget of ``kernel``-form plans (their error
             is :func:`falcon_mlir.decision.numerics.kernel_plan_error`; ``None``:
             ``budget``).
+        blocking: consider classical blocking plans, alone and under LCMA
+            levels (where the profile and the result type allow them);
+            ``False``: IREE's GEMM is the only classical plan.
 
     Returns:
         :class:`Decision` (the chosen estimate, classical's, alternatives, reason).
@@ -238,27 +300,35 @@ def decide(pb: Problem, profile: Optional[Profile] = None, *, levels: Optional[i
     if forms is None:
         forms = profile.plan_forms
     key = (pb, json.dumps(profile.to_dict(), sort_keys=True), levels, tuple(forms),
-           tuple(edges), budget, tuple(forced) if forced else None, min_gain, kernel_budget)
+           tuple(edges), budget, tuple(forced) if forced else None, min_gain, kernel_budget,
+           blocking)
     hit = _CACHE.get(key)
     if hit is not None:
         return hit
     budgets = {"kernel": budget if kernel_budget is None else kernel_budget}
-    d = _decide(pb, profile, levels, tuple(forms), tuple(edges), (budget, budgets), forced, min_gain)
+    d = _decide(pb, profile, levels, tuple(forms), tuple(edges), (budget, budgets), forced, min_gain,
+                blocking)
     if len(_CACHE) > 4096:
         _CACHE.clear()
     _CACHE[key] = d
     return d
 
 
-def _decide(pb, profile, levels, forms, edges, budget, forced, min_gain) -> Decision:
+def _decide(pb, profile, levels, forms, edges, budget, forced, min_gain, blocking=True) -> Decision:
     cm = CostModel(profile)
     classical = cm.classical(pb)
     dec = Decision(classical, classical, profile=profile.name)
-    if _settled(dec, cm, pb, profile, forms, edges, forced):
+    if profile.min_gain is not None and min_gain == MIN_GAIN:
+        min_gain = profile.min_gain
+    if _settled(dec, cm, pb, profile, forms, edges, forced, min_gain, blocking):
         return dec
-    seen = _Search(cm, pb, profile, forms, edges, budget[0]).run(levels)
+    search = _Search(cm, pb, profile, forms, edges, budget[0])
+    search.blocking = blocking and _blocking_ok(profile, forms, pb)
+    if search.blocking:
+        dec.blocked = _best_blocked(cm, pb, profile, min_gain)
+    seen = search.run(levels)
     allowed_levels = [levels] if levels else list(range(1, _max_auto(profile) + 1))
-    cands = sorted((e for (s, f, _), e in seen.items() if len(s) in allowed_levels
+    cands = sorted((e for (s, f, _), e in seen.items() if lcma_levels(s) in allowed_levels
                     and f in forms), key=lambda e: (e.seconds, len(e.schemes)))
     dec.candidates = len(seen)
     _pick(dec, cands, pb, profile, budget, min_gain,
@@ -296,14 +366,86 @@ def _ms(e: Estimate) -> str:
     return f"{e.seconds * 1e3:.3g} ms"
 
 
+def _blocking_ok(profile: Profile, forms, pb: Problem) -> bool:
+    """Whether classical blocking plans are candidates: CPU profiles (where
+    IREE's GEMM rate falls at large sizes) that allow the per-product form,
+    on a result of the accumulator's type (a bf16/f16 result would take an
+    f32 copy of C and a rounding pass, not measured: forced only)."""
+    from falcon_mlir.decision import numerics
+
+    return profile.kind == "cpu" and "per-product" in forms and not numerics.is_narrow_result(pb.acc)
+
+
+def _blocking_formats(pb: Problem, profile: Profile, inner=()) -> list:
+    """The blocking formats (:data:`BLOCKING_FORMATS` alone, :data:`BASE_FORMATS`
+    under the levels ``inner``) whose blocks fit ``pb`` and follow the
+    profile's block rules (:func:`_aligned`)."""
+    out = []
+    for f in (BASE_FORMATS if inner else BLOCKING_FORMATS):
+        name = f"{f[0]}x{f[1]}x{f[2]}:{f[0] * f[1] * f[2]}"
+        if _fits_all(pb, tuple(inner) + (name,)) and _aligned(
+                pb, tuple(inner) + (name,), profile.align, profile.pow2_blocks,
+                profile.min_block_k, profile.min_block_m):
+            out.append(f)
+    return out
+
+
+def _fits_all(pb: Problem, schemes) -> bool:
+    """Whether every level's blocks fit the sizes left by the levels above."""
+    M, N, K = pb.M, pb.N, pb.K
+    for nm in schemes:
+        st = scheme_stats(nm)
+        if M < st.m or N < st.n or K < st.k:
+            return False
+        M, N, K = M // st.m, N // st.n, K // st.k
+    return True
+
+
+def _best_blocked(cm: CostModel, pb: Problem, profile: Profile,
+                  min_gain: float) -> Optional[Estimate]:
+    """The fastest classical blocking plan of ``pb`` (alone, one level), if it
+    is predicted ``min_gain`` faster than IREE's GEMM and compiles within
+    :data:`LONG_COMPILE_SECONDS`; else ``None``. Its error is classical's."""
+    budget_free = [e for e in cm.blocking_plans(pb, _blocking_formats(pb, profile))
+                   if e.compile_seconds <= LONG_COMPILE_SECONDS]
+    if not budget_free:
+        return None
+    best = min(budget_free, key=lambda e: (e.seconds, scheme_stats(e.schemes[0]).R))
+    if best.seconds * (1.0 + min_gain) > cm.classical(pb).seconds:
+        return None
+    best.error = _error(best.schemes, pb, best.form, best.sums)
+    return best
+
+
+def _blocked_text(dec: Decision) -> str:
+    """``blocking 2x2x2:8 318 ms (1.73x IREE's GEMM 548 ms)``: the best classical plan."""
+    b = dec.blocked
+    return (f"blocking {b.schemes[0]} {_ms(b)} "
+            f"({dec.classical.seconds / b.seconds:.2f}x IREE's GEMM {_ms(dec.classical)})")
+
+
+def _keep_classical(dec: Decision, reason: str) -> None:
+    """Settle ``dec`` on the best classical plan: IREE's GEMM, or the blocking
+    plan :attr:`Decision.blocked` (then ``reason``, which ends in ``; classical``,
+    ends in ``; classical blocking ...`` instead)."""
+    if dec.blocked is None:
+        dec.reason = reason
+        return
+    dec.choice = dec.blocked
+    base = reason[:-len("; classical")] if reason.endswith("; classical") else reason
+    dec.reason = f"{base}; classical {_blocked_text(dec)}"
+
+
 def _max_auto(profile: Profile) -> int:
     return min(MAX_AUTO_LEVELS, profile.max_levels or MAX_AUTO_LEVELS)
 
 
 def _settled(dec: Decision, cm: CostModel, pb: Problem, profile: Profile, forms, edges,
-             forced) -> bool:
+             forced, min_gain: float = MIN_GAIN, blocking: bool = True) -> bool:
     """Decide without a search where none is needed (a forced scheme, integer
-    or f64 accumulators, a memory-bound contraction); ``dec`` is filled in."""
+    or f64 accumulators, a memory-bound contraction); ``dec`` is filled in
+    (for a forced float plan also :attr:`Decision.blocked`, the reference of
+    its algebra gain)."""
     acc = str(pb.acc)
     is_float = acc.startswith(("f", "bf"))
     classical = dec.classical
@@ -313,6 +455,8 @@ def _settled(dec: Decision, cm: CostModel, pb: Problem, profile: Profile, forms,
                       plan_rounding(pb, profile, tuple(forced), form, None))
         est.error = _error(forced, pb, form, est.sums) if is_float else None
         dec.choice = est
+        if is_float and blocking and _blocking_ok(profile, ("per-product",), pb):
+            dec.blocked = _best_blocked(cm, pb, profile, min_gain)
         dec.reason = (f"scheme forced by option ({', '.join(forced)}); predicted {_ms(est)} "
                       f"vs classical {_ms(classical)}")
         return True
@@ -344,6 +488,7 @@ class _Search:
         self.seen: Dict[tuple, Estimate] = {}
         self.best: Dict[tuple, Estimate] = {}   # fastest estimate per scheme tuple
         self.rprod: Dict[tuple, int] = {}       # products of a scheme tuple
+        self.blocking = False                    # also LCMA levels over a blocking base
 
     def aligned(self, schemes) -> bool:
         p = self.profile
@@ -423,7 +568,27 @@ class _Search:
                               if len(s) == L and self.r_of(s) * min_r <= MAX_PRODUCTS),
                              key=lambda s: self.best[s].seconds)
             prefixes = level_l[:BEAM]
+        if self.blocking:
+            self.over_blocking(top)
         return self.seen
+
+    def over_blocking(self, top) -> None:
+        """One LCMA level over a classical blocking base: ``(n, "mxkxn:R")`` for
+        each scheme ``n`` in ``top`` and each blocking format its blocks take
+        (per-product; the blocking runs inside each of the R products). Kept
+        only where predicted :data:`BLOCKING_BASE_GAIN` faster than ``n``
+        alone (else the alternatives fill with equal plans)."""
+        for n in top:
+            alone = self.best.get((n,))
+            for f in _blocking_formats(self.pb, self.profile, (n,)):
+                s = (n, f"{f[0]}x{f[1]}x{f[2]}:{f[0] * f[1] * f[2]}")
+                if self.r_of(s) > MAX_PRODUCTS or (s, "per-product", "peel") in self.seen:
+                    continue
+                est = self.cm.plan(self.pb, s, "peel", "per-product",
+                                   plan_rounding(self.pb, self.profile, s, "per-product", self.budget))
+                if alone is None or est.seconds * (1.0 + BLOCKING_BASE_GAIN) <= alone.seconds:
+                    self.seen[(s, "per-product", "peel")] = est
+                    self.best[s] = est
 
 
 def _sums_text(e: Estimate) -> str:
@@ -500,11 +665,11 @@ def _pick(dec: Decision, cands: list, pb: Problem, profile: Profile, budget, min
                       f"of {profile.name} beside A, B and C ({big} plans); classical")
         return
     if not ok and slow and not over:
-        dec.reason = (f"auto: every fitting plan would compile for over {long_compile_seconds(cands[0].form):.0f} s "
-                      f"({slow} plans); classical")
+        _keep_classical(dec, f"auto: every fitting plan would compile for over "
+                             f"{long_compile_seconds(cands[0].form):.0f} s ({slow} plans); classical")
         return
     if not ok:
-        dec.reason = (f"auto: no plan meets max-error {over_budget:.1e} ({over} over it); classical"
+        _keep_classical(dec, f"auto: no plan meets max-error {over_budget:.1e} ({over} over it); classical"
                       if over else
                       (f"auto: no plan divides M, N, K into blocks that are multiples of {align}"
                        + (", powers of two" if profile.pow2_blocks else "")
@@ -516,15 +681,23 @@ def _pick(dec: Decision, cands: list, pb: Problem, profile: Profile, budget, min
                        else "auto: no plan fits the shape; classical"))
         return
     best = ok[0]
-    if profile.min_gain is not None and min_gain == MIN_GAIN:
-        min_gain = profile.min_gain
     if best.seconds * (1.0 + min_gain) > classical.seconds:
         dec.alternatives = ok[:3]
-        dec.reason = (f"auto: best plan {best.label()}{_sums_text(best)} predicted {_ms(best)} vs "
-                      f"classical {_ms(classical)} on {profile.name} (not {min_gain:.0%} faster)"
-                      f"{_over_text(first_over, classical, min_gain)}; classical")
+        _keep_classical(dec, f"auto: best plan {best.label()}{_sums_text(best)} predicted {_ms(best)} "
+                             f"vs classical {_ms(classical)} on {profile.name} (not {min_gain:.0%} faster)"
+                             f"{_over_text(first_over, classical, min_gain)}; classical")
+        return
+    if dec.blocked is not None and best.seconds * (1.0 + ALGEBRA_MIN_GAIN) > dec.blocked.seconds:
+        dec.alternatives = ok[:3]
+        _keep_classical(dec, f"auto: best plan {best.label()}{_sums_text(best)} predicted {_ms(best)}, "
+                             f"{classical.seconds / best.seconds:.2f}x IREE's GEMM but not "
+                             f"{ALGEBRA_MIN_GAIN:.0%} faster than classical blocking "
+                             f"{dec.blocked.schemes[0]} {_ms(dec.blocked)} on {profile.name}; classical")
         return
     dec.choice = best
     dec.alternatives = ok[1:4]
     dec.reason = (f"auto: {best.label()} predicted {_ms(best)} vs classical {_ms(classical)} "
                   f"({classical.seconds / best.seconds:.2f}x) on {profile.name}")
+    if dec.blocked is not None:
+        dec.reason += (f"; best classical plan {_blocked_text(dec)}: algebra gain "
+                       f"{dec.blocked.seconds / best.seconds:.2f}x")

@@ -112,7 +112,11 @@ def emitted_ops(schemes: Sequence[str], form: str = "per-product",
         return EmittedOps(1 + strips, 2 + len(st.comb_c), 2)
     if len(schemes) == 1:
         st = scheme_stats(schemes[0])
-        return EmittedOps(st.R + strips, len(st.comb_a) + len(st.comb_b) + len(st.comb_c))
+        return EmittedOps(st.R + strips, len(st.comb_a) + len(st.comb_b) + st.combine_c_ops)
+    from .cost import has_blocking
+
+    if form == "per-product" and has_blocking(schemes):  # emitted by recursion, never stacked
+        return recursive_ops(schemes, edges)
     combines = 0
     for name in schemes:  # stacked: per level one combine per operand (chunked), one combine C
         st = scheme_stats(name)
@@ -132,7 +136,7 @@ def recursive_ops(schemes: Sequence[str], edges: bool = False) -> EmittedOps:
     nodes, combines, strips = 1, 0, 0
     for name in schemes:
         st = scheme_stats(name)
-        combines += nodes * (len(st.comb_a) + len(st.comb_b) + len(st.comb_c))
+        combines += nodes * (len(st.comb_a) + len(st.comb_b) + st.combine_c_ops)
         strips += nodes * (3 if edges else 0)
         nodes *= st.R
     return EmittedOps(nodes + strips, combines)

@@ -156,7 +156,16 @@ class Estimate:
 
     @property
     def is_classical(self) -> bool:
+        """IREE's one GEMM (no plan)."""
         return not self.schemes
+
+    @property
+    def is_blocking(self) -> bool:
+        """A classical blocking plan: every level ``mxkxn:R`` with ``R = m*k*n``
+        (:func:`falcon_mlir.catalog.blocking_scheme`), no algebra."""
+        from falcon_mlir.catalog import is_blocking_name
+
+        return bool(self.schemes) and all(is_blocking_name(s) for s in self.schemes)
 
     def label(self) -> str:
         """Short human name: ``classical`` or ``strassen+winograd (grouped, peel)``."""
@@ -193,6 +202,10 @@ class SchemeStats:
         used_a, used_b: blocks of A / B any product reads (grouped combine).
         max_terms: most blocks one grouped combine reads.
         integral: integer coefficients only.
+        blocking: classical blocking ``<m,k,n; m*k*n>``
+            (:func:`falcon_mlir.catalog.blocking_scheme`): in the per-product
+            form its products accumulate into their block of C, so it has no
+            combine ops at all (:attr:`combine_c_ops` is 0).
     """
 
     name: str
@@ -207,6 +220,13 @@ class SchemeStats:
     used_b: int
     max_terms: int
     integral: bool
+    blocking: bool = False
+
+    @property
+    def combine_c_ops(self) -> int:
+        """Combine-C ops one per-product level emits: one per output block with
+        terms, none for classical blocking (its products accumulate into C)."""
+        return 0 if self.blocking else len(self.comb_c)
 
 
 #: Live input tiles (or accumulators) per pass the decision assumes of the generated combine kernels:
@@ -265,8 +285,13 @@ def scheme_stats(name: str) -> SchemeStats:
     """
     import numpy as np
 
-    from falcon_mlir.catalog import get_scheme
+    from falcon_mlir.catalog import blocking_format, get_scheme
 
+    if blocking_format(name) is not None:  # classical blocking: known without building the scheme
+        m, k, n = blocking_format(name)
+        return SchemeStats(name=name, m=m, k=k, n=n, R=m * k * n, comb_a=(), comb_b=(),
+                           comb_c=(k,) * (m * n), used_a=m * k, used_b=k * n,
+                           max_terms=max(m * k, k * n, k), integral=True, blocking=True)
     if "*" in name:  # a Kronecker composition: combine the parts' statistics exactly
         parts = [scheme_stats(p) for p in name.split("*")]
         st = parts[0]
@@ -276,7 +301,8 @@ def scheme_stats(name: str) -> SchemeStats:
                 comb_a=(), comb_b=(),  # the grouped form combines all operands in one op
                 comb_c=tuple(x * y for x in st.comb_c for y in q.comb_c),
                 used_a=st.used_a * q.used_a, used_b=st.used_b * q.used_b,
-                max_terms=0, integral=st.integral and q.integral)
+                max_terms=0, integral=st.integral and q.integral,
+                blocking=st.blocking and q.blocking)
         return SchemeStats(**{**st.__dict__, "name": name,
                               "max_terms": max(st.used_a, st.used_b, max(st.comb_c))})
     s = get_scheme(name)
@@ -298,7 +324,23 @@ def scheme_stats(name: str) -> SchemeStats:
     return SchemeStats(name=name, m=s.m, k=s.k, n=s.n, R=s.R, comb_a=combs(U), comb_b=combs(V),
                        comb_c=tuple(int(x) for x in nzW if x > 0), used_a=used_a, used_b=used_b,
                        max_terms=max(used_a, used_b, int(nzW.max())),
-                       integral=bool(s.is_integral))
+                       integral=bool(s.is_integral), blocking=bool(s.is_blocking))
+
+
+def has_blocking(schemes: Sequence[str]) -> bool:
+    """Whether a plan (per-level names) has a classical blocking level
+    (:func:`falcon_mlir.catalog.is_blocking_name`); such per-product plans
+    are emitted by recursion, never stacked."""
+    from falcon_mlir.catalog import is_blocking_name
+
+    return any(is_blocking_name(s) for s in schemes)
+
+
+def lcma_levels(schemes: Sequence[str]) -> int:
+    """The levels of a plan that are not classical blocking (the algebra's levels)."""
+    from falcon_mlir.catalog import is_blocking_name
+
+    return sum(1 for s in schemes if not is_blocking_name(s))
 
 
 @lru_cache(maxsize=1)
@@ -402,7 +444,7 @@ class CostModel:
             st = scheme_stats("*".join(schemes)) if len(schemes) > 1 else scheme_stats(schemes[0])
             self._edges(pb.M, pb.N, pb.K, pb, st, edge, est, lambda M, N, K:
                         self._grouped_level(M, N, K, pb, st, est), pb.lhs, pb.rhs)
-        elif len(schemes) > 1 and self._stack_fits(pb, schemes):
+        elif len(schemes) > 1 and self._stack_fits(pb, schemes) and not has_blocking(schemes):
             comp = composed_format(schemes)
             self._edges(pb.M, pb.N, pb.K, pb, comp, edge, est, lambda M, N, K:
                         self._stacked(M, N, K, pb, schemes, est), pb.lhs, pb.rhs)
@@ -437,6 +479,14 @@ class CostModel:
                     self.p.form_efficiency("per-product"), flops=pb.batch * pb.M * pb.N,
                     acc="f32")
         return est
+
+    def blocking_plans(self, pb: Problem, formats, inner: Sequence[str] = ()) -> list:
+        """Classical blocking plans of ``pb``: for each ``(m, k, n)`` in
+        ``formats`` the per-product plan ``inner + ("mxkxn:R",)`` (``inner``:
+        LCMA levels above the blocking, outer first; ``()``: blocking alone, a
+        classical plan), peeled edges. Returns their :class:`Estimate` list."""
+        return [self.plan(pb, tuple(inner) + (f"{m}x{k}x{n}:{m * k * n}",), "peel")
+                for m, k, n in formats]
 
     @staticmethod
     def _stack_fits(pb: Problem, schemes) -> bool:
@@ -554,12 +604,16 @@ class CostModel:
                 self.stream(B * Kb * Nb * ext_b * (bb + 4), est, "combine_b", eff, dispatches=ext_b)
             in_a, in_b = "f32", "f32"
         self._level(Mb, Nb, Kb, pb, inner, edge, sub, in_a, in_b)
+        # classical blocking: its products at the profile's measured factor against
+        # the isolated GEMM of the block size (forms.blocking_products; 1.0 if unknown)
+        k = self.p.product_factor("blocking") if st.blocking else 1.0
         for part, t in sub.parts.items():
-            est.parts[part] = est.parts.get(part, 0.0) + st.R * t
-        est.seconds += st.R * sub.seconds
+            est.parts[part] = est.parts.get(part, 0.0) + st.R * t * k
+        est.seconds += st.R * sub.seconds * k
         est.dispatches += st.R * sub.dispatches
         self._combine_c(B, Mb, Nb, bc, st, est, eff, eacc)
-        temps = B * (st.R * Mb * Nb * bc + len(st.comb_a) * Mb * Kb * bs
+        kept = 0 if st.blocking else st.R  # blocking: products accumulate into C in place
+        temps = B * (kept * Mb * Nb * bc + len(st.comb_a) * Mb * Kb * bs
                      + (0 if pb.const_rhs else len(st.comb_b)) * Kb * Nb * bs)
         est.temp_bytes = max(est.temp_bytes, temps + sub.temp_bytes)
 
@@ -568,7 +622,10 @@ class CostModel:
         """Combine C: one dispatch per output block, reading its products and C0;
         on profiles with :attr:`Profile.fused_combine_c` (GPU), or with ``fused``
         (stacked levels), one dispatch over all blocks that reads each product
-        once (and forms every block's terms)."""
+        once (and forms every block's terms). Classical blocking in the
+        per-product form has none: its products accumulate into C."""
+        if st.blocking and not fused:
+            return
         if self.p.fused_combine_c or fused:
             blocks = st.m * st.n
             self.stream(B * Mb * Nb * (st.R + 2 * blocks) * bc, est, "combine_c", eff,

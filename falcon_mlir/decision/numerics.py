@@ -194,6 +194,17 @@ def _keys(schemes) -> list:
     return list(schemes)
 
 
+def _algebra(schemes) -> list:
+    """The levels of ``schemes`` that are not classical blocking (names or
+    Schemes): a blocking level (:attr:`~falcon_mlir.catalog.Scheme.is_blocking`)
+    runs the same sums as classical GEMM, its products accumulating into C in
+    K order, so the error model leaves it out."""
+    from falcon_mlir.catalog import is_blocking_name
+
+    return [s for s in _keys(schemes)
+            if not (is_blocking_name(s) if isinstance(s, str) else s.is_blocking)]
+
+
 def _rows(arr, R: int) -> list:
     return [list(arr[r].reshape(-1)) for r in range(R)]
 
@@ -248,13 +259,13 @@ def _scheme_factors(scheme) -> dict:
 def growth_factor(schemes) -> float:
     """``G_1 * ... * G_L`` of a plan (1.0 for classical), see the module doc."""
     g = 1.0
-    for s in _keys(schemes):
+    for s in _algebra(schemes):
         g *= scheme_factors(s)["G"]
     return g
 
 
 def _shape_terms(schemes, K: int):
-    ss = _keys(schemes)
+    ss = _algebra(schemes)
     P = 1
     Q = 0
     for s in ss:

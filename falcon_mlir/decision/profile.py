@@ -46,7 +46,9 @@ Field meanings and units:
   plain elementwise op); ``<form>_products``: time factor of a plan's
   products against the isolated GEMM of the same size (1.0 = as fast).
   ``falcon-calibrate`` fits both per form to measured plans
-  (:mod:`falcon_mlir.calibration.fit`).
+  (:mod:`falcon_mlir.calibration.fit`). ``blocking_products``: the same
+  factor for the products of classical blocking plans (``2x2x2:8``; set by
+  hand from measured blocked plans, not fitted by falcon-calibrate).
 
 Presets (:data:`PRESETS`, shipped as ``profiles/*.json``): the x86
 development host (measured with ``falcon-calibrate``; cores and caches of the

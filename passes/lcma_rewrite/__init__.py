@@ -37,6 +37,7 @@ from typing import Optional
 from iree.compiler import ir
 
 from falcon_mlir import decision
+from falcon_mlir.decision.cost import has_blocking
 from falcon_mlir.dialects.plan import PLAN_ATTR
 from falcon_mlir.ir.contraction import FOLD_REASON, analyze, find_contractions, format_location
 from falcon_mlir.pipeline.diagnostics import RewriteError
@@ -331,6 +332,8 @@ class _Emission:
         if plan is None or plan.form != "per-product" or len(plan.schemes) < 2:
             return True
         choice = self.options.stack
+        if choice is None and has_blocking(plan.schemes):
+            choice = False  # a blocking level stacked would copy its blocks; it has no combines
         if choice is None:
             pt = entry.get("predicted_time") or {}
             edges = bool((pt.get("parts") or {}).get("edges"))
@@ -421,7 +424,8 @@ def run_lcma_rewrite(module_op, options: LcmaOptions) -> list:
             c = folded.view
         plan, reason = plan_for(c, options)
         disp = None
-        if plan is None and c.dynamic and options.dispatch is not False:
+        if plan is None and c.dynamic and options.dispatch is not False \
+                and not options.keeps_classical():
             disp, reason = dynamic_choice(c, options)
         elif plan is None and c.dynamic:
             reason += " (run-time dispatch off: dispatch=false)"

@@ -15,6 +15,11 @@ For a plan of scheme <m,k,n;R> the op is replaced by:
   block of C, reading the live accumulator C0), inserted into C; on GPU
   profiles one op over all blocks (:mod:`.grouped`).
 
+Classical blocking ``<m,k,n; m*k*n>`` (``2x2x2:8``: the catalog generates
+it) is a level like any other but emitted without combines: its products
+read plain blocks and accumulate into their block of C one after the other
+(:meth:`Emitter._blocking_level`).
+
 A bf16 or f16 result (``bf16 x bf16 -> bf16``) is not accumulated in its own
 type: the plan runs with an f32 accumulator (products accumulate in f32,
 combine C in f32, from a zero f32 C) and one final op adds C0 and rounds
@@ -343,6 +348,8 @@ class Emitter(GroupedForm, StackedForm):
                 b_blk[j, l] = slice_along(b, c.rhs_dims, {kd: (j * Kb, Kb), nd: (l * Nb, Nb)})
             return b_blk[j, l]
 
+        if s.is_blocking:
+            return self._blocking_level(A, B, init, s, inner, Mb, Nb)
         out_shape = list(tensor_type(init).shape)
         blk_shape = [Mb if d == md else Nb if d == nd else sz
                      for d, sz in zip(c.out_dims, out_shape)]
@@ -356,6 +363,24 @@ class Emitter(GroupedForm, StackedForm):
             p = self.emit(ar, br, zeros(blk_shape, self.acc), inner)
             products.append(self.fence_product(p))
         return self.combine_c(products.__getitem__, s, init, Mb, Nb)
+
+    def _blocking_level(self, A, B, init, s, inner: Optional[Plan], Mb: int, Nb: int) -> ir.Value:
+        """Classical blocking ``<m,k,n; m*k*n>`` (:attr:`Scheme.is_blocking`): for
+        each block ``C[i,l]`` the k products ``A[i,j] B[j,l]`` (each through
+        ``inner``) accumulate into it in K order, each product's result the
+        next one's accumulator, and the block is written back with
+        ``tensor.insert_slice``: no combine ops, no product temporaries. ``A``,
+        ``B`` give the blocks."""
+        c = self.c
+        md, nd = c.m_dim, c.n_dim
+        result = init
+        for i in range(s.m):
+            for l in range(s.n):
+                acc = slice_accumulator(init, c.out_dims, {md: (i * Mb, Mb), nd: (l * Nb, Nb)})
+                for j in range(s.k):
+                    acc = self.emit(A(i, j), B(j, l), acc, inner)
+                result = insert_along(acc, result, c.out_dims, {md: i * Mb, nd: l * Nb})
+        return result
 
     def combine_c(self, product, s, init: ir.Value, Mb: int, Nb: int) -> ir.Value:
         """Combine C of both forms: ``C[i,l] = C0[i,l] + sum_r W[r][i][l] * product(r)``.

@@ -23,10 +23,10 @@ MAX_LEVELS = 4
 
 
 def _parse_scheme(text: str):
-    """``"auto"``, or the tuple of catalog names in ``"a,b"`` (checked in
-    :meth:`LcmaOptions.validate`, after every option is read)."""
-    if text == "auto":
-        return "auto"
+    """``"auto"``, ``"classical"``, or the tuple of catalog names in ``"a,b"``
+    (checked in :meth:`LcmaOptions.validate`, after every option is read)."""
+    if text in ("auto", "classical"):
+        return text
     names = tuple(n for n in text.split(",") if n)
     if not names:
         raise OptionError("lcma-rewrite option scheme= needs a value (auto, or a name "
@@ -47,7 +47,10 @@ class LcmaOptions:
     """Options of the lcma-rewrite pass (see each field's help for the text form).
 
     Attributes:
-        scheme: ``"auto"`` or a tuple of catalog names, one per level.
+        scheme: ``"auto"``, ``"classical"`` (every contraction stays IREE's
+            one GEMM: no blocking, no LCMA, no run-time dispatch) or a tuple of
+            catalog names, one per level (``mxkxn:R`` with ``R = m*k*n`` is
+            classical blocking, :func:`falcon_mlir.catalog.blocking_scheme`).
         levels: ``None`` (auto) or L in 1..:data:`MAX_LEVELS`.
         edge: ``"auto"``, ``"peel"`` or ``"pad"``.
         form: ``"auto"`` (the decision picks; per-product for a forced
@@ -130,9 +133,10 @@ class LcmaOptions:
     PASS: ClassVar[str] = "lcma-rewrite"
 
     scheme: object = option(
-        "auto", parse=_parse_scheme, metavar="auto|NAME|NAME,NAME,...",
-        help="the scheme, or one catalog name per level (`falcon-catalog list`); auto: the "
-             "cost model decides per contraction")
+        "auto", parse=_parse_scheme, metavar="auto|classical|NAME|NAME,NAME,...",
+        help="the scheme, or one catalog name per level (`falcon-catalog list`; MxKxN:R with "
+             "R = M*K*N is classical blocking); classical: IREE's one GEMM everywhere; auto: the "
+             "cost model decides per contraction, against the best classical plan")
     levels: Optional[int] = option(
         None, type=int, auto=True, range=(1, MAX_LEVELS),
         help="number of levels (auto: the model tries 1..3; a forced scheme: 1)")
@@ -230,6 +234,8 @@ class LcmaOptions:
         """
         from falcon_mlir.catalog import UnknownSchemeError, get_scheme
 
+        if self.scheme == "classical":
+            return
         if self.scheme != "auto":
             names = tuple(self.scheme)
             if not names:
@@ -255,13 +261,18 @@ class LcmaOptions:
                 raise OptionError(f"lcma-rewrite: {e}") from None
 
     def forced_schemes(self) -> Optional[tuple]:
-        """The per-level scheme names the user forced, or ``None`` for auto."""
-        if self.scheme == "auto":
+        """The per-level scheme names the user forced, or ``None`` for auto and
+        ``classical`` (:meth:`keeps_classical`)."""
+        if self.scheme in ("auto", "classical"):
             return None
         names = tuple(self.scheme)
         if len(names) == 1:
             return names * (self.levels or 1)
         return names
+
+    def keeps_classical(self) -> bool:
+        """``scheme=classical``: every contraction stays IREE's one GEMM."""
+        return self.scheme == "classical"
 
     def edge_strategy(self) -> str:
         """``"peel"`` or ``"pad"`` (``auto`` peels)."""

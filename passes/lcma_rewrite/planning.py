@@ -250,6 +250,8 @@ def plan_for(c: Contraction, options: LcmaOptions) -> tuple:
             numerics_check(c, plan.schemes, options.max_error, plan.form,
                            sums_type(c, plan, options), plan.operands)
         return (None, why) if why else (plan, f"plan attached by {PLAN_ATTR}")
+    if options.keeps_classical():
+        return None, "scheme=classical: IREE's one GEMM (no blocking, no LCMA)"
     forced = options.forced_schemes()
     form = "per-product" if options.form == "auto" else options.form
     edge = options.edge_strategy()
@@ -323,7 +325,11 @@ def operands_entry(c: Contraction, plan: Optional[Plan], options: LcmaOptions) -
 
 def predicted_time(c: Contraction, options: LcmaOptions, plan: Optional[Plan]) -> Optional[dict]:
     """Predicted seconds of classical, of the plan taken and of the next best
-    alternatives (the report's ``predicted_time``; ``None`` where unsupported)."""
+    alternatives (the report's ``predicted_time``; ``None`` where unsupported).
+    Where a classical blocking plan beats IREE's GEMM (CPU profiles) also
+    ``best_classical`` (``{"plan", "seconds"}``), ``blocking_gain`` (IREE's
+    GEMM / best classical plan) and ``algebra_gain`` (best classical plan /
+    the plan taken; 1.0 for the blocking plan itself)."""
     if c.unsupported or min(c.M, c.N, c.K) < 1:
         return None
     try:
@@ -342,6 +348,10 @@ def predicted_time(c: Contraction, options: LcmaOptions, plan: Optional[Plan]) -
            "alternatives": [{"plan": a.label(), "seconds": a.seconds} for a in d.alternatives
                             if plan is None or a.schemes != tuple(plan.schemes)
                             or a.form != plan.form or a.edge != plan.edge][:3]}
+    if d.blocked is not None:  # the best classical plan is blocking: the gains apart
+        out["best_classical"] = {"plan": d.blocked.label(), "seconds": d.blocked.seconds}
+        out["blocking_gain"] = d.blocking_gain
+        out["algebra_gain"] = d.best_classical.seconds / out["plan"] if out["plan"] else 1.0
     if plan is not None:
         out["dispatches"] = d.choice.dispatches
         out["temp_bytes"] = int(d.choice.temp_bytes)

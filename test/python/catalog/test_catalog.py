@@ -384,7 +384,8 @@ def test_verify_largest_scheme():
 def test_names_case_insensitive_and_unknown():
     assert get_scheme("StRaSsEn").name == "2x2x2:7"
     assert get_scheme("2X2X2:7-WINOGRAD").name == "2x2x2:7-winograd"
-    for bad in ("foo", "2x2x2:8", "7x7x7:1", "", "strassen^9", "2x2x2:7-nope"):
+    # (2x2x2:8 is classical blocking, generated: test_blocking.py; 2x2x2:9 is nothing)
+    for bad in ("foo", "2x2x2:9", "7x7x7:1", "", "strassen^9", "2x2x2:7-nope", "2x2x2:8-x"):
         with pytest.raises(UnknownSchemeError) as ei:
             get_scheme(bad)
         assert "(run `falcon-catalog list` for the valid names)" in str(ei.value)

@@ -167,3 +167,19 @@ def test_fixed_bench_workloads_zero_sizes(tmp_path, content):
     p.write_text(content)
     with pytest.raises(ValueError):
         parse_workloads(str(p), None)
+
+
+def test_blocked_candidate_is_the_decisions_best_classical_plan(monkeypatch):
+    # x86-dev's table taken at its word for blocking: 4096^3 f32 is blocked 2x2x2
+    # (IREE's GEMM slows there); 512^3 has no blocking plan
+    from cases import ROOT
+    from falcon_mlir.bench import Shape, expand_top, parse_candidates
+
+    monkeypatch.setenv("FALCON_PROFILE",
+                       str(ROOT / "test" / "lit" / "lcma-rewrite" / "Inputs" / "x86_table_profile.json"))
+    cands = parse_candidates("auto,blocked")
+    assert [c.name for c in cands] == ["classical", "auto", "blocked"]
+    big = expand_top(Shape(4096, 4096, 4096), cands, dtype="f32", acc="f32", const_weights=False, top=2)
+    assert [(c.name, c.lcma) for c in big][2] == ("blocked scheme=2x2x2:8", "scheme=2x2x2:8")
+    small = expand_top(Shape(512, 512, 512), cands, dtype="f32", acc="f32", const_weights=False, top=2)
+    assert [c.name for c in small] == ["classical", "auto"]

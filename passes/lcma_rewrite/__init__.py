@@ -294,8 +294,9 @@ def _warn_long_module(forced: list) -> None:
     total = sum((e.get("predicted_time") or {}).get("compile_seconds") or 0 for e in forced)
     if total > LONG_MODULE_SECONDS:
         kernels = any((e.get("plan") or {}).get("form") == "kernel" for e in forced)
-        plans = "plan of this module is" if len(forced) == 1 else f"{len(forced)} plans of this module are"
-        line = (f"{forced[0]['location']}: warning: lcma-rewrite: the forced {plans} predicted to add "
+        plans = "forced plan of this module is" if len(forced) == 1 else \
+            f"{len(forced)} forced plans of this module are"
+        line = (f"{forced[0]['location']}: warning: lcma-rewrite: the {plans} predicted to add "
                 f"about {total:.0f} s of {'IREE and Triton' if kernels else 'IREE'} compile time "
                 f"(over {LONG_MODULE_SECONDS:.0f} s)")
         forced[0]["warning"] = line

@@ -58,7 +58,8 @@ def test_cli_errors(capsys):
     ("strassen*3x3x3:23", 0), ("winograd*laderman", 0), ("2x2x2:07", 0),
     ("5x4x3:48", 1), ("", 1), ("  ", 1), ("strassen*", 1), ("*strassen", 1), ("^2", 1),
     ("strassen^0", 1), ("strassen^5", 1), ("strassen^-1", 1), ("strassen^2^2", 1),
-    ("stráßen", 1), ("2x2x2:7-", 1), ("strassen\x00", 1), ("1x1x1:1", 1), ("2x2x2:8", 1),
+    ("stráßen", 1), ("2x2x2:7-", 1), ("strassen\x00", 1), ("2x2x2:9", 1),
+    ("1x1x1:1", 0), ("2x2x2:8", 0),  # classical blockings <m,k,n;mkn>: generated (issue 14)
     ("-strassen", 2),
 ])
 def test_catalog_show_odd_names(name, rc, capsys):

@@ -242,7 +242,7 @@ def test_split_input_file_and_bytecode_do_not_mix(capfd, src, tmp_path):
 @pytest.mark.parametrize("opts,needle", [
     ("scheme=nosuch", "falcon-catalog list"),
     ("scheme=strassen,nosuch", "falcon-catalog list"),
-    ("scheme=2x2x2:8", "falcon-catalog list"),
+    ("scheme=2x2x2:9", "falcon-catalog list"),
     ("scheme=strassen}", "falcon-catalog list"),
     ("scheme=", "falcon-catalog list"),          # was: lcma-rewrite: IndexError (2 lines)
     ("scheme=,", "falcon-catalog list"),

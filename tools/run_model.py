@@ -74,9 +74,11 @@ def parse_args(argv=None):
                                                          "default 1)")
     p.add_argument("--lr", type=float, default=0.5, help="SGD learning rate (--train; default 0.5)")
     p.add_argument("--seed", type=int, default=0, help="seed of inputs (weights use seed+1)")
-    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"),
+    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
                    help="the layer's dtype (weights, activations, arguments; default float32); "
-                        "bfloat16: JAX exports the projections as bf16 x bf16 -> bf16")
+                        "bfloat16: JAX exports the projections as bf16 x bf16 -> bf16 (float16: "
+                        "JAX cannot lower the block's f16 attention on the CPU; the GPU bundle, "
+                        "scripts/gpu_model.py, runs it)")
     p.add_argument("--small", action="store_true",
                    help="small test block (hidden 256, MLP 512, 4 heads, 2 kv heads)")
     p.add_argument("--no-data-tiling", dest="data_tiling", action="store_false",

@@ -253,6 +253,20 @@ def _warn_gpu_iree_form(c, plan, entry: dict, options: LcmaOptions) -> None:
     print(entry["form_warning"], file=sys.stderr, flush=True)
 
 
+def _warn_form_changed(plan, entry: dict, options: LcmaOptions) -> None:
+    """Warn (stderr, one line; the entry's ``form_warning`` unless it has one) when the user asked for a
+    form (``form=grouped``) and the plan was emitted in another (a grouped combine would read more
+    blocks than one op may, ``MAX_GROUPED_TERMS``): it was said only in the report's reason."""
+    import sys
+
+    if options.form in (None, "auto") or plan.form == options.form or entry.get("form_warning"):
+        return
+    why = entry.get("reason", "").rpartition("; ")[2]
+    entry["form_warning"] = (f"{entry['location']}: warning: lcma-rewrite: form={options.form} asked for, "
+                             f"plan {'+'.join(plan.schemes)} emitted in the {plan.form} form ({why})")
+    print(entry["form_warning"], file=sys.stderr, flush=True)
+
+
 def _warn_operands_unused(options: LcmaOptions, report: list) -> None:
     """Warn once (stderr, one line; the first contraction's entry's
     ``options_warning``) when ``operands=`` was given but can change nothing:
@@ -394,7 +408,8 @@ def run_lcma_rewrite(module_op, options: LcmaOptions) -> list:
         or ``"recursive"``, :class:`_Emission`), ``warning`` (a forced plan predicted to compile for long: the line
         printed on stderr before IREE compiles, :func:`_warn_long_compile`), ``memory_warning``
         (:func:`_warn_device_memory`), ``form_warning`` (a forced bf16/f16 plan in IREE's forms on
-        a CUDA profile, :func:`_warn_gpu_iree_form`), ``options_warning`` (first entry only:
+        a CUDA profile, :func:`_warn_gpu_iree_form`; a form asked for and not emitted,
+        :func:`_warn_form_changed`), ``options_warning`` (first entry only:
         ``operands=`` where no kernel-form plan can be, :func:`_warn_operands_unused`), ``remark``
         (whether the user should be told), and for rewritten ones
         ``products`` and ``combines`` (the number of contractions and combine
@@ -442,6 +457,8 @@ def run_lcma_rewrite(module_op, options: LcmaOptions) -> list:
             _warn_device_memory(c, plan, entry, options)
             _warn_gpu_iree_form(c, plan, entry, options)
             forced.append(entry)
+        if plan is not None:
+            _warn_form_changed(plan, entry, options)
         if PLAN_ATTR in c.op.attributes:
             del c.op.attributes[PLAN_ATTR]
         if plan is not None and plan.form == "kernel":

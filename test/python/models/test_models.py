@@ -92,6 +92,22 @@ def test_iree_classical_matches_library(block, data):
     assert np.max(np.abs(y - ref)) / np.max(np.abs(ref)) < 1e-5
 
 
+def test_run_model_float16_is_refused_up_front(capsys):
+    """Were: --dtype float16 was offered and failed after the export ('The
+    precision F16_F16_F32 is not supported by dot_general on CPU'; break-it
+    review of issue 13): the parser now refuses it with the choices, one line, exit 2."""
+    import importlib.util
+
+    from repo_paths import ROOT
+
+    spec = importlib.util.spec_from_file_location("run_model", ROOT / "tools" / "run_model.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.main(["--small", "--dtype", "float16"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "invalid choice: 'float16'" in err, err
+
+
 def test_run_model_plain_iree(capsys, tmp_path):
     """tools/run_model.py end to end at small sizes with the rewrite off: plain
     IREE, falcon and the JAX/XLA peer side by side, JAX's output agreeing

@@ -183,3 +183,29 @@ def test_kernel_form_chunks_are_handed_to_falcon_kernels():
     assert out.count('falcon.plan = {edge = "pad", form = "kernel", operands = "f16", schemes = ["strassen"]}') == 1
     assert "falcon.combine" not in out
     assert f"tensor<{CHUNK}x128xbf16>" in out
+
+
+def test_auto_chunk_takes_the_smallest_chunk_that_saves_nearly_as_much(monkeypatch):
+    """Were: the smallest chunk within 90% of the best *gain* (speedup - 1), so
+    with 45x at 512 rows against 82x at 8192 (bf16 on x86-64-v3) it took 8192 and
+    every smaller M ran the emulated classical op (break-it review of issue 13).
+    Now 90% of the best *saving* (1 - 1/speedup): 512 there; with the CPU's usual
+    gains (1.30x against 1.40x) the larger chunk still wins."""
+    from types import SimpleNamespace
+
+    from falcon_mlir.passes.lcma_rewrite import dispatch
+
+    def fake(speedups):
+        def decision_for(view, options):
+            sp = speedups.get(view.M)
+            return SimpleNamespace(choice=SimpleNamespace(is_classical=sp is None), speedup=sp)
+        return decision_for
+
+    c = SimpleNamespace(M=None, unsupported=None, dynamic=[0])
+    monkeypatch.setattr(dispatch.dataclasses, "replace", lambda c, **kw: SimpleNamespace(**{**vars(c), **kw}))
+    monkeypatch.setattr(dispatch, "decision_for", fake({512: 45.0, 1024: 60.0, 8192: 82.0}))
+    assert dispatch.auto_chunk(c, None) == 512
+    monkeypatch.setattr(dispatch, "decision_for", fake({512: 1.30, 8192: 1.40}))
+    assert dispatch.auto_chunk(c, None) == 8192
+    monkeypatch.setattr(dispatch, "decision_for", fake({}))
+    assert dispatch.auto_chunk(c, None) is None

@@ -226,3 +226,21 @@ def test_fixed_grouped_three_levels_too_many_constants():
     assert "per-product form" in report[0]["reason"]
     a, b, c = random_inputs(shapes, ["f32"] * 3)
     assert rel_err(run_mlir(new, "f", a, b, c), reference(a, b, c)) < 2e-5
+
+
+def test_forced_grouped_form_that_falls_back_warns(capfd):
+    """Were: form=grouped on a plan whose grouped combines would read more blocks
+    than one op may became per-product with the reason in the report only
+    (break-it review of issue 13). Now one warning line on stderr, and the
+    entry's form_warning; a grouped plan that fits says nothing."""
+    text, _ = contraction_mlir(96, 96, 96)
+    capfd.readouterr()
+    _, report = rewrite(text, "scheme=2x3x4:20 levels=2 form=grouped")
+    err = capfd.readouterr().err
+    assert report[0]["plan"]["form"] == "per-product"
+    lines = [ln for ln in err.splitlines() if "form=grouped asked for" in ln]
+    assert len(lines) == 1 and lines[0] == report[0]["form_warning"], err
+    assert "emitted in the per-product form" in lines[0] and "at most 24" in lines[0]
+    _, report = rewrite(text, "scheme=strassen levels=2 form=grouped")
+    assert report[0]["plan"]["form"] == "grouped" and "form_warning" not in report[0]
+    assert "asked for" not in capfd.readouterr().err

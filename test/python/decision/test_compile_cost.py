@@ -90,7 +90,7 @@ def test_kernel_compile_seconds_against_the_measured_plans():
     assert kernel_compile_seconds(("strassen",) * 3) == pytest.approx(43, rel=0.01)
     assert 70 <= kernel_compile_seconds(("winograd",) * 3) <= 2.5 * 70
     assert kernel_compile_seconds(("2x4x4:26",) * 2) == pytest.approx(375, rel=0.15)
-    assert kernel_compile_seconds(("strassen",) * 4) > 3 * 23 * 60
+    # (Strassen^4, over 23 min for its first kernel: predicted hours; its size takes 10 s to count)
     assert compile_seconds(("strassen",) * 3, "kernel") > kernel_compile_seconds(("strassen",) * 3)
 
 
@@ -99,19 +99,19 @@ def test_auto_leaves_out_kernel_plans_that_compile_for_long_and_forced_ones_warn
     d = decide(Problem(16384, 16384, 16384), h200, forms=("kernel",))
     assert d.choice.schemes == ("strassen",) * 3, d.reason  # 43 s: kept (the kernels are cached)
     assert d.choice.compile_seconds <= LONG_KERNEL_COMPILE_SECONDS
-    forced = decide(Problem(16384, 16384, 16384), h200, forced=("strassen",) * 4, forms=("kernel",))
-    assert forced.choice.compile_seconds > LONG_KERNEL_COMPILE_SECONDS
+    forced = decide(Problem(16384, 16384, 16384), h200, forced=("2x4x4:26",) * 2, forms=("kernel",))
+    assert forced.choice.compile_seconds > LONG_KERNEL_COMPILE_SECONDS  # measured 375 s
     text, _ = contraction_mlir(1024, 1024, 1024)
     src = tmp_path / "x.mlir"
     src.write_text(text)
     r = subprocess.run([sys.executable, "-m", "falcon_mlir.tools.falcon_opt", str(src),
-                        "--lcma-rewrite=profile=h200-falcon scheme=strassen levels=4 form=kernel",
+                        "--lcma-rewrite=profile=h200-falcon scheme=2x4x4:26 levels=2 form=kernel",
                         "-o", str(tmp_path / "o.mlir")], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     lines = [ln for ln in r.stderr.splitlines() if "warning" in ln]
     assert len(lines) == 1 and lines[0].startswith(
-        f"{src}:2:8: warning: lcma-rewrite: plan strassen+strassen+strassen+strassen (kernel) has generated "
-        "combine kernels of size 92359"), r.stderr
+        f"{src}:2:8: warning: lcma-rewrite: plan 2x4x4:26+2x4x4:26 (kernel) has generated "
+        "combine kernels of size 16288"), r.stderr
     assert "Triton is predicted to compile them for about" in lines[0]
 
 

@@ -267,6 +267,28 @@ def _warn_form_changed(plan, entry: dict, options: LcmaOptions) -> None:
     print(entry["form_warning"], file=sys.stderr, flush=True)
 
 
+def _warn_narrow_options_unused(options: LcmaOptions, report: list) -> None:
+    """Warn once (stderr, one line; the first contraction's entry's ``options_warning`` unless it has
+    one) when ``sums=`` or ``products=`` was given but no contraction of the module has a bf16/f16
+    result, the only ones they apply to: they were ignored without a word (break-it review of
+    issue 13: bf16 x bf16 -> f32 with products=f32)."""
+    import sys
+
+    from falcon_mlir.decision import numerics
+
+    given = [f"{k}={getattr(options, k)}" for k in ("sums", "products") if getattr(options, k) != "auto"]
+    entries = [e for e in report if e.get("element_types") is not None]
+    if not given or not entries or any(numerics.is_narrow_result(str(e["element_types"].get("acc")))
+                                       for e in entries):
+        return
+    line = (f"{entries[0]['location']}: warning: lcma-rewrite: {' '.join(given)} "
+            f"{'apply' if len(given) > 1 else 'applies'} to bf16/f16 "
+            f"results only (their plans accumulate in f32 and round once); no contraction here has one, "
+            f"so it changes nothing")
+    entries[0].setdefault("options_warning", line)
+    print(line, file=sys.stderr, flush=True)
+
+
 def _warn_operands_unused(options: LcmaOptions, report: list) -> None:
     """Warn once (stderr, one line; the first contraction's entry's
     ``options_warning``) when ``operands=`` was given but can change nothing:
@@ -491,6 +513,7 @@ def run_lcma_rewrite(module_op, options: LcmaOptions) -> list:
         report.append(entry)
     _warn_long_module(forced)
     _warn_operands_unused(options, report)
+    _warn_narrow_options_unused(options, report)
     if not contractions:
         none = _none_found(root, options)
         if none is not None:

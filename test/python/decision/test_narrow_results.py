@@ -277,3 +277,20 @@ def test_f16_sums_only_when_asked_for_they_overflow_where_classical_does_not():
     assert rel_err(out, ref) <= 2 * rel_err(ref.astype(np.float16), ref) + 1e-3
     forced, report = rewrite(text, "scheme=strassen sums=input")  # asked for: f16 sums, as told
     assert report[0]["rounding"]["sums"] == "f16"
+
+
+def test_sums_and_products_options_on_wide_results_warn_once(capfd):
+    """Were: sums= and products= on a module without bf16/f16 results (f32, or
+    bf16 x bf16 -> f32) were ignored without a word (break-it review of issue 13).
+    Now one warning line; on a bf16 result they apply and nothing is said."""
+    text, _ = contraction_mlir(64, 64, 64, lhs="bf16", acc="f32")
+    capfd.readouterr()
+    _, report = rewrite(text, "scheme=strassen sums=input products=f32")
+    err = capfd.readouterr().err
+    lines = [ln for ln in err.splitlines() if "applies to bf16/f16" in ln or "apply to bf16/f16" in ln]
+    assert len(lines) == 1 and "sums=input products=f32 apply to bf16/f16 results only" in lines[0], err
+    assert report[0]["options_warning"] == lines[0]
+    text, _ = contraction_mlir(64, 64, 64, lhs="bf16", acc="bf16")
+    _, report = rewrite(text, "scheme=strassen sums=input")
+    assert "bf16/f16 results only" not in capfd.readouterr().err
+    assert report[0]["rounding"]["sums"] == "bf16"

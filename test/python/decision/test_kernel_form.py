@@ -195,19 +195,12 @@ def test_forced_plan_beyond_device_memory_warns_up_front(tmp_path):
     profile's memory gets one warning line (auto never picks one; it compiled without a word): two Strassen
     levels at 65536^3 f32 need 147 GiB beside 48 GiB on the 140 GiB H200. 32768^3 fits: no warning; a CPU
     profile states no memory: no warning."""
-    import subprocess
-    import sys
-
     def run(n, opts, plan=""):
-        src = tmp_path / f"x{n}.mlir"
         t = f"tensor<{n}x{n}xf32>"
-        src.write_text(f"func.func @f(%a: {t}, %b: {t}, %c: {t}) -> {t} {{\n"
-                       f"  %0 = linalg.matmul {plan}ins(%a, %b : {t}, {t}) outs(%c : {t}) -> {t}\n"
-                       f"  return %0 : {t}\n}}\n")
-        r = subprocess.run([sys.executable, "-m", "falcon_mlir.tools.falcon_opt", str(src),
-                            f"--lcma-rewrite={opts}", "-o", str(tmp_path / "o.mlir")], capture_output=True, text=True)
-        assert r.returncode == 0, r.stderr
-        return src, [ln for ln in r.stderr.splitlines() if "warning" in ln]
+        return _warnings_of(tmp_path, f"x{n}.mlir", opts,
+                            f"func.func @f(%a: {t}, %b: {t}, %c: {t}) -> {t} {{\n"
+                            f"  %0 = linalg.matmul {plan}ins(%a, %b : {t}, {t}) outs(%c : {t}) -> {t}\n"
+                            f"  return %0 : {t}\n}}\n")
 
     src, lines = run(65536, "profile=h200-falcon scheme=strassen levels=2")
     assert lines == [f"{src}:2:8: warning: lcma-rewrite: plan strassen+strassen (per-product) needs 147 GiB of "
@@ -220,23 +213,30 @@ def test_forced_plan_beyond_device_memory_warns_up_front(tmp_path):
     assert run(65536, "profile=x86-dev scheme=strassen levels=2")[1] == []
 
 
-def _opt_warnings(tmp_path, dtype, n, opts):
-    """falcon-opt on one n^3 ``dtype`` matmul (bf16 -> bf16 from a zero fill) with
-    ``--lcma-rewrite=opts``: (source path, its warning lines)."""
+def _warnings_of(tmp_path, name, opts, text):
+    """falcon-opt (a child process) on MLIR ``text`` written to ``tmp_path/name`` with
+    ``--lcma-rewrite=opts``; it must exit 0: (source path, its warning lines)."""
     import subprocess
     import sys
 
-    src = tmp_path / f"{dtype}{n}.mlir"
-    t = f"tensor<{n}x{n}x{dtype}>"
-    src.write_text(f"func.func @f(%a: {t}, %b: {t}) -> {t} {{\n"
-                   f"  %z = arith.constant 0.0 : {dtype}\n  %e = tensor.empty() : {t}\n"
-                   f"  %c = linalg.fill ins(%z : {dtype}) outs(%e : {t}) -> {t}\n"
-                   f"  %0 = linalg.matmul ins(%a, %b : {t}, {t}) outs(%c : {t}) -> {t}\n"
-                   f"  return %0 : {t}\n}}\n")
+    src = tmp_path / name
+    src.write_text(text)
     r = subprocess.run([sys.executable, "-m", "falcon_mlir.tools.falcon_opt", str(src),
                         f"--lcma-rewrite={opts}", "-o", str(tmp_path / "o.mlir")], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     return src, [ln for ln in r.stderr.splitlines() if "warning" in ln]
+
+
+def _opt_warnings(tmp_path, dtype, n, opts):
+    """falcon-opt on one n^3 ``dtype`` matmul (bf16 -> bf16 from a zero fill) with
+    ``--lcma-rewrite=opts``: (source path, its warning lines)."""
+    t = f"tensor<{n}x{n}x{dtype}>"
+    return _warnings_of(tmp_path, f"{dtype}{n}.mlir", opts,
+                        f"func.func @f(%a: {t}, %b: {t}) -> {t} {{\n"
+                        f"  %z = arith.constant 0.0 : {dtype}\n  %e = tensor.empty() : {t}\n"
+                        f"  %c = linalg.fill ins(%z : {dtype}) outs(%e : {t}) -> {t}\n"
+                        f"  %0 = linalg.matmul ins(%a, %b : {t}, {t}) outs(%c : {t}) -> {t}\n"
+                        f"  return %0 : {t}\n}}\n")
 
 
 def test_forced_bf16_plan_in_iree_forms_on_cuda_warns_up_front(tmp_path):

@@ -19,6 +19,7 @@ keep ``auto`` from choosing such plans, not a prediction to the second.
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 from typing import NamedTuple, Sequence
 
 __all__ = ["EmittedOps", "emitted_ops", "compile_seconds", "compile_cost", "kernel_source_size",
@@ -173,10 +174,17 @@ def kernel_source_size(schemes: Sequence[str]) -> int:
     Raises:
         falcon_mlir.catalog.UnknownSchemeError: unknown scheme name.
     """
-    from .cost import kernel_combine_loads, scheme_terms
+    return _source_size("*".join(schemes))
 
-    name = "*".join(schemes)
-    return sum(scheme_terms(name)) + sum(kernel_combine_loads(name))
+
+@lru_cache(maxsize=256)
+def _source_size(name: str) -> int:
+    from falcon_mlir.catalog import get_scheme
+
+    from .cost import kernel_combine_loads
+
+    s = get_scheme(name)
+    return s.nnz_u + s.nnz_v + s.nnz_w + sum(kernel_combine_loads(name))
 
 
 def kernel_compile_seconds(schemes: Sequence[str]) -> float:

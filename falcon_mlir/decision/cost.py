@@ -254,28 +254,6 @@ def kernel_combine_loads(name: str) -> Tuple[int, int, int]:
     return tuple(out)
 
 
-@lru_cache(maxsize=256)
-def scheme_terms(name: str) -> Tuple[int, int, int]:
-    """Nonzero coefficients of U, V and W of scheme ``name`` (a composition is one scheme).
-
-    Raises:
-        falcon_mlir.catalog.UnknownSchemeError: unknown name.
-    """
-    from falcon_mlir.catalog import get_scheme
-
-    s = get_scheme(name)
-    return tuple(sum(1 for x in _flat(T) if x != 0) for T in (s.U, s.V, s.W))
-
-
-def _flat(T):
-    """The entries of a nested coefficient table (lists or arrays)."""
-    for x in T:
-        if isinstance(x, (list, tuple)) or hasattr(x, "__len__"):
-            yield from _flat(x)
-        else:
-            yield x
-
-
 @lru_cache(maxsize=4096)
 def scheme_stats(name: str) -> SchemeStats:
     """:class:`SchemeStats` of a catalog scheme name (permutations, ``a*b`` compositions).

@@ -59,6 +59,13 @@ classical plan / the chosen plan).
 Deciding takes a few milliseconds per contraction after a one-off load of
 the catalog's statistics (~0.3 s per process); results are memoized per
 (problem, profile, options).
+
+(One file of about 700 lines by choice: it is the one decision, the search
+over plans, the classical references and the reason line that must name
+what the search left out and why; the prices are in :mod:`.cost`, the errors
+in :mod:`.numerics`, the compile times in :mod:`.compile_cost`. Split
+candidate: the classical-blocking candidates, ``_blocking_*`` and
+``_best_blocked``.)
 """
 
 from __future__ import annotations

@@ -81,7 +81,10 @@ SQUARES = {"square 8192": (8192, 8192, 8192), "square 16384": (16384, 16384, 163
 #: Small correctness modules (with IREE's own @reference): dtype, M, N, K, batch, trans_a, trans_b, out.
 CHECKS = [("bf16", 1000, 1000, 1000, 1, True, False, "f32"),
           ("f16", 1000, 1032, 776, 3, False, True, "f16"),
-          ("f32", 1000, 1000, 1000, 1, False, False, "f32")]
+          ("f32", 1000, 1000, 1000, 1, False, False, "f32"),
+          # whole 128 x 128 tiles: falcon's f32 FMA kernel (the sizes above go to the Triton kernel)
+          ("f32", 384, 256, 136, 3, False, True, "f32"),
+          ("f32", 256, 384, 1032, 1, True, False, "f32")]
 #: IREE flags of ``--cpu`` (dry-run) bundles.
 CPU_FLAGS = ("--iree-hal-target-device=local", "--iree-hal-local-target-device-backends=llvm-cpu",
              "--iree-llvmcpu-target-cpu=host")
@@ -201,8 +204,9 @@ def check_candidates(jobs: list) -> list:
 
 def prepare(args) -> int:
     from falcon_mlir.kernels import GemmSpec
-    from falcon_mlir.kernels.aot import KERNEL_SOURCE, compile_kernels
+    from falcon_mlir.kernels.aot import KERNEL_SOURCE, compile_kernels, use_fma
     from falcon_mlir.kernels.configs import KernelConfig, adapt, choose_config
+    from falcon_mlir.kernels.fma_gemm import FmaConfig
 
     shapes = ({s: parse_shape(s) for s in args.shapes} if args.shapes else default_shapes())
     f32_shapes = ({s: parse_shape(s) for s in args.f32_shapes} if args.f32_shapes
@@ -233,7 +237,8 @@ def prepare(args) -> int:
     items = []
     for _, spec, cfg, _, _ in todo:
         try:
-            items.append((spec, adapt(spec, cfg) if cfg is not None else choose_config(spec)))
+            items.append((spec, adapt(spec, cfg) if cfg is not None
+                          else FmaConfig() if use_fma(spec) else choose_config(spec)))
         except ValueError as e:
             items.append(e)
     live = [it for it in items if not isinstance(it, Exception)]

@@ -17,6 +17,8 @@ there) and writes ``{"results": [...]}`` to the original stdout. A job is
 
 * ``{"kind": "gemm", "spec": GemmSpec dict, "config": KernelConfig dict,
   "capability": 90, "num_sms": 132}``: the GEMM of :mod:`.triton_gemm`;
+* ``{"kind": "nvrtc", "source": CUDA C, "arch": "sm_90a", "label": TEXT,
+  "num_programs": N}``: the f32 FMA GEMM of :mod:`.fma_gemm`, compiled by NVRTC;
 * ``{"kind": "source", "path": FILE, "fn": NAME, "signature": {...},
   "constexprs": {...}, "pointers": N, "options": {...}, "capability": 90,
   "label": TEXT}``: the ``@triton.jit`` function ``NAME`` of a generated
@@ -180,6 +182,27 @@ def _source_job(job: dict) -> dict:
         return {"ok": False, "error": f"Triton failed to compile {job.get('label', job.get('fn'))}: {_one_line(e)}"}
 
 
+def _nvrtc_job(job: dict) -> dict:
+    """The f32 FMA GEMM (:mod:`.fma_gemm`): CUDA C source compiled by NVRTC, launch facts as Triton's."""
+    import time
+
+    from . import fma_gemm
+
+    try:
+        t0 = time.perf_counter()
+        cubin = fma_gemm.compile_cubin(job["source"], job["arch"])
+        seconds = time.perf_counter() - t0
+    except Exception as e:
+        return {"ok": False, "error": f"NVRTC failed to compile {job.get('label')}: {_one_line(e)}"}
+    md = {"name": fma_gemm.KERNEL_NAME, "num_warps": fma_gemm.THREADS // 32, "num_stages": 2, "shared": 0,
+          "num_ctas": 1, "cluster_dims": [1, 1, 1], "global_scratch_size": 0, "global_scratch_align": 1,
+          "profile_scratch_size": 0, "profile_scratch_align": 1, "launch_cooperative_grid": False,
+          "launch_pdl": False}
+    return {"ok": True, "cubin": base64.b64encode(cubin).decode("ascii"), "metadata": md, "seconds": seconds,
+            "triton_version": fma_gemm.nvrtc_version(), "usage": resource_usage(cubin),
+            "num_programs": job["num_programs"]}
+
+
 def main() -> int:
     out = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)  # whatever Triton or ptxas print goes to stderr, not into the results
@@ -194,6 +217,8 @@ def main() -> int:
             results.append(_gemm_job(job))
         elif kind == "source":
             results.append(_source_job(job))
+        elif kind == "nvrtc":
+            results.append(_nvrtc_job(job))
         else:
             results.append({"ok": False, "error": f"unknown job kind {kind!r}"})
     out.write(json.dumps({"results": results}))

@@ -47,9 +47,11 @@ import tempfile
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Callable, ClassVar, Optional, Sequence
 
+from . import fma_gemm
 from .configs import KernelConfig, choose_config
+from .fma_gemm import FmaConfig
 from .launched import LaunchedKernel, launch_facts
 from .launched import MAX_THREADS, check_launchable, warn_spills  # noqa: F401  (re-exported: aot.check_launchable, ...)
 from .spec import GemmSpec, require_supported
@@ -76,6 +78,8 @@ class CompiledKernel(LaunchedKernel):
 
     spec: GemmSpec
     config: KernelConfig
+    #: The configuration class a cache entry is read back with.
+    CONFIG_TYPE: ClassVar[type] = KernelConfig
 
     def metadata(self) -> dict:
         """The launch facts as a JSON-ready dict (no cubin)."""
@@ -97,9 +101,19 @@ class CompiledKernel(LaunchedKernel):
         if d.pop("format") != CACHE_FORMAT:
             raise ValueError("old cache format")
         d["spec"] = GemmSpec.from_dict(d["spec"])
-        d["config"] = KernelConfig.from_dict(d["config"])
+        d["config"] = cls.CONFIG_TYPE.from_dict(d["config"])
         d["cubin"] = decode_cubin(d)
         return cls(**d, from_cache=True)
+
+
+@dataclass(frozen=True)
+class FmaKernel(CompiledKernel):
+    """The f32 FMA GEMM (:mod:`falcon_mlir.kernels.fma_gemm`) compiled by NVRTC: a :class:`CompiledKernel`
+    whose ``config`` is an :class:`~falcon_mlir.kernels.fma_gemm.FmaConfig`, ``triton_version`` the NVRTC
+    (``"nvrtc 12.9.86"``) and ``num_programs`` one block per tile (not a persistent grid)."""
+
+    config: FmaConfig
+    CONFIG_TYPE: ClassVar[type] = FmaConfig
 
 
 def encode_cubin(cubin: bytes) -> dict:
@@ -291,10 +305,44 @@ def compile_batch(requests: Sequence[CompileRequest], cache: bool = True, errors
     return out
 
 
+def use_fma(spec: GemmSpec) -> bool:
+    """Whether ``spec`` gets the f32 FMA kernel by default: served by it (IEEE f32, sizes in whole tiles,
+    :func:`~falcon_mlir.kernels.fma_gemm.fma_reason`), NVRTC installed, and ``$FALCON_FMA_KERNEL`` not
+    ``0`` (set it to compare with the Triton kernel)."""
+    return (os.environ.get("FALCON_FMA_KERNEL", "1") != "0" and fma_gemm.fma_reason(spec) is None
+            and fma_gemm.available())
+
+
+def fma_request(spec: GemmSpec, config: FmaConfig, arch: str) -> CompileRequest:
+    """The :class:`CompileRequest` of the f32 FMA kernel for ``spec`` (NVRTC runs in the worker).
+
+    Raises:
+        ValueError: ``spec`` not served by it (:func:`~falcon_mlir.kernels.fma_gemm.fma_reason`).
+    """
+    source = fma_gemm.kernel_source(spec, config)
+    payload = json.dumps({"format": CACHE_FORMAT, "source": source, "spec": spec.to_dict(),
+                          "config": config.to_dict(), "nvrtc": fma_gemm.nvrtc_version(), "arch": arch},
+                         sort_keys=True)
+    key = hashlib.sha256(payload.encode()).hexdigest()
+    programs = fma_gemm.num_programs(spec, config)
+    job = {"kind": "nvrtc", "source": source, "arch": arch, "label": f"{spec.name} with {config.label}",
+           "num_programs": programs}
+
+    def build(result: dict) -> FmaKernel:
+        facts = launch_facts(f"{spec.name} with {config.label}", result)
+        return FmaKernel(spec=spec, config=config, arch=arch, num_programs=programs, key=key, **facts)
+
+    return CompileRequest(key=key, job=job, build=build, load=FmaKernel._from_json, dump=lambda k: k._to_json())
+
+
 def gemm_request(spec: GemmSpec, config: Optional[KernelConfig] = None, arch: str = "sm_90a",
                  num_sms: int = H200_SMS) -> CompileRequest:
-    """The :class:`CompileRequest` of one GEMM kernel (validated as :func:`compile_kernel` says)."""
+    """The :class:`CompileRequest` of one GEMM kernel (validated as :func:`compile_kernel` says): the f32
+    FMA kernel where :func:`use_fma` (or ``config`` is an :class:`~falcon_mlir.kernels.fma_gemm.FmaConfig`),
+    else the Triton kernel with ``config`` (default: the table's)."""
     capability = _check_arch(arch)
+    if isinstance(config, FmaConfig) or (config is None and use_fma(spec)):
+        return fma_request(spec, config or FmaConfig(), arch)
     require_supported(spec)
     if isinstance(num_sms, bool) or not isinstance(num_sms, int) or num_sms < 1:
         raise ValueError(f"num_sms must be a positive int, got {num_sms!r}")

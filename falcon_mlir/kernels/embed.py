@@ -161,7 +161,7 @@ def executable_source(kernel: CompiledKernel, target_attr: str, name: Optional[s
     return external_executable(
         name or executable_name(kernel), kernel.name, kernel.cubin, target_attr, 2, 1, kernel.num_programs,
         kernel.threads, kernel.shared,
-        f"{kernel.spec.name} with {kernel.config.label}: {kernel.arch} cubin from Triton {kernel.triton_version}")
+        f"{kernel.spec.name} with {kernel.config.label}: {kernel.arch} cubin from {kernel.compiler}")
 
 
 def external_dispatch(exe: str, entry: str, operands: Sequence[tuple], results: Sequence[str], scratch: tuple,

@@ -35,7 +35,7 @@ class LaunchedKernel:
             program (bytes; holds the device-side TMA descriptors) and its alignment.
         profile_scratch_size, profile_scratch_align: the same for profiling (0 unless instrumented).
         num_programs: blocks of the 1-D grid.
-        triton_version: Triton that compiled it.
+        triton_version: Triton that compiled it (``nvrtc X`` for the FMA kernel; see :attr:`compiler`).
         key: the cache key (hex SHA-256).
         registers: registers per thread in the cubin (None: no cuobjdump to read it).
         stack_bytes: per-thread stack frame (local memory: spills), None as above.
@@ -61,6 +61,12 @@ class LaunchedKernel:
     stack_bytes: Optional[int] = None
     compile_seconds: float = 0.0
     from_cache: bool = False
+
+    @property
+    def compiler(self) -> str:
+        """What compiled the cubin: ``Triton 3.6.0`` or ``nvrtc 12.9.86`` (kept in ``triton_version``)."""
+        v = self.triton_version
+        return v if v.startswith("nvrtc") else f"Triton {v}"
 
     @property
     def threads(self) -> int:

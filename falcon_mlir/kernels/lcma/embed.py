@@ -45,7 +45,7 @@ def plan_executables(plan: CompiledPlan, target_attr: str) -> str:
             what = (f"combine {role.upper()}, {len(k.spec.coeffs)} outputs in {len(plan.groups[role])} group(s), "
                     f"tiles {k.config.label}" + (f", scaled by 2^{k.spec.scale}" if k.spec.scale else ""))
             inputs = 1 + (len(k.spec.scale) if k.spec.scale else 0)
-        comment = f"{plan.spec.name} ({plan.scheme_name}): {what}; {k.arch} cubin from Triton {k.triton_version}"
+        comment = f"{plan.spec.name} ({plan.scheme_name}): {what}; {k.arch} cubin from {k.compiler}"
         parts.append(external_executable(names[role], k.name, k.cubin, target_attr, inputs, 1, k.num_programs,
                                          k.threads, k.shared, comment))
     return "\n".join(parts)

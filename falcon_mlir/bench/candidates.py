@@ -9,7 +9,7 @@ from typing import List, Optional
 
 from falcon_mlir.bench.shapes import Shape
 
-__all__ = ["Candidate", "parse_candidates", "expand_top", "plan_text"]
+__all__ = ["Candidate", "parse_candidates", "split_candidates", "expand_top", "plan_text"]
 
 
 @dataclass
@@ -25,9 +25,31 @@ class Candidate:
     lcma: Optional[str] = None
 
 
+#: Candidate names that are not lcma option strings.
+KEYWORDS = ("classical", "none", "off", "auto", "numpy", "torch", "top", "blocked")
+
+
+def split_candidates(text: str) -> List[str]:
+    """Split a ``--candidates`` list on its commas, except the commas of a per-level scheme list:
+    ``"auto,scheme=strassen,winograd levels=2,numpy"`` -> ``["auto", "scheme=strassen,winograd levels=2",
+    "numpy"]``. A piece continues the previous one when that one ends in a ``scheme=`` value and the
+    piece's first word is a plain name (no ``=``, not a keyword of :data:`KEYWORDS`)."""
+    out: List[str] = []
+    for piece in (t.strip() for t in text.split(",")):
+        if not piece:
+            continue
+        first = piece.split()[0]
+        if out and out[-1].split()[-1].startswith("scheme=") and "=" not in first and first not in KEYWORDS:
+            out[-1] += "," + piece
+        else:
+            out.append(piece)
+    return out
+
+
 def parse_candidates(text: str, numpy_peer: bool = False, torch_peer: bool = False) -> List[Candidate]:
     """Comma-separated candidates (``classical``, ``auto``, ``numpy``, ``torch``,
-    ``top``, ``blocked``, lcma option strings) -> list, ``classical`` first (added when
+    ``top``, ``blocked``, lcma option strings, whose ``scheme=`` may list one name per level with
+    commas: :func:`split_candidates`) -> list, ``classical`` first (added when
     absent), then ``numpy`` with ``numpy_peer`` and ``torch`` with
     ``torch_peer`` last; duplicates dropped.
 
@@ -37,7 +59,7 @@ def parse_candidates(text: str, numpy_peer: bool = False, torch_peer: bool = Fal
     """
     from falcon_mlir.api import make_lcma_rewrite
 
-    names = [t.strip() for t in text.split(",") if t.strip()]
+    names = split_candidates(text)
     if not names:
         raise ValueError("empty list")
     cands: List[Candidate] = []

@@ -183,3 +183,17 @@ def test_blocked_candidate_is_the_decisions_best_classical_plan(monkeypatch):
     assert [(c.name, c.lcma) for c in big][2] == ("blocked scheme=2x2x2:8", "scheme=2x2x2:8")
     small = expand_top(Shape(512, 512, 512), cands, dtype="f32", acc="f32", const_weights=False, top=2)
     assert [c.name for c in small] == ["classical", "auto"]
+
+
+def test_candidates_keep_per_level_scheme_lists_whole():
+    from falcon_mlir.bench import parse_candidates
+    from falcon_mlir.bench.candidates import split_candidates
+
+    assert split_candidates("auto, scheme=strassen,winograd levels=2 ,numpy,scheme=strassen") == [
+        "auto", "scheme=strassen,winograd levels=2", "numpy", "scheme=strassen"]
+    # a plain name after a finished option string (another key last) starts a new candidate
+    assert split_candidates("scheme=strassen levels=1,top") == ["scheme=strassen levels=1", "top"]
+    cands = parse_candidates("auto,scheme=strassen,2x2x2:8,numpy")
+    assert [(c.name, c.kind, c.lcma) for c in cands] == [
+        ("classical", "iree", None), ("auto", "iree", "auto"),
+        ("scheme=strassen,2x2x2:8", "iree", "scheme=strassen,2x2x2:8"), ("numpy", "numpy", None)]

@@ -89,6 +89,21 @@ def test_use_fma_and_the_way_back_to_triton(monkeypatch):
     assert not aot.use_fma(f32(256, 256, 64, f32_mode="tf32x3")) and not aot.use_fma(f32(200, 256, 64))
 
 
+@needs_nvrtc
+def test_f32_plan_products_default_to_it():
+    """A kernel-form f32 plan's batched products are a GEMM like any other: the FMA kernel where it serves
+    them (Strassen at 512^3: 7 x 256^3), Triton's where not (1000x1032x776: 512x528x400 blocks)."""
+    if not have("triton"):
+        pytest.skip("the combine kernels' requests need triton")
+    from falcon_mlir.kernels import lcma
+
+    kinds = {}
+    for spec in (lcma.PlanSpec(512, 512, 512, "strassen", "f32"), lcma.PlanSpec(1000, 1032, 776, "strassen", "f32")):
+        reqs, _, _ = lcma.plan_requests(spec)
+        kinds[spec.M] = [r.job["kind"] for r in reqs]
+    assert kinds == {512: ["source", "source", "nvrtc", "source"], 1000: ["source", "source", "gemm", "source"]}
+
+
 def test_cuda_extra_pins_the_nvrtc_the_kernel_was_measured_with():
     tomllib = pytest.importorskip("tomllib")  # Python 3.11
     extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["cuda"]

@@ -318,8 +318,10 @@ def fma_request(spec: GemmSpec, config: FmaConfig, arch: str) -> CompileRequest:
 
     Raises:
         ValueError: ``spec`` not served by it (:func:`~falcon_mlir.kernels.fma_gemm.fma_reason`).
+        ImportError: NVRTC is not installed (the message says how to get it).
     """
     source = fma_gemm.kernel_source(spec, config)
+    fma_gemm.require_nvrtc()
     payload = json.dumps({"format": CACHE_FORMAT, "source": source, "spec": spec.to_dict(),
                           "config": config.to_dict(), "nvrtc": fma_gemm.nvrtc_version(), "arch": arch},
                          sort_keys=True)
@@ -404,7 +406,7 @@ def compile_kernel(spec: GemmSpec, config: Optional[KernelConfig] = None, arch: 
     Raises:
         ValueError: ``spec`` not served (the reason), another arch, a config
             that cannot store this C by TMA, or a kernel over the shared-memory limit.
-        ImportError: Triton is not installed.
+        ImportError: Triton is not installed (or NVRTC, for the f32 FMA kernel).
         RuntimeError: Triton failed (one line naming the spec and config), or
             compiled a kernel IREE cannot launch.
         WorkerError: the Triton child process failed as a whole.

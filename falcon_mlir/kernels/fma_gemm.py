@@ -307,6 +307,21 @@ def available() -> bool:
     return nvrtc_library() is not None
 
 
+def require_nvrtc() -> str:
+    """Path of ``libnvrtc.so`` (:func:`nvrtc_library`).
+
+    Raises:
+        ImportError: NVRTC is not installed; the message says how to get it.
+    """
+    path = nvrtc_library()
+    if path is None:
+        where = (f"$FALCON_NVRTC={os.environ['FALCON_NVRTC']} is not a file" if os.environ.get("FALCON_NVRTC")
+                 else f"{NVRTC_PACKAGE} is not installed")
+        raise ImportError(f"the f32 FMA kernel needs NVRTC ({where}): pip install 'falcon-mlir[cuda]' "
+                          f"(or {NVRTC_PACKAGE}=={NVRTC_VERSION}), or FALCON_FMA_KERNEL=0 for the Triton kernel")
+    return path
+
+
 def compile_cubin(source: str, arch: str = "sm_90a", name: str = "falcon_fma_gemm.cu") -> bytes:
     """Compile CUDA C ``source`` to a cubin for ``arch`` with NVRTC (default optimization).
 
@@ -314,11 +329,7 @@ def compile_cubin(source: str, arch: str = "sm_90a", name: str = "falcon_fma_gem
         ImportError: NVRTC is not installed.
         RuntimeError: NVRTC failed (its log's first error line).
     """
-    path = nvrtc_library()
-    if path is None:
-        raise ImportError(f"the f32 FMA kernel needs NVRTC: pip install 'falcon-mlir[cuda]' "
-                          f"({NVRTC_PACKAGE}=={NVRTC_VERSION})")
-    lib = ctypes.CDLL(path)
+    lib = ctypes.CDLL(require_nvrtc())
     prog = ctypes.c_void_p()
     _check(lib, lib.nvrtcCreateProgram(ctypes.byref(prog), source.encode(), name.encode(), 0, None, None), "create")
     try:

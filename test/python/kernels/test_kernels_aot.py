@@ -55,7 +55,11 @@ def test_pinned_triton_version():
 
 
 def test_f32_ieee_is_fma_not_tensor_cores(compiled):
-    k = compiled(GemmSpec(1024, 1024, 512, "f32", "f32", "f32"))
+    """Triton's IEEE f32 kernel (passed its config: by default these sizes go to the FMA kernel of
+    test_fma_gemm.py)."""
+    spec = GemmSpec(1024, 1024, 512, "f32", "f32", "f32")
+    k = compiled(spec, choose_config(spec))
+    assert isinstance(k.config, KernelConfig) and k.compiler.startswith("Triton")
     ops = _sass_ops(k)
     assert ops["HGMMA"] == 0 and ops["FFMA"] > 0 and ops["UTMALDG"] > 0
     # The run-1 regression (Triton 3.9): 32 registers, 5.5 KB of stack, ~2,200 LDL and STL.
@@ -68,7 +72,7 @@ def test_f32_ieee_is_fma_not_tensor_cores(compiled):
 def test_table_configs_do_not_spill(compiled, spec):
     if aot.cuobjdump_path() is None:
         pytest.skip("no cuobjdump")
-    k = compiled(spec)
+    k = compiled(spec, choose_config(spec))  # the table's Triton config (f32 8192^3 defaults to the FMA kernel)
     assert k.stack_bytes == 0, f"{spec.name} with {k.config.label}: {k.stack_bytes} stack bytes"
     assert k.metadata()["registers"] == k.registers <= 255
 

@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 from kernel_helpers import have, skip_without
 
+from falcon_mlir.kernels import fma_gemm
+
 SCRIPT = Path(__file__).resolve().parents[3] / "scripts" / "gpu_kernels.py"
 
 
@@ -72,9 +74,12 @@ def test_dry_run_bundle(tmp_path):
              "--falcon-compile", "scheme=strassen")
     assert r.returncode == 0, r.stdout + r.stderr
     manifest = json.loads((bundle / "manifest.json").read_text())
-    # The correctness module comes first: run does it first, so a budget cannot skip it.
-    assert [e["kind"] for e in manifest["entries"]] == ["check", "perf", "perf", "falcon-compile"]
+    # The correctness modules come first: run does them first, so a budget cannot skip them. Three f32
+    # checks: 1000^3 on the Triton kernel, two in whole 128 x 128 tiles on the FMA kernel (where NVRTC is).
+    assert [e["kind"] for e in manifest["entries"]] == ["check"] * 3 + ["perf", "perf", "falcon-compile"]
     assert not manifest["failures"]
+    fma = [e["config_label"] == "fma128x128x8,g8" for e in manifest["entries"][:3]]
+    assert fma == ([False, True, True] if fma_gemm.available() else [False] * 3), fma
     fc = manifest["entries"][-1]
     assert fc["name"] == "fc_f32_64x48x80_nn_of32__scheme_strassen", fc["name"]
     assert fc["report"][0]["plan"]["schemes"] == ["strassen"]
@@ -87,7 +92,7 @@ def test_dry_run_bundle(tmp_path):
     assert modes.count("tf32x3") == 3 and modes[0] == "ieee"
 
     r = _run(bundle / "gpu_kernels.py", "check", bundle)
-    assert r.returncode == 0 and "4 modules" in r.stdout, r.stdout
+    assert r.returncode == 0 and "6 modules" in r.stdout, r.stdout
 
     r = _run(bundle / "gpu_kernels.py", "run", bundle, "--cpu", "--repeat", "2", "--warmup", "1",
              "--interleave", "2", out=out)
@@ -97,7 +102,7 @@ def test_dry_run_bundle(tmp_path):
     rows = result["rows"]
     assert rows[0]["name"] == "torch.matmul" and rows[1]["kind"] == "check"  # checks first
     ours = [x for x in rows if x["name"] != "torch.matmul"]
-    assert len(ours) == 4 and all(x["ok"] for x in ours)
+    assert len(ours) == 6 and all(x["ok"] for x in ours)
     assert all(x["rel_err_f64"] < 1e-5 and x["reps"] == 2 and x["il_calls"] == 2 for x in ours)
     assert all(x["vs_torch_wall"] == x["torch_wall_ms"] / x["wall_ms"] for x in ours)
     check = next(x for x in ours if x["kind"] == "check")

@@ -14,9 +14,10 @@ the module needs nothing but IREE's runtime:
   inputs (the plan's ``operands``, default for bf16: two absmax dispatches first);
 * any other contraction the kernels serve (:mod:`.serve`: f32/f16/bf16, one
   batch dim, A and/or B transposed, static sizes, TMA-readable strides) and
-  of at least ``min-flops`` becomes one dispatch of the classical GEMM kernel,
-  with its tile configuration from the measured table
-  (:mod:`falcon_mlir.kernels.configs`).
+  of at least ``min-flops`` becomes one dispatch of the classical GEMM kernel:
+  for IEEE f32 in whole 128 x 128 tiles the CUDA C FMA kernel
+  (:mod:`falcon_mlir.kernels.fma_gemm`), else the Triton kernel with its tile
+  configuration from the measured table (:mod:`falcon_mlir.kernels.configs`).
 
 Everything else stays IREE's. A C operand that is not a zero fill is added to
 the kernel's result by an elementwise op. All kernels of a module are
@@ -130,11 +131,12 @@ def _compile(chosen: list, arch: str) -> list:
     Raises:
         PassError: the Triton child failed as a whole (crashed, timed out).
     """
-    from falcon_mlir.kernels import choose_config, compile_kernels, compile_plans
+    from falcon_mlir.kernels import compile_kernels, compile_plans
     from falcon_mlir.kernels._worker import WorkerError
     from falcon_mlir.kernels.lcma import PlanSpec
 
-    gemms = [(s.spec, choose_config(s.spec)) for _, s, _ in chosen if not isinstance(s.spec, PlanSpec)]
+    # No config: compile_kernels picks (the FMA kernel where it serves, else the table's Triton config).
+    gemms = [(s.spec, None) for _, s, _ in chosen if not isinstance(s.spec, PlanSpec)]
     plans = [s.spec for _, s, _ in chosen if isinstance(s.spec, PlanSpec)]
     try:
         done_g = iter(compile_kernels(gemms, arch=arch, errors="return") if gemms else [])

@@ -135,6 +135,31 @@ def test_pass_replaces_served_ops_and_leaves_the_rest():
 
 
 @needs_triton
+def test_f32_contractions_get_the_fma_kernel_where_it_serves(monkeypatch):
+    from falcon_mlir.kernels import fma_gemm
+
+    if not fma_gemm.available():
+        pytest.skip("needs NVRTC (the cuda extra)")
+    # 256x384x136: whole 128 x 128 tiles, K a multiple of 8 -> the CUDA C FMA kernel;
+    # 200x384x136: M not in whole tiles -> the Triton kernel with the table's configuration
+    text = MM.format(M=256, N=384, K=136, t="f32", acc="f32") + \
+        MM.format(M=200, N=384, K=136, t="f32", acc="f32").replace("@mm", "@mm2")
+    with ir.Context():
+        m = ir.Module.parse(text)
+        rep = run_falcon_kernels(m.operation, KernelsOptions.parse("min-flops=0 min-intensity=0"))
+        out = str(m)
+    assert [e["kernel"] for e in rep] == ["classical", "classical"]
+    assert rep[0]["config"] == "fma128x128x8,g8" and rep[0]["programs"] == 2 * 3
+    assert rep[1]["config"] == "128x128x32,s3,w8,g8"  # the table's f32 entry (N = 384 stores by TMA)
+    assert out.count("flow.dispatch @falcon_gemm_f32_") == 2 and "linalg.matmul" not in out
+    monkeypatch.setenv("FALCON_FMA_KERNEL", "0")
+    with ir.Context():
+        m = ir.Module.parse(MM.format(M=256, N=384, K=136, t="f32", acc="f32"))
+        rep = run_falcon_kernels(m.operation, KernelsOptions.parse("min-flops=0 min-intensity=0"))
+    assert not rep[0]["config"].startswith("fma")
+
+
+@needs_triton
 def test_falcon_compile_cuda_builds_a_vmfb_with_our_cubin_and_reports_it():
     import falcon_mlir
 

@@ -45,6 +45,7 @@ the rest). Compiled by NVRTC from the pinned ``nvidia-cuda-nvrtc-cu12`` wheel
 from __future__ import annotations
 
 import ctypes
+import functools
 import glob
 import importlib.metadata
 import importlib.util
@@ -288,17 +289,20 @@ def nvrtc_library() -> Optional[str]:
 
 def nvrtc_version() -> str:
     """``nvrtc 12.9.86`` (the wheel's version), or ``nvrtc`` plus the library's own when ``$FALCON_NVRTC``
-    names it."""
+    names it.
+
+    Raises:
+        ImportError: ``$FALCON_NVRTC`` names a file that is not NVRTC (:func:`require_nvrtc`).
+    """
     try:
         if not os.environ.get("FALCON_NVRTC"):
             return "nvrtc " + importlib.metadata.version(NVRTC_PACKAGE)
     except importlib.metadata.PackageNotFoundError:
         pass
-    lib = nvrtc_library()
-    if lib is None:
+    if nvrtc_library() is None:
         return "nvrtc (not installed)"
     major, minor = ctypes.c_int(), ctypes.c_int()
-    ctypes.CDLL(lib).nvrtcVersion(ctypes.byref(major), ctypes.byref(minor))
+    _load(require_nvrtc()).nvrtcVersion(ctypes.byref(major), ctypes.byref(minor))
     return f"nvrtc {major.value}.{minor.value}"
 
 
@@ -311,15 +315,38 @@ def require_nvrtc() -> str:
     """Path of ``libnvrtc.so`` (:func:`nvrtc_library`).
 
     Raises:
-        ImportError: NVRTC is not installed; the message says how to get it.
+        ImportError: NVRTC is not installed, or ``$FALCON_NVRTC`` names a file that is not NVRTC; the
+            message says how to get it.
     """
     path = nvrtc_library()
+    where = None
     if path is None:
         where = (f"$FALCON_NVRTC={os.environ['FALCON_NVRTC']} is not a file" if os.environ.get("FALCON_NVRTC")
                  else f"{NVRTC_PACKAGE} is not installed")
+    else:
+        try:
+            _load(path)
+        except (OSError, AttributeError) as e:  # not a shared library, or one without NVRTC's entry points
+            why = " ".join(str(e).replace(f"{path}: ", "").split())
+            where = f"{'$FALCON_NVRTC=' if os.environ.get('FALCON_NVRTC') else ''}{path} is not an NVRTC library: {why}"
+    if where:
         raise ImportError(f"the f32 FMA kernel needs NVRTC ({where}): pip install 'falcon-mlir[cuda]' "
                           f"(or {NVRTC_PACKAGE}=={NVRTC_VERSION}), or FALCON_FMA_KERNEL=0 for the Triton kernel")
     return path
+
+
+@functools.lru_cache(maxsize=None)
+def _load(path: str) -> ctypes.CDLL:
+    """``path`` opened by ctypes, checked for the NVRTC entry points used here.
+
+    Raises:
+        OSError: not a loadable shared library.
+        AttributeError: a library without them.
+    """
+    lib = ctypes.CDLL(path)
+    for fn in ("nvrtcVersion", "nvrtcCreateProgram", "nvrtcCompileProgram", "nvrtcGetCUBIN"):
+        getattr(lib, fn)
+    return lib
 
 
 def compile_cubin(source: str, arch: str = "sm_90a", name: str = "falcon_fma_gemm.cu") -> bytes:
@@ -329,7 +356,7 @@ def compile_cubin(source: str, arch: str = "sm_90a", name: str = "falcon_fma_gem
         ImportError: NVRTC is not installed.
         RuntimeError: NVRTC failed (its log's first error line).
     """
-    lib = ctypes.CDLL(require_nvrtc())
+    lib = _load(require_nvrtc())
     prog = ctypes.c_void_p()
     _check(lib, lib.nvrtcCreateProgram(ctypes.byref(prog), source.encode(), name.encode(), 0, None, None), "create")
     try:

@@ -129,7 +129,8 @@ def _compile(chosen: list, arch: str) -> list:
     """Compiled kernel (or plan, or exception) per chosen item, one Triton child for all.
 
     Raises:
-        PassError: the Triton child failed as a whole (crashed, timed out).
+        PassError: the Triton child failed as a whole (crashed, timed out), or a compiler is missing
+            (``$FALCON_NVRTC`` naming a file that is not NVRTC).
     """
     from falcon_mlir.kernels import compile_kernels, compile_plans
     from falcon_mlir.kernels._worker import WorkerError
@@ -141,7 +142,7 @@ def _compile(chosen: list, arch: str) -> list:
     try:
         done_g = iter(compile_kernels(gemms, arch=arch, errors="return") if gemms else [])
         done_p = iter(compile_plans(plans, arch=arch, errors="return") if plans else [])
-    except WorkerError as e:
+    except (WorkerError, ImportError) as e:  # ImportError: a compiler the kernels need is missing or broken
         raise PassError(f"falcon-kernels: {e}") from None
     return [next(done_p) if isinstance(s.spec, PlanSpec) else next(done_g) for _, s, _ in chosen]
 

@@ -89,6 +89,35 @@ def test_use_fma_and_the_way_back_to_triton(monkeypatch):
     assert not aot.use_fma(f32(256, 256, 64, f32_mode="tf32x3")) and not aot.use_fma(f32(200, 256, 64))
 
 
+@pytest.mark.parametrize("content", ["garbage", "libc"])
+def test_falcon_nvrtc_that_is_not_nvrtc(monkeypatch, tmp_path, content):
+    """A file that is no shared library, or a library without NVRTC's functions: one ImportError that says
+    so, from every entry point (not ctypes' OSError or AttributeError)."""
+    import ctypes.util
+
+    if content == "libc":
+        bad = ctypes.util.find_library("c")
+        if bad is None or not Path(bad).is_absolute():
+            import glob
+            bad = next(iter(sorted(glob.glob("/lib/x86_64-linux-gnu/libc.so.6") + glob.glob("/usr/lib*/libc.so.6"))),
+                       None)
+        if bad is None:
+            pytest.skip("no libc.so.6 by path")
+        why = "undefined symbol: nvrtcVersion"
+    else:
+        bad = tmp_path / "libnvrtc.so"
+        bad.write_text("not a library")
+        why = ""
+    monkeypatch.setenv("FALCON_NVRTC", str(bad))
+    prefix = f"the f32 FMA kernel needs NVRTC ($FALCON_NVRTC={bad} is not an NVRTC library: "
+    for call in (fma_gemm.require_nvrtc, fma_gemm.nvrtc_version, lambda: fma_gemm.compile_cubin("x"),
+                 lambda: aot.gemm_request(f32(256, 256, 64))):
+        with pytest.raises(ImportError) as e:
+            call()
+        assert str(e.value).startswith(prefix) and why in str(e.value), str(e.value)
+        assert str(e.value).endswith("or FALCON_FMA_KERNEL=0 for the Triton kernel")
+
+
 @needs_nvrtc
 def test_f32_plan_products_default_to_it():
     """A kernel-form f32 plan's batched products are a GEMM like any other: the FMA kernel where it serves

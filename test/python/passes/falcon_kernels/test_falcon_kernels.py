@@ -160,6 +160,23 @@ def test_f32_contractions_get_the_fma_kernel_where_it_serves(monkeypatch):
 
 
 @needs_triton
+def test_a_broken_nvrtc_is_one_pass_error(monkeypatch, tmp_path):
+    """$FALCON_NVRTC naming a file that is not NVRTC: one PassError saying so (it was an OSError out of
+    ctypes, which falcon-opt printed as an internal error and falcon-compile as 'lcma rewrite failed')."""
+    from falcon_mlir.passes import PassError
+
+    bad = tmp_path / "libnvrtc.so"
+    bad.write_text("not a library")
+    monkeypatch.setenv("FALCON_NVRTC", str(bad))
+    monkeypatch.setenv("FALCON_KERNEL_CACHE", str(tmp_path / "cache"))
+    with ir.Context():
+        m = ir.Module.parse(MM.format(M=256, N=384, K=136, t="f32", acc="f32"))
+        with pytest.raises(PassError, match=r"^falcon-kernels: the f32 FMA kernel needs NVRTC \(\$FALCON_NVRTC="
+                           + f"{bad} is not an NVRTC library: .*FALCON_FMA_KERNEL=0 for the Triton kernel$"):
+            run_falcon_kernels(m.operation, KernelsOptions.parse("min-flops=0 min-intensity=0"))
+
+
+@needs_triton
 def test_falcon_compile_cuda_builds_a_vmfb_with_our_cubin_and_reports_it():
     import falcon_mlir
 

@@ -2,8 +2,8 @@
 
     falcon-compile INPUT -o OUT.vmfb [iree-compile flags]
                    [--lcma-rewrite[=OPTIONS]] [--lcma-report=FILE] [--lcma-explain]
-                   [--no-lcma] [--lcma-phase=PHASE] [--falcon-tiles=auto|none|cuda-sm80]
-                   [--falcon-kernels=auto|none|OPTIONS]
+                   [--no-lcma] [--lcma-phase=PHASE] [--falcon-tiles[=auto|none|cuda-sm80]]
+                   [--falcon-kernels[=auto|none|OPTIONS]]
 
 INPUT is an MLIR file (text or bytecode, StableHLO included) or ``-`` for
 stdin.  Every flag that is not one of ours goes to IREE unchanged, in
@@ -40,7 +40,8 @@ Ours:
                             installed, the cuda extra), none (IREE's code for
                             every contraction), or options such as
                             "arch=sm_90a f32-mode=ieee min-flops=0"; the
-                            report lists each contraction's kernel
+                            report lists each contraction's kernel.
+                            --falcon-tiles and --falcon-kernels alone mean auto
 
 Defaults inside IREE's pipeline (barriers=true) and for a cuda target (the
 h200-iree profile, or h200-falcon with falcon's kernels, padding for a forced
@@ -88,6 +89,9 @@ def _take_value(argv: Sequence[str], i: int, arg: str, name: str) -> tuple:
 #: Our flags that take a value (``--NAME=V`` or ``--NAME V``) -> key in parse_args' dict.
 _VALUE_FLAGS = {"lcma-report": "report_file", "lcma-phase": "phase", "falcon-tiles": "tiles",
                 "falcon-kernels": "kernels"}
+#: Those of them that may stand alone (``--falcon-kernels``: ``auto``), as the README's
+#: ``[--falcon-kernels[=OPTIONS]]`` says; a value then needs ``=`` or must not start with ``-``.
+_OPTIONAL_VALUE_FLAGS = ("falcon-tiles", "falcon-kernels")
 
 
 def parse_args(argv: Sequence[str]) -> dict:
@@ -129,6 +133,10 @@ def parse_args(argv: Sequence[str]) -> dict:
             given.setdefault("off", arg)
         elif name in ("--lcma-explain", "-lcma-explain"):
             a["explain"], i = True, i + 1
+        elif name.lstrip("-") in _OPTIONAL_VALUE_FLAGS and "=" not in arg and \
+                (i + 1 >= len(argv) or argv[i + 1].startswith("-")):
+            # bare, as in falcon-opt (--falcon-kernels --lcma-report=r.json took the report flag as its options)
+            a[_VALUE_FLAGS[name.lstrip("-")]], i = "auto", i + 1
         elif name.lstrip("-") in _VALUE_FLAGS and name in ("-" + name.lstrip("-"),
                                                            "--" + name.lstrip("-")):
             a[_VALUE_FLAGS[name.lstrip("-")]], i = _take_value(argv, i, arg, name)

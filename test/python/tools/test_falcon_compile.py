@@ -108,6 +108,19 @@ def test_compile_bad_command_lines(capfd, src, tmp_path, argv, needle):
     assert out == "" and snap.unchanged()
 
 
+@pytest.mark.parametrize("flag,key", [("--falcon-kernels", "kernels"), ("--falcon-tiles", "tiles")])
+def test_bare_kernels_and_tiles_flags_mean_auto(flag, key):
+    """README: [--falcon-kernels[=OPTIONS]]. A bare flag before another took it as its value
+    (--falcon-kernels --lcma-report=r.json: "unknown falcon-kernels option '--lcma-report'")."""
+    parse = falcon_compile.parse_args
+    for argv in (["in.mlir", flag, "--lcma-report=r.json"], ["in.mlir", flag], [flag, "-", "--lcma-explain"]):
+        a = parse(argv)
+        assert a[key] == "auto" and a["input"] in ("in.mlir", "-"), argv
+    assert parse(["in.mlir", flag, "--lcma-report=r.json"])["report_file"] == "r.json"
+    assert parse(["in.mlir", flag, "none"])[key] == "none" and parse(["in.mlir", f"{flag}=none"])[key] == "none"
+    assert parse(["in.mlir", "--lcma-report", "--x"])["report_file"] == "--x"  # the others still take the next
+
+
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
 def test_compile_disk_full_on_stdout(tmp_path):
     with open("/dev/full", "wb") as full:

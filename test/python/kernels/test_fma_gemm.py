@@ -231,6 +231,21 @@ def test_generated_source_computes_the_gemm(which, tmp_path):
 
 
 @needs_gxx
+@pytest.mark.parametrize("spec", [f32(256, 128, 16, batch=2, trans_a=True), f32(128, 256, 24)],
+                         ids=lambda s: s.name)
+def test_64_bit_offsets_compute_the_gemm(spec, tmp_path):
+    """The ``long long`` offsets of operands with 2^31 elements or more per batch entry, on a small
+    analogue (the same text with ``idx_t`` forced to 64 bits): A read transposed (K*M offsets) and B not
+    (K*N), the two that need them, and the batch offsets on top."""
+    src = kernel_source(spec)
+    assert src.count("typedef int idx_t;") == 1
+    a, b = _inputs(spec, seed=3)
+    c = emulate(src.replace("typedef int idx_t;", "typedef long long idx_t;"), KERNEL_NAME, a, b, spec.c_shape,
+                tmp_path)
+    assert not np.isnan(c).any() and _rel(c, _reference(spec, a, b)) < _tolerance(spec.K)
+
+
+@needs_gxx
 def test_emulation_catches_a_wrong_index(tmp_path):
     """The epilogue storing each thread's tile with tx and ty swapped (swapping them everywhere would only
     hand the tiles to other threads: still right) must fail the check above."""

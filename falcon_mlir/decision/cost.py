@@ -642,9 +642,26 @@ class CostModel:
         self.stream(B * (la * Mb * Kb * ba + R * Mb * Kb * ba), est, "combine_a", eff)
         self.stream(B * (lb * Kb * Nb * bb + R * Kb * Nb * bb), est, "combine_b", eff)
         self.gemm(Mb, Nb, Kb, B * R, ops, ops, est, "products",
-                  scale=self.p.product_factor("kernel"), batch_rate=True)
+                  scale=self.p.product_factor("kernel") * self._f32_products_factor(ops, Mb, Nb, Kb, R),
+                  batch_rate=True)
         self.stream(B * (lc * Mb * Nb * ba + pb.M * pb.N * bc), est, "combine_c", eff)
         est.temp_bytes = max(est.temp_bytes, B * R * (Mb * Kb + Kb * Nb + Mb * Nb) * ba)
+
+    def _f32_products_factor(self, ops: str, Mb: int, Nb: int, Kb: int, R: int) -> float:
+        """Time factor of a kernel-form plan's f32 products: 1.0 where the FMA kernel serves their
+        blocks as the kernels round them (:data:`~falcon_mlir.kernels.lcma.spec.BLOCK_ALIGN`;
+        :func:`~falcon_mlir.kernels.fma_gemm.fma_reason`: whole 128 x 128 tiles), else the profile's
+        ``kernel_products_f32_triton`` (the Triton kernel runs them; the profile's f32 rates are the FMA
+        kernel's). 1.0 for 16-bit products."""
+        if ops != "f32":
+            return 1.0
+        from falcon_mlir.kernels.fma_gemm import fma_reason
+        from falcon_mlir.kernels.lcma.spec import BLOCK_ALIGN
+        from falcon_mlir.kernels.spec import GemmSpec
+
+        up = lambda v: -(-v // BLOCK_ALIGN) * BLOCK_ALIGN  # noqa: E731
+        spec = GemmSpec(up(Mb), up(Nb), up(Kb), "f32", "f32", "f32", batch=R)
+        return 1.0 if fma_reason(spec) is None else float(self.p.forms.get("kernel_products_f32_triton", 1.0))
 
     def _grouped_level(self, M, N, K, pb, st: SchemeStats, est) -> None:
         """Grouped form on a divisible core: group combine A, B; one batched product; combine C."""

@@ -49,6 +49,9 @@ Field meanings and units:
   (:mod:`falcon_mlir.calibration.fit`). ``blocking_products``: the same
   factor for the products of classical blocking plans (``2x2x2:8``; set by
   hand from measured blocked plans, not fitted by falcon-calibrate).
+  ``kernel_products_f32_triton`` (GPU, set by hand): the time factor of a
+  kernel-form plan's f32 products whose blocks the FMA kernel does not serve
+  (the Triton kernel runs them; the f32 ``gemm`` rates are the FMA kernel's).
 
 Presets (:data:`PRESETS`, shipped as ``profiles/*.json``): the x86
 development host (measured with ``falcon-calibrate``; cores and caches of the

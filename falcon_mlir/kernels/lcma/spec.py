@@ -21,6 +21,10 @@ def _round_up(a: int, b: int) -> int:
     return _cdiv(a, b) * b
 
 
+#: Plan blocks are rounded up to a multiple of this many elements (TMA: 16-byte row strides).
+BLOCK_ALIGN = 16
+
+
 @dataclass(frozen=True)
 class PlanSpec(DictFields):
     """One GEMM ``C = A @ B`` run as a grouped LCMA plan.
@@ -61,7 +65,7 @@ class PlanSpec(DictFields):
     product_dtype: Optional[str] = None
     operand_dtype: Optional[str] = None
     f32_mode: str = "ieee"
-    align: int = 16
+    align: int = BLOCK_ALIGN
     trans_b: bool = False
 
     def __post_init__(self):

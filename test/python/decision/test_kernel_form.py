@@ -91,8 +91,8 @@ def test_h200_falcon_profile_is_the_kernels():
     (32768, "bf16", "auto", ("strassen",) * 2),   # 1.169-1.182x, error 2.7-3.0e-3
     (16384, "bf16", "input", ()),                 # bf16 operands: Strassen^2 is over the budget (1.9e-2)
     (32768, "bf16", "input", ("strassen",)),      # 1.091x (run 4)
-    (16384, "f32", "auto", ("strassen",) * 3),    # measured: 1.159x over cuBLAS
-    (32768, "f32", "auto", ("strassen",) * 3),    # measured: 1.18x
+    (16384, "f32", "auto", ("strassen",) * 3),    # measured (run 25, FMA products): 1.345x over cuBLAS
+    (32768, "f32", "auto", ("strassen",) * 3),    # measured (run 25): 1.374x, 73.3 TFLOP/s
 ])
 def test_decisions_on_squares(M, t, operands, want):
     """bf16 plans take scaled f16 operands by default (six dispatches: two absmax passes priced), bf16 ones
@@ -142,15 +142,35 @@ def test_combine_rereads_are_priced():
 
 
 def test_kernel_form_predictions_match_the_h200():
-    """Predicted seconds against IREE-run times of 2026-12-01 (within 12%)."""
+    """Predicted seconds against IREE-run times (within 12%): bf16 of 2026-12-01, f32 with the FMA kernel's
+    products through falcon-compile (run 25, 2026-12-02, wall per call)."""
     cm = decision.CostModel(decision.load_profile("h200-falcon"))
     for (M, t, schemes, measured) in [(16384, "bf16", ("strassen",), 12.26e-3),   # bf16 operands
-                                      (16384, "f32", ("strassen", "strassen"), 160.4e-3),
-                                      (32768, "f32", ("strassen",) * 3, 1122.8e-3),
-                                      (16384, "f32", ("strassen",) * 3, 143.5e-3)]:
+                                      (8192, "f32", ("strassen",) * 3, 16.53e-3),
+                                      (32768, "f32", ("strassen",) * 3, 960.5e-3),
+                                      (16384, "f32", ("strassen",) * 3, 123.4e-3)]:
         pb = decision.Problem(M, M, M, lhs=t, rhs=t, acc=t, operands="input")
         est = cm.plan(pb, schemes, "pad", "kernel")
         assert est.seconds == pytest.approx(measured, rel=0.12), (M, t, schemes)
+
+
+def test_f32_products_the_fma_kernel_does_not_serve_are_priced_at_tritons_rate():
+    """The profile's f32 rates are the FMA kernel's; a plan whose product blocks are not whole 128 x 128
+    tiles runs them on the Triton kernel (0.83x of cuBLAS against 0.97x): priced 1.17x slower, so auto
+    keeps 12800x768x3072 classical (Strassen's 6400x384 blocks are served, but one more level's 3200x192
+    are not) and takes Strassen^2 over Strassen^3 at 12800x28672x8192 (1600x3584 blocks: M not whole)."""
+    cm = decision.CostModel(decision.load_profile("h200-falcon"))
+    assert cm.p.forms["kernel_products_f32_triton"] == pytest.approx(1.17)
+    served = cm.plan(decision.Problem(8192, 8192, 8192, lhs="f32", rhs="f32", acc="f32"), ("strassen",) * 2,
+                     "pad", "kernel")
+    pb = decision.Problem(12800, 768, 3072, lhs="f32", rhs="f32", acc="f32")
+    odd = cm.plan(pb, ("strassen",) * 2, "pad", "kernel")
+    f = cm._f32_products_factor
+    assert f("f32", 4096, 4096, 4096, 49) == 1.0 and f("f32", 3200, 192, 768, 49) == pytest.approx(1.17)
+    assert f("f16", 3200, 192, 768, 49) == 1.0 and f("f32", 4096, 4000, 4100, 7) == pytest.approx(1.17)
+    assert served.parts["products"] > 0 and odd.parts["products"] > 0
+    assert _decide(12800, 768, 3072, "f32", "auto").choice.schemes == ()
+    assert _decide(12800, 28672, 8192, "f32", "auto").choice.schemes == ("strassen",) * 2
 
 
 def test_auto_keeps_plans_within_device_memory():
@@ -248,8 +268,8 @@ def test_forced_bf16_plan_in_iree_forms_on_cuda_warns_up_front(tmp_path):
     assert lines == [f"{src}:5:8: warning: lcma-rewrite: plan strassen (per-product) on bf16 inputs on "
                      "h200-falcon (cuda) forms its products as f32 x bf16 (mixed) products, which falcon's kernels "
                      "do not take and IREE's CUDA code runs off the tensor cores (a forced bf16 per-product "
-                     "Strassen measured 1700x slower than cuBLAS at 4096^3 on the H200); predicted 5.2 ms "
-                     "against 0.232 ms classical (22.4x slower); scheme=auto takes no such plan, form=kernel "
+                     "Strassen measured 1700x slower than cuBLAS at 4096^3 on the H200); predicted 2.97 ms "
+                     "against 0.232 ms classical (12.8x slower); scheme=auto takes no such plan, form=kernel "
                      "runs the plan on falcon's kernels"]
     _, lines = _opt_warnings(tmp_path, "bf16", 4096, "profile=h200-iree scheme=strassen form=grouped")
     assert len(lines) == 1 and "plan strassen (grouped) on bf16 inputs on h200-iree (cuda)" in lines[0] \

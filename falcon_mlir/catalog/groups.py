@@ -13,9 +13,16 @@ schemes.
 
 from __future__ import annotations
 
-from typing import List, Sequence
+import math
+from typing import List, Sequence, Tuple
 
 import numpy as np
+
+#: f32 values per thread the live input tiles (or accumulators) of one output group may hold: the
+#: register budget of the generated combine kernels.
+LIVE_BUDGET = 160
+#: The group sizes (live tiles, or accumulators) a combine kernel chooses among.
+MAX_LIVE_CHOICES = (16, 32, 64)
 
 
 def greedy_groups(needs: Sequence[frozenset], max_live: int, merge: bool) -> List[List[int]]:
@@ -67,3 +74,43 @@ def combine_needs(scheme, role: str) -> List[frozenset]:
     W = np.asarray(scheme.W, dtype=object)
     R, m, n = W.shape
     return [frozenset(r for r in range(R) if W[r, i, l] != 0) for i in range(m) for l in range(n)]
+
+
+def live_tiles(needs: Sequence[frozenset], groups: Sequence[Sequence[int]], merge: bool) -> int:
+    """Tiles one group keeps in registers: its input union (split), or its accumulators and one input (merge)."""
+    if not merge:
+        return max(len(frozenset().union(*(needs[t] for t in g))) for g in groups)
+    return max(len(g) for g in groups) + 1
+
+
+def choose_groups(needs: Sequence[frozenset], merge: bool, vector: int,
+                  wide_offsets: bool = False) -> Tuple[int, List[List[int]], int]:
+    """The output grouping a generated combine kernel takes: of the group sizes :data:`MAX_LIVE_CHOICES`,
+    the one with the fewest input loads (:func:`group_loads`; the smaller size on ties) whose live tiles fit
+    :data:`LIVE_BUDGET` f32 values per thread at ``vector // 2`` values per tile or more (``vector``: elements
+    of a 16-byte vector of the wider element type, 8 for 16-bit, 4 for f32). Values per thread are at most
+    32, halved when there are several groups (the compiler interleaves them) or ``wide_offsets`` (planes past
+    2^31 elements: 64-bit offsets cost registers), rounded down to a power of two.
+
+    So 16-bit combines of Strassen^3 split into groups of 16 and read A about 9 times, while f32 ones hold
+    all 64 blocks in one group (2 values per thread) and read A once.
+
+    Returns:
+        (max_live, groups, values per thread); where no size fits: the smallest size, its groups and
+        ``max(1, vector // 2)``.
+    """
+    best = None
+    for cap in MAX_LIVE_CHOICES:
+        groups = greedy_groups(needs, cap, merge)
+        per_thread = min(32, LIVE_BUDGET // live_tiles(needs, groups, merge))
+        if len(groups) > 1 or wide_offsets:
+            per_thread //= 2
+        if per_thread < max(1, vector // 2):
+            continue
+        loads = group_loads(needs, groups)
+        if best is None or loads < best[0]:
+            best = (loads, cap, groups, 1 << int(math.log2(per_thread)))
+    if best is None:
+        cap = MAX_LIVE_CHOICES[0]
+        return cap, greedy_groups(needs, cap, merge), max(1, vector // 2)
+    return best[1], best[2], best[3]

@@ -229,28 +229,27 @@ class SchemeStats:
         return 0 if self.blocking else len(self.comb_c)
 
 
-#: Live input tiles (or accumulators) per pass the decision assumes of the generated combine kernels:
-#: they choose 16, 32 or 64 (``falcon_mlir.kernels.lcma.default_combine_config``); 16 re-reads most.
-KERNEL_COMBINE_LIVE = 16
-
-
 @lru_cache(maxsize=256)
-def kernel_combine_loads(name: str) -> Tuple[int, int, int]:
+def kernel_combine_loads(name: str, wide: Tuple[int, int, int] = (2, 2, 2),
+                         wide_offsets: Tuple[bool, bool, bool] = (False, False, False)) -> Tuple[int, int, int]:
     """Block loads of the kernel form's combine A, B and C of scheme ``name`` (a composition is one scheme):
-    per pass, the blocks each output group reads (:func:`falcon_mlir.catalog.groups.greedy_groups` with
-    :data:`KERNEL_COMBINE_LIVE`), summed over the groups; one group reads each block it needs once.
+    per pass, the blocks each output group reads, summed over the groups (one group reads each block it
+    needs once), with the groups the generated kernels take
+    (:func:`falcon_mlir.catalog.groups.choose_groups`): ``wide`` is each pass's wider element type in bytes
+    (2: 16-bit, whose Strassen^3 combines split into groups of 16; 4: f32, which holds 64 tiles in one
+    group), ``wide_offsets`` whether its planes pass 2^31 elements.
 
     Raises:
         falcon_mlir.catalog.UnknownSchemeError: unknown name.
     """
     from falcon_mlir.catalog import get_scheme
-    from falcon_mlir.catalog.groups import combine_needs, greedy_groups, group_loads
+    from falcon_mlir.catalog.groups import choose_groups, combine_needs, group_loads
 
     s = get_scheme(name)
     out = []
-    for role in ("a", "b", "c"):
+    for role, w, wo in zip(("a", "b", "c"), wide, wide_offsets):
         needs = combine_needs(s, role)
-        out.append(group_loads(needs, greedy_groups(needs, KERNEL_COMBINE_LIVE, merge=role == "c")))
+        out.append(group_loads(needs, choose_groups(needs, role == "c", 16 // w, wo)[1]))
     return tuple(out)
 
 
@@ -625,18 +624,23 @@ class CostModel:
         add two absmax dispatches that read A and B once more (part ``absmax``;
         same bytes for everything else, f16 and bf16 being 2 bytes each). Where a combine's outputs
         do not fit one pass, its input blocks are read once per group
-        (:func:`kernel_combine_loads`; Strassen^3's 343 operands: A read about
-        9 times, measured on the H200 2026-12-01 in bf16: 2.5 ms per combine at
-        16384^3 where reading A once would take 0.9)."""
+        (:func:`kernel_combine_loads`, the kernels' own grouping; Strassen^3's 343
+        bf16 operands: A read about 9 times, measured on the H200 2026-12-01: 2.5 ms
+        per combine at 16384^3 where reading A once would take 0.9; f32 combines hold
+        all 64 blocks in one group and read A once: Strassen^3 f32 measured 16.5 ms
+        at 8192^3 and 123.4 ms at 16384^3, run 25)."""
         from .numerics import kernel_operands
 
         B, R = pb.batch, st.R
         Mb, Nb, Kb = -(-pb.M // st.m), -(-pb.N // st.n), -(-pb.K // st.k)
         ba, bb, bc = _eb(pb.lhs), _eb(pb.rhs), _eb(pb.acc)
         eff = self.p.form_efficiency("kernel")
-        la, lb, lc = kernel_combine_loads(st.name)
         ops = kernel_operands(pb.lhs, pb.operands)[0] if pb.lhs == pb.rhs else str(pb.lhs)
         est.operands = ops
+        bo = _eb(ops)  # combined operands and products (the kernels' default product type)
+        big = 2 ** 31 - 1
+        la, lb, lc = kernel_combine_loads(st.name, (max(ba, bo), max(bb, bo), max(bo, bc)),
+                                          (R * Mb * Kb > big, R * Kb * Nb > big, R * Mb * Nb > big))
         if ops != str(pb.lhs):  # scaled: max|A|, max|B| first (256 partial maxima each)
             self.stream(B * (pb.M * pb.K * ba + pb.K * pb.N * bb), est, "absmax", eff, dispatches=2)
         self.stream(B * (la * Mb * Kb * ba + R * Mb * Kb * ba), est, "combine_a", eff)

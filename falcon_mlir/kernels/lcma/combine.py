@@ -9,21 +9,18 @@ products into C's blocks (``"merge"``). Their Triton source is generated in
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Sequence
 
 import numpy as np
 
-from falcon_mlir.catalog.groups import greedy_groups, group_loads
+from falcon_mlir.catalog.groups import LIVE_BUDGET, choose_groups, greedy_groups, group_loads, live_tiles
 
 from ..spec import DTYPE_BYTES, DictFields
 from .scale import operand_shifts
 from .spec import PlanSpec, _cdiv, plan_geometry, resolve_scheme
 
-#: f32 values per thread the live input tiles (or accumulators) of one output group may hold.
-LIVE_BUDGET = 160
 
 
 @dataclass(frozen=True)
@@ -154,11 +151,8 @@ def output_groups(cs: CombineSpec, max_live: int) -> list:
 
 
 def _live(cs: CombineSpec, groups) -> int:
-    """Tiles one group keeps in registers: its input union (split), or its accumulators and one input (merge)."""
-    needs = cs.needs()
-    if cs.direction == "split":
-        return max(len(frozenset().union(*(needs[t] for t in g))) for g in groups)
-    return max(len(g) for g in groups) + 1
+    """Tiles one group keeps in registers (:func:`falcon_mlir.catalog.groups.live_tiles`)."""
+    return live_tiles(cs.needs(), groups, merge=cs.direction == "merge")
 
 
 def default_combine_config(cs: CombineSpec) -> CombineConfig:
@@ -175,21 +169,7 @@ def default_combine_config(cs: CombineSpec) -> CombineConfig:
     # Planes past 2^31 elements: 64-bit plane offsets, no immediate store offsets, more registers
     # (Strassen^2 bf16 at 32768^3: 255 registers and a spill with 16x64 tiles, 8x64 fit).
     wide_offsets = cs.planes * cs.block_r * cs.block_c > 2**31 - 1
-    best = None
-    for cap in (16, 32, 64):
-        groups = output_groups(cs, cap)
-        per_thread = min(32, LIVE_BUDGET // _live(cs, groups))
-        if len(groups) > 1 or wide_offsets:
-            per_thread //= 2
-        if per_thread < max(1, vec // 2):
-            continue
-        per_thread = 1 << int(math.log2(per_thread))
-        read = cs.traffic_bytes(groups)["read"]
-        if best is None or read < best[0]:
-            best = (read, cap, per_thread)
-    if best is None:  # nothing fits the budget: the smallest tiles, one vector per thread
-        best = (0, 16, max(1, vec // 2))
-    _, cap, per_thread = best
+    cap, _, per_thread = choose_groups(cs.needs(), cs.direction == "merge", vec, wide_offsets)
     tile_r = max(1, min(256, per_thread * threads // tile_c))
     return CombineConfig(tile_r=tile_r, tile_c=tile_c, num_warps=4, max_live=cap)
 

@@ -91,6 +91,7 @@ def test_h200_falcon_profile_is_the_kernels():
     (32768, "bf16", "auto", ("strassen",) * 2),   # 1.169-1.182x, error 2.7-3.0e-3
     (16384, "bf16", "input", ()),                 # bf16 operands: Strassen^2 is over the budget (1.9e-2)
     (32768, "bf16", "input", ("strassen",)),      # 1.091x (run 4)
+    (8192, "f32", "auto", ("strassen",) * 3),     # run 25: 1.31x; Strassen^2 1.20x (run 28)
     (16384, "f32", "auto", ("strassen",) * 3),    # measured (run 25, FMA products): 1.345x over cuBLAS
     (32768, "f32", "auto", ("strassen",) * 3),    # measured (run 25): 1.374x, 73.3 TFLOP/s
 ])
@@ -133,6 +134,13 @@ def test_combine_rereads_are_priced():
     assert kernel_combine_loads("strassen") == (4, 4, 7)
     assert kernel_combine_loads("strassen*strassen") == (16, 16, 49)
     assert kernel_combine_loads("strassen*strassen*strassen")[0] == 572
+    # f32 combines (16-byte vectors of 4) hold all 64 blocks in one group: A and B read once, as the kernels
+    # do (default_combine_config), unless their planes pass 2^31 elements (64-bit offsets halve the budget)
+    assert kernel_combine_loads("strassen*strassen*strassen", (4, 4, 4)) == (64, 64, 343)
+    assert kernel_combine_loads("strassen*strassen*strassen", (4, 4, 4), (True, True, True))[0] > 64
+    from falcon_mlir.kernels.lcma import PlanSpec, combine_specs, default_combine_config
+    for dt, want in (("f32", 64), ("bf16", 16)):
+        assert default_combine_config(combine_specs(PlanSpec(8192, 8192, 8192, "strassen^3", dt))["a"]).max_live == want
     cm = decision.CostModel(decision.load_profile("h200-falcon"))
     pb = decision.Problem(16384, 16384, 16384, lhs="bf16", rhs="bf16", acc="bf16")
     three = cm.plan(pb, ("strassen",) * 3, "pad", "kernel").seconds

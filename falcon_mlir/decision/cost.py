@@ -229,6 +229,14 @@ class SchemeStats:
         return 0 if self.blocking else len(self.comb_c)
 
 
+#: The kernels' plan blocks are rounded up to a multiple of this (``falcon_mlir.kernels.lcma.spec.BLOCK_ALIGN``;
+#: the decision does not import the kernels, test_kernel_form checks the two agree).
+KERNEL_BLOCK_ALIGN = 16
+#: M, N and K multiples the f32 FMA kernel serves (``falcon_mlir.kernels.fma_gemm.FmaConfig``'s tile; checked
+#: likewise): other f32 products run on the Triton kernel.
+FMA_TILE = (128, 128, 8)
+
+
 @lru_cache(maxsize=256)
 def kernel_combine_loads(name: str, wide: Tuple[int, int, int] = (2, 2, 2),
                          wide_offsets: Tuple[bool, bool, bool] = (False, False, False)) -> Tuple[int, int, int]:
@@ -652,20 +660,16 @@ class CostModel:
         est.temp_bytes = max(est.temp_bytes, B * R * (Mb * Kb + Kb * Nb + Mb * Nb) * ba)
 
     def _f32_products_factor(self, ops: str, Mb: int, Nb: int, Kb: int, R: int) -> float:
-        """Time factor of a kernel-form plan's f32 products: 1.0 where the FMA kernel serves their
-        blocks as the kernels round them (:data:`~falcon_mlir.kernels.lcma.spec.BLOCK_ALIGN`;
-        :func:`~falcon_mlir.kernels.fma_gemm.fma_reason`: whole 128 x 128 tiles), else the profile's
+        """Time factor of a kernel-form plan's f32 products: 1.0 where the FMA kernel serves their blocks as
+        the kernels round them (:data:`KERNEL_BLOCK_ALIGN`; whole :data:`FMA_TILE` tiles), else the profile's
         ``kernel_products_f32_triton`` (the Triton kernel runs them; the profile's f32 rates are the FMA
         kernel's). 1.0 for 16-bit products."""
         if ops != "f32":
             return 1.0
-        from falcon_mlir.kernels.fma_gemm import fma_reason
-        from falcon_mlir.kernels.lcma.spec import BLOCK_ALIGN
-        from falcon_mlir.kernels.spec import GemmSpec
-
-        up = lambda v: -(-v // BLOCK_ALIGN) * BLOCK_ALIGN  # noqa: E731
-        spec = GemmSpec(up(Mb), up(Nb), up(Kb), "f32", "f32", "f32", batch=R)
-        return 1.0 if fma_reason(spec) is None else float(self.p.forms.get("kernel_products_f32_triton", 1.0))
+        up = lambda v: -(-v // KERNEL_BLOCK_ALIGN) * KERNEL_BLOCK_ALIGN  # noqa: E731
+        if all(up(v) % t == 0 for v, t in zip((Mb, Nb, Kb), FMA_TILE)):
+            return 1.0
+        return float(self.p.forms.get("kernel_products_f32_triton", 1.0))
 
     def _grouped_level(self, M, N, K, pb, st: SchemeStats, est) -> None:
         """Grouped form on a divisible core: group combine A, B; one batched product; combine C."""

@@ -167,6 +167,12 @@ def test_f32_products_the_fma_kernel_does_not_serve_are_priced_at_tritons_rate()
     tiles runs them on the Triton kernel (0.83x of cuBLAS against 0.97x): priced 1.17x slower, so auto
     keeps 12800x768x3072 classical (Strassen's 6400x384 blocks are served, but one more level's 3200x192
     are not) and takes Strassen^2 over Strassen^3 at 12800x28672x8192 (1600x3584 blocks: M not whole)."""
+    from falcon_mlir.decision import cost
+    from falcon_mlir.kernels.fma_gemm import FmaConfig
+    from falcon_mlir.kernels.lcma.spec import BLOCK_ALIGN
+
+    c = FmaConfig()
+    assert cost.FMA_TILE == (c.block_m, c.block_n, c.block_k) and cost.KERNEL_BLOCK_ALIGN == BLOCK_ALIGN
     cm = decision.CostModel(decision.load_profile("h200-falcon"))
     assert cm.p.forms["kernel_products_f32_triton"] == pytest.approx(1.17)
     served = cm.plan(decision.Problem(8192, 8192, 8192, lhs="f32", rhs="f32", acc="f32"), ("strassen",) * 2,

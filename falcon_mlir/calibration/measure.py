@@ -61,6 +61,10 @@ STRASSEN_U = {
 GEMM_TOL = {"f32": 1e-3, "f16": 5e-2, "bf16": 5e-2, "f64": 1e-10, "i8": 0.0}
 
 
+#: Seconds per dispatch assumed where the chain of dispatches times no slower than one dispatch (the
+#: smallest overhead measured through the rewrite's fence on the development host, 0.05 us).
+DISPATCH_FLOOR_S = 5e-8
+
 class Progress:
     """A progress bar (tqdm when installed and stderr is a terminal), else one line per step."""
 
@@ -273,13 +277,17 @@ class _Run:
         ma, mb = _median(ta), _median(tb)
         da, db = disp[0].get("dispatches", disp[0]["count"]), disp[1].get("dispatches", disp[1]["count"])
         slope = (mb - ma) / (db - da)
+        # Chained through the rewrite's fence a dispatch costs 0.05-1.4 us here, so on a loaded machine
+        # the 65-dispatch chain can time at or below the single one: that is "below what this measures",
+        # not an error (it failed falcon-calibrate and its test under load); the floor is recorded as such.
+        per = slope if slope > DISPATCH_FLOOR_S else DISPATCH_FLOOR_S
         self.raw["dispatch"] = {"dispatches": [da, db], "median_s": [ma, mb], "reps": len(ta),
-                                "per_dispatch_s": slope, "call_s": ma}
+                                "per_dispatch_s": per, "slope_s": slope, "floored": per != slope, "call_s": ma}
         for m in disp:
             self.step(f"dispatch chain of {m['count']}")
-        if slope <= 0:
-            raise CalibrationError(f"dispatch overhead not measurable: {db} dispatches took "
-                                   f"{mb * 1e6:.1f} us, {da} took {ma * 1e6:.1f} us")
+        if per != slope:
+            self.step(f"dispatch overhead below this measurement ({db} dispatches {mb * 1e6:.1f} us, {da} "
+                      f"{ma * 1e6:.1f} us): {DISPATCH_FLOOR_S * 1e6:.2f} us assumed")
 
 
 def read_manifest(bundle) -> dict:

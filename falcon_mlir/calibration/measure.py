@@ -59,11 +59,10 @@ STRASSEN_U = {
 }
 #: Relative error (max-norm vs float64) a GEMM's first result must stay under.
 GEMM_TOL = {"f32": 1e-3, "f16": 5e-2, "bf16": 5e-2, "f64": 1e-10, "i8": 0.0}
-
-
 #: Seconds per dispatch assumed where the chain of dispatches times no slower than one dispatch (the
 #: smallest overhead measured through the rewrite's fence on the development host, 0.05 us).
 DISPATCH_FLOOR_S = 5e-8
+
 
 class Progress:
     """A progress bar (tqdm when installed and stderr is a terminal), else one line per step."""

@@ -8,8 +8,8 @@ Sizes stay <= 48 and plans <= 64 products (per level product of R; more
 levels are dropped) so compile time stays small; the full profile is
 ``python3 scripts/fuzz_diff.py --long``.
 
-CASES is 50 (it was 150, ~210 s quiet on 2 cores, 437 s under load): SEED is one
-whose 50 cases still draw every value of every axis of ``fuzz_diff.COVERAGE_AXES``
+CASES is 40 (it was 150, ~210 s quiet on 2 cores, 437 s under load): SEED is one
+whose 40 cases still draw every value of every axis of ``fuzz_diff.COVERAGE_AXES``
 (each element type, with and without data tiling; each scheme; both op forms, edges,
 rewrite forms, transposes; 1 and 2 levels; batched and not), and the test asserts it,
 so a later change of the strategy cannot silently narrow the profile.
@@ -21,8 +21,8 @@ import os
 
 import fuzz_diff  # noqa: E402
 
-CASES = 50
-SEED = 7
+CASES = 40
+SEED = 1
 #: Fraction of cases compiled with IREE's best CPU flags (data tiling + ukernels).
 DATA_TILING = 0.4
 

@@ -334,9 +334,10 @@ def fuzz(cases: int = 150, seed: int = 0, max_size: int = 80, max_products: int 
          save_dir: Optional[str] = None, shrink_budget: int = 0, time_budget: float = 0,
          verbose: bool = False, log=print, data_tiling: float = 0.0) -> dict:
     """Run ``cases`` hypothesis-drawn cases with ``seed``, a ``data_tiling`` fraction of
-    them compiled with data tiling on; returns the summary dict."""
+    them compiled with data tiling on; returns the summary dict (counts, ``failed``,
+    ``by_scheme``, and ``covered``: per axis of :data:`COVERAGE_AXES` the set of values drawn)."""
     stats = {"cases": 0, "rewritten": 0, "classical": 0, "data_tiled": 0, "failures": 0,
-             "failed": [], "by_scheme": {}}
+             "failed": [], "by_scheme": {}, "covered": {axis: set() for axis in COVERAGE_AXES}}
     t_start = time.time()
     rnd = random.Random(seed)
 
@@ -351,6 +352,8 @@ def fuzz(cases: int = 150, seed: int = 0, max_size: int = 80, max_products: int 
         out = run_case(case)
         stats["cases"] += 1
         stats["data_tiled"] += case.data_tiling
+        for axis, value in coverage(case).items():
+            stats["covered"][axis].add(value)
         if out.status == "fail":
             stats["failures"] += 1
             rec = {"case": case, "options": case.options, "signature": out.signature,
@@ -380,6 +383,33 @@ def fuzz(cases: int = 150, seed: int = 0, max_size: int = 80, max_products: int 
     one()
     stats["seconds"] = time.time() - t_start
     return stats
+
+
+#: The case's axes :func:`coverage` reports, each with every value the strategy can draw
+#: under ``max_products >= 49`` (so a short profile can check it drew them all).
+COVERAGE_AXES = {
+    "lhs": {t[0] for t in TYPES},
+    "scheme": set(SCHEMES),
+    "form": {"matmul", "generic"},
+    "data_tiling": {False, True},
+    "edge": {"peel", "pad"},
+    "layout": {"per-product", "grouped"},
+    "levels": {1, 2},
+    "batched": {False, True},
+    "transpose_a": {False, True},
+    "transpose_b": {False, True},
+    "lhs_data_tiled": {t[0] for t in TYPES},
+}
+
+
+def coverage(case: Case) -> dict:
+    """The value of each axis of :data:`COVERAGE_AXES` for ``case`` (``lhs_data_tiled``:
+    the element type when data tiling is on, else None)."""
+    return {"lhs": case.lhs, "scheme": case.scheme, "form": case.form,
+            "data_tiling": case.data_tiling, "edge": case.edge, "layout": case.layout,
+            "levels": case.levels, "batched": case.batch > 0,
+            "transpose_a": case.transpose_a, "transpose_b": case.transpose_b,
+            "lhs_data_tiled": case.lhs if case.data_tiling else None}
 
 
 def summary_line(stats: dict) -> str:

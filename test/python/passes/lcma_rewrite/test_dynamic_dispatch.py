@@ -11,6 +11,8 @@ differs from classical, so the results must differ).
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 
@@ -52,6 +54,13 @@ def tolerance(K, schemes, acc="f32"):
 SIZES = [0, 1, 3, CHUNK - 1, CHUNK, CHUNK + 1, 2 * CHUNK + 5]
 
 
+@functools.lru_cache(maxsize=None)
+def compiled(text: str) -> bytes:
+    """``compile_mlir(text)`` (host CPU flags), once per text for this file: the original
+    module and the chunk=64 Strassen rewrite are the same text in several tests."""
+    return compile_mlir(text)
+
+
 @pytest.mark.parametrize("options,schemes", [
     (f"scheme=strassen chunk={CHUNK}", ["strassen"]),
     (f"scheme=strassen levels=2 chunk={CHUNK} form=grouped edge=pad", ["strassen", "strassen"]),
@@ -62,7 +71,7 @@ def test_dynamic_m_every_size(options, schemes):
     assert report[0]["dispatch"] == {"threshold_M": CHUNK, "chunk_M": CHUNK}
     assert report[0]["plan"]["schemes"] == schemes
     assert "scf.if" in new and "scf.for" in new
-    lcma, classical = Module(compile_mlir(new)), Module(compile_mlir(text))
+    lcma, classical = Module(compiled(new)), Module(compiled(text))
     for M in SIZES:
         a, b, c = random_inputs([[M, K], [K, N], [M, N]], ["f32"] * 3, seed=M)
         got = lcma("f", a, b, c)
@@ -86,7 +95,7 @@ def test_lcma_path_is_taken_from_the_threshold():
     already rounded A22 away. So C22 is exact iff the row went classical.
     """
     new, _ = rewrite(mm_text(), f"scheme=strassen chunk={CHUNK}")
-    mod = Module(compile_mlir(new))
+    mod = Module(compiled(new))
     rng = np.random.default_rng(0)
     for M in [CHUNK - 1, CHUNK, 2 * CHUNK + 40]:
         a = rng.integers(-4, 5, size=(M, K)).astype(np.float64)

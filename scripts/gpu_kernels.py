@@ -204,9 +204,8 @@ def check_candidates(jobs: list) -> list:
 
 def prepare(args) -> int:
     from falcon_mlir.kernels import GemmSpec
-    from falcon_mlir.kernels.aot import KERNEL_SOURCE, compile_kernels, use_fma
-    from falcon_mlir.kernels.configs import KernelConfig, adapt, choose_config
-    from falcon_mlir.kernels.fma_gemm import FmaConfig
+    from falcon_mlir.kernels.aot import KERNEL_SOURCE, compile_kernels, default_config
+    from falcon_mlir.kernels.configs import KernelConfig, adapt
 
     shapes = ({s: parse_shape(s) for s in args.shapes} if args.shapes else default_shapes())
     f32_shapes = ({s: parse_shape(s) for s in args.f32_shapes} if args.f32_shapes
@@ -237,8 +236,7 @@ def prepare(args) -> int:
     items = []
     for _, spec, cfg, _, _ in todo:
         try:
-            items.append((spec, adapt(spec, cfg) if cfg is not None
-                          else FmaConfig() if use_fma(spec) else choose_config(spec)))
+            items.append((spec, adapt(spec, cfg) if cfg is not None else default_config(spec)))
         except ValueError as e:
             items.append(e)
     live = [it for it in items if not isinstance(it, Exception)]

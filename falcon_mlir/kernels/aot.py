@@ -313,6 +313,12 @@ def use_fma(spec: GemmSpec) -> bool:
             and fma_gemm.available())
 
 
+def default_config(spec: GemmSpec):
+    """The configuration ``spec`` compiles with when none is given: :class:`FmaConfig` where :func:`use_fma`,
+    else the Triton table's (:func:`~falcon_mlir.kernels.configs.choose_config`)."""
+    return FmaConfig() if use_fma(spec) else choose_config(spec)
+
+
 def fma_request(spec: GemmSpec, config: FmaConfig, arch: str) -> CompileRequest:
     """The :class:`CompileRequest` of the f32 FMA kernel for ``spec`` (NVRTC runs in the worker).
 
@@ -343,12 +349,12 @@ def gemm_request(spec: GemmSpec, config: Optional[KernelConfig] = None, arch: st
     FMA kernel where :func:`use_fma` (or ``config`` is an :class:`~falcon_mlir.kernels.fma_gemm.FmaConfig`),
     else the Triton kernel with ``config`` (default: the table's)."""
     capability = _check_arch(arch)
-    if isinstance(config, FmaConfig) or (config is None and use_fma(spec)):
-        return fma_request(spec, config or FmaConfig(), arch)
+    config = config if config is not None else default_config(spec)
+    if isinstance(config, FmaConfig):
+        return fma_request(spec, config, arch)
     require_supported(spec)
     if isinstance(num_sms, bool) or not isinstance(num_sms, int) or num_sms < 1:
         raise ValueError(f"num_sms must be a positive int, got {num_sms!r}")
-    config = config if config is not None else choose_config(spec)
     _check_config(spec, config)
     _check_version()
     key = cache_key(spec, config, arch, num_sms)

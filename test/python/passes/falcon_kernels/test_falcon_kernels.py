@@ -110,6 +110,14 @@ def test_options_parse_and_reject():
         KernelsOptions.parse("f32-mode=fast")
 
 
+def _run_pass(text: str):
+    """falcon-kernels (every size served: min-flops=0 min-intensity=0) on ``text``: (report, output text)."""
+    with ir.Context():
+        m = ir.Module.parse(text)
+        rep = run_falcon_kernels(m.operation, KernelsOptions.parse("min-flops=0 min-intensity=0"))
+        return rep, str(m)
+
+
 def test_arch_none_does_nothing():
     with ir.Context():
         m = ir.Module.parse(MM.format(M=512, N=384, K=256, t="bf16", acc="f32"))
@@ -121,10 +129,7 @@ def test_arch_none_does_nothing():
 def test_pass_replaces_served_ops_and_leaves_the_rest():
     text = MM.format(M=512, N=384, K=256, t="bf16", acc="f32") + \
         MM.format(M=64, N=64, K=64, t="f64", acc="f64").replace("@mm", "@mm64")
-    with ir.Context():
-        m = ir.Module.parse(text)
-        rep = run_falcon_kernels(m.operation, KernelsOptions.parse("min-flops=0 min-intensity=0"))
-        out = str(m)
+    rep, out = _run_pass(text)
     assert [e["kernel"] for e in rep] == ["classical", None]
     assert rep[0]["config"] and rep[0]["arch"] == "sm_90a" and rep[0]["programs"] >= 1
     assert "left to IREE" in rep[1]["reason"]
@@ -144,18 +149,13 @@ def test_f32_contractions_get_the_fma_kernel_where_it_serves(monkeypatch):
     # 200x384x136: M not in whole tiles -> the Triton kernel with the table's configuration
     text = MM.format(M=256, N=384, K=136, t="f32", acc="f32") + \
         MM.format(M=200, N=384, K=136, t="f32", acc="f32").replace("@mm", "@mm2")
-    with ir.Context():
-        m = ir.Module.parse(text)
-        rep = run_falcon_kernels(m.operation, KernelsOptions.parse("min-flops=0 min-intensity=0"))
-        out = str(m)
+    rep, out = _run_pass(text)
     assert [e["kernel"] for e in rep] == ["classical", "classical"]
     assert rep[0]["config"] == "fma128x128x8,g8" and rep[0]["programs"] == 2 * 3
     assert rep[1]["config"] == "128x128x32,s3,w8,g8"  # the table's f32 entry (N = 384 stores by TMA)
     assert out.count("flow.dispatch @falcon_gemm_f32_") == 2 and "linalg.matmul" not in out
     monkeypatch.setenv("FALCON_FMA_KERNEL", "0")
-    with ir.Context():
-        m = ir.Module.parse(MM.format(M=256, N=384, K=136, t="f32", acc="f32"))
-        rep = run_falcon_kernels(m.operation, KernelsOptions.parse("min-flops=0 min-intensity=0"))
+    rep, _ = _run_pass(MM.format(M=256, N=384, K=136, t="f32", acc="f32"))
     assert not rep[0]["config"].startswith("fma")
 
 

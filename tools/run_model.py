@@ -2,13 +2,15 @@
 and, as the peer, under ``jax.jit``.
 
     python tools/run_model.py [--tokens 1024] [--lcma auto] [--repeat 3] [--dtype bfloat16] [--no-jax]
+                              [--matmul-tile-bytes 8388608]
     python tools/run_model.py --train [--steps 20] [--tokens 1024] [--layers 1] [--lr 0.5]
 
 Exports keras-hub's Llama decoder block at Llama-3-8B sizes (hidden 4096, MLP
 14336, 32 heads, 8 kv heads, head dim 128; random weights made here) to
 StableHLO (:mod:`falcon_mlir.models.llama_block`), compiles it once with plain
 IREE (classical) and once with falcon (``falcon_mlir.api.compile_str`` with
-``lcma``), runs both on the same random inputs on the CPU (llvm-cpu,
+``lcma``; both with IREE's data tiling and ukernels and 8 MiB matmul tiles,
+``--matmul-tile-bytes``), runs both on the same random inputs on the CPU (llvm-cpu,
 ``local-task``), runs the same keras-hub block with the same weights and
 input under ``jax.jit`` on JAX's CPU device (XLA's CPU backend: what a JAX
 user gets without IREE; ``--no-jax`` leaves it out), and prints one row per
@@ -46,7 +48,8 @@ import traceback
 
 from falcon_mlir.cli import ArgumentParser, ToolError, one_line, run_tool
 from falcon_mlir.files import write_atomic
-from falcon_mlir.models.main_job import DATA_TILING_FLAGS, print_contractions, result_lines, run_main_job
+from falcon_mlir.models.main_job import (DATA_TILING_FLAGS, MATMUL_TILE_BYTES, print_contractions, result_lines,
+                                         run_main_job)
 from falcon_mlir.models.train_job import print_train_contractions, run_train_job, train_result_lines
 
 PROG = "run_model"
@@ -83,6 +86,10 @@ def parse_args(argv=None):
                    help="small test block (hidden 256, MLP 512, 4 heads, 2 kv heads)")
     p.add_argument("--no-data-tiling", dest="data_tiling", action="store_false",
                    help="leave out " + " ".join(DATA_TILING_FLAGS) + " (on by default, both builds)")
+    p.add_argument("--matmul-tile-bytes", type=int, default=MATMUL_TILE_BYTES, metavar="BYTES",
+                   help="bytes per operand tile of a workgroup of the data-tiled matmuls, both builds "
+                        f"(--iree-llvmcpu-matmul-tile-bytes; default {MATMUL_TILE_BYTES}; 0: IREE's default; "
+                        "not with --train)")
     p.add_argument("--iree-flag", action="append", default=[], metavar="FLAG",
                    help="extra iree-compile flag for both builds (repeatable)")
     p.add_argument("--no-reference", action="store_true",
@@ -96,6 +103,8 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     if args.tokens < 1 or args.repeat < 1:
         p.error("--tokens and --repeat must be >= 1")
+    if args.matmul_tile_bytes < 0:
+        p.error("--matmul-tile-bytes must be >= 0 (0: IREE's default)")
     if args.steps < 1 or args.layers < 1:
         p.error("--steps and --layers must be >= 1")
     if not args.lr > 0:
@@ -122,7 +131,7 @@ def run(args) -> dict:
     job = run_main_job(tokens=args.tokens, lcma=args.lcma, repeat=args.repeat, seed=args.seed,
                        small=args.small, data_tiling=args.data_tiling, iree_flags=args.iree_flag,
                        reference=not args.no_reference, save_dir=args.save_dir, log=_log,
-                       dtype=args.dtype, jax=args.jax)
+                       dtype=args.dtype, jax=args.jax, tile_bytes=args.matmul_tile_bytes)
     res = job.data
     print_contractions(res["report"], job.layers)
     print("\n".join(result_lines(res)))

@@ -37,8 +37,8 @@ import numpy as np
 from falcon_mlir.compare import rel_err
 from falcon_mlir.files import write_files_atomic
 
-__all__ = ["BASE_FLAGS", "DATA_TILING_FLAGS", "MainJob", "run_main_job", "compile_classical",
-           "compile_falcon", "analyze_only", "plan_text", "what_is", "print_contractions", "result_lines",
+__all__ = ["BASE_FLAGS", "DATA_TILING_FLAGS", "MATMUL_TILE_BYTES", "SPLIT_PHASE", "MainJob", "run_main_job",
+           "compile_classical", "compile_falcon", "compile_split", "tile_flags", "analyze_only", "plan_text", "what_is", "print_contractions", "result_lines",
            "error_text", "fmt_s", "RUN_LABELS"]
 
 #: Host CPU code for both builds.
@@ -49,6 +49,18 @@ BASE_FLAGS = ("--iree-hal-target-device=local",
 #: than IREE's defaults at 2048^3 on the 2-core machine), on by default for
 #: both builds.
 DATA_TILING_FLAGS = ("--iree-opt-data-tiling=true", "--iree-llvmcpu-enable-ukernels=all")
+#: Bytes of each matrix operand one workgroup of a data-tiled matmul reads
+#: (``--iree-llvmcpu-matmul-tile-bytes``), for both builds: 8 MiB, a quarter
+#: of the 2-core machine's 32 MB L3. With IREE's default a workgroup computes
+#: one 16x16 tile of C over all of K, so the packed weights stream from DRAM
+#: once per 16 rows: in the main job gate/up/down then ran at 190-240
+#: GFLOP/s in context and the block took 2.4-3.6 s; with 8 MiB tiles
+#: (128x112 of C per workgroup for 1024x14336x4096) 1.9-2.1 s, and falcon's
+#: products gained alike (docs/benchmarks.md, "The main job per dispatch").
+MATMUL_TILE_BYTES = 8 << 20
+#: The IREE phase where :func:`compile_split` splits both builds (falcon's
+#: rewrite runs after it: ``falcon_mlir.pipeline.phases.DEFAULT_REWRITE_PHASE``).
+SPLIT_PHASE = "input"
 
 #: keras-hub variable names -> the usual Llama projection names.
 LAYER_NAMES = {
@@ -100,6 +112,50 @@ def compile_falcon(mlir_text: str, lcma, flags: Sequence[str]) -> Tuple[bytes, L
                                input_type="stablehlo", lcma=lcma, return_report=True,
                                input_name="llama_block.mlir")
     return vmfb, list(report or [])
+
+
+def tile_flags(tile_bytes: int) -> Tuple[str, ...]:
+    """The iree-compile flag giving data-tiled matmuls ``tile_bytes`` bytes per
+    operand tile (:data:`MATMUL_TILE_BYTES`); ``()`` for 0 (IREE's default).
+    It is a global LLVM option: an in-process session rejects it, so the
+    builds pass it to :func:`compile_split`'s back half.
+
+    Raises:
+        ValueError: ``tile_bytes`` < 0.
+    """
+    if tile_bytes < 0:
+        raise ValueError(f"matmul tile bytes must be >= 0 (0: IREE's default), got {tile_bytes}")
+    return (f"--iree-llvmcpu-matmul-tile-bytes={int(tile_bytes)}",) if tile_bytes else ()
+
+
+def compile_split(text: str, flags: Sequence[str], lcma=None, *, falcon: bool = True,
+                  extra_flags: Sequence[str] = ()) -> Tuple[bytes, List[dict]]:
+    """Compiles the exported StableHLO ``text`` to a vmfb in two halves: to
+    :data:`SPLIT_PHASE` (``falcon``: by :func:`compile_falcon` with ``lcma``,
+    whose rewrite runs there; else by plain iree-compile,
+    :func:`compile_classical`), then from there to the end by one
+    iree-compile process with ``flags`` plus ``extra_flags`` (global LLVM
+    options such as :func:`tile_flags` included: they stay in that process,
+    nothing is set process-wide). Both builds take the same path, only the
+    rewrite differs.
+
+    Returns:
+        ``(vmfb, report)``: falcon's report (one dict per contraction), ``[]``
+        for the plain build.
+
+    Raises:
+        falcon's ``CompileError`` / ``OptionError`` or iree.compiler's
+        ``CompilerToolError``: a half failed.
+    """
+    from iree.compiler import compile_str
+
+    to = [f"--compile-to={SPLIT_PHASE}"]
+    if falcon:
+        mid, report = compile_falcon(text, lcma, list(flags) + to)
+    else:
+        mid, report = compile_classical(text, list(flags) + to), []
+    vmfb = compile_str(mid, extra_args=list(flags) + list(extra_flags) + [f"--compile-from={SPLIT_PHASE}"])
+    return vmfb, report
 
 
 # -- report ---------------------------------------------------------------------
@@ -302,7 +358,7 @@ def run_main_job(*, tokens: int = 1024, lcma: Optional[str] = "auto", repeat: in
                  small: bool = False, data_tiling: bool = True, iree_flags: Sequence[str] = (),
                  reference: bool = True, save_dir: Optional[str] = None,
                  log: Optional[Callable[[str], None]] = None, dtype: str = "float32",
-                 jax: bool = True) -> MainJob:
+                 jax: bool = True, tile_bytes: int = MATMUL_TILE_BYTES) -> MainJob:
     """Export, compile both ways, run, time and compare the block (and,
     with ``jax``, the same block under ``jax.jit`` on the CPU, the peer).
 
@@ -317,10 +373,12 @@ def run_main_job(*, tokens: int = 1024, lcma: Optional[str] = "auto", repeat: in
     ``jax.jit`` (XLA's CPU backend, same inputs, interleaved with the IREE
     calls); adds ``"jax"`` to ``time_s``, ``times_s``, ``compile_s`` and
     ``rel_err_vs_f64``, and ``rel_err_vs_jax`` (classical's and falcon's
-    output against JAX's).
+    output against JAX's); ``tile_bytes``: with ``data_tiling``, both builds'
+    matmul tile bytes (:func:`tile_flags`; 0: IREE's default). Both builds go
+    through :func:`compile_split`.
 
     Raises:
-        ValueError: an unknown ``dtype``.
+        ValueError: an unknown ``dtype``, ``tile_bytes`` < 0.
         RuntimeError: non-finite values in an output; anything the export,
             compilers or runtime raise.
     """
@@ -328,14 +386,15 @@ def run_main_job(*, tokens: int = 1024, lcma: Optional[str] = "auto", repeat: in
     spec = (lcma or "").strip()
     spec = None if spec.lower() in ("none", "off", "") else spec
     flags = list(BASE_FLAGS) + (list(DATA_TILING_FLAGS) if data_tiling else []) + list(iree_flags)
+    back = list(tile_flags(tile_bytes)) if data_tiling else []  # global options: the back halves only
     cfg, block, text = _export(small, tokens, log, dtype)
 
     t0 = time.perf_counter()
-    vm_classical = compile_classical(text, flags)
+    vm_classical, _ = compile_split(text, flags, falcon=False, extra_flags=back)
     t_cc = time.perf_counter() - t0
     log(f"classical compile {t_cc:.1f} s")
     t0 = time.perf_counter()
-    vm_falcon, report = compile_falcon(text, spec, flags)
+    vm_falcon, report = compile_split(text, flags, spec, extra_flags=back)
     t_cf = time.perf_counter() - t0
     log(f"falcon compile {t_cf:.1f} s ({len(report)} contractions in the report)")
     if save_dir:
@@ -368,7 +427,7 @@ def run_main_job(*, tokens: int = 1024, lcma: Optional[str] = "auto", repeat: in
     res = {
         "model": cfg.name, "config": {k: getattr(cfg, k) for k in (
             "hidden", "intermediate", "heads", "kv_heads", "head_dim", "tokens", "batch", "dtype")},
-        "lcma": lcma, "flags": flags,
+        "lcma": lcma, "flags": flags + back,
         "compile_s": compile_s,
         "time_s": {n: statistics.median(ts) for n, ts in zip(runs, times)},
         "times_s": dict(zip(runs, times)),

@@ -32,8 +32,8 @@ import numpy as np
 
 from falcon_mlir.compare import rel_err
 from falcon_mlir.files import write_files_atomic
-from falcon_mlir.models.main_job import (BASE_FLAGS, DATA_TILING_FLAGS, compile_classical, compile_falcon,
-                                         fmt_s, plan_text)
+from falcon_mlir.models.main_job import (BASE_FLAGS, DATA_TILING_FLAGS, SPLIT_PHASE, compile_split, fmt_s,
+                                         plan_text)
 
 #: Added to both builds of the training step: plain IREE 3.13 with data
 #: tiling refuses the k/v weight gradients of the full-size block
@@ -49,9 +49,6 @@ from falcon_mlir.models.main_job import (BASE_FLAGS, DATA_TILING_FLAGS, compile_
 #: iree-compile process of each build's back half only.
 TRAIN_FLAGS = ("--iree-llvmcpu-fail-on-large-vector=false", "--iree-llvmcpu-stack-allocation-limit=2097152")
 
-#: The IREE phase where :func:`compile_step` splits both builds (falcon's
-#: rewrite runs after it: ``falcon_mlir.pipeline.phases.DEFAULT_REWRITE_PHASE``).
-SPLIT_PHASE = "input"
 
 #: Runtime flags for the task workers running the training step (both
 #: modules, one device made for them): stacks of 8 MiB for
@@ -107,32 +104,10 @@ def train_device():
 
 def compile_step(text: str, flags: Sequence[str], lcma=None, *, falcon: bool = True,
                  extra_flags: Sequence[str] = TRAIN_FLAGS) -> Tuple[bytes, List[dict]]:
-    """Compiles the exported step ``text`` (StableHLO) to a vmfb in two halves:
-    to :data:`SPLIT_PHASE` (``falcon``: by
-    :func:`~falcon_mlir.models.main_job.compile_falcon` with ``lcma``, whose
-    rewrite runs there; else by plain iree-compile,
-    :func:`~falcon_mlir.models.main_job.compile_classical`), then from there
-    to the end by one iree-compile process with ``flags`` plus
-    ``extra_flags`` (global LLVM options included: they stay in that
-    process). Both builds take the same path, only the rewrite differs.
-
-    Returns:
-        ``(vmfb, report)``: falcon's report (one dict per contraction), ``[]``
-        for the plain build.
-
-    Raises:
-        falcon's ``CompileError`` / ``OptionError`` or iree.compiler's
-        ``CompilerToolError``: a half failed.
-    """
-    from iree.compiler import compile_str
-
-    to = [f"--compile-to={SPLIT_PHASE}"]
-    if falcon:
-        mid, report = compile_falcon(text, lcma, list(flags) + to)
-    else:
-        mid, report = compile_classical(text, list(flags) + to), []
-    vmfb = compile_str(mid, extra_args=list(flags) + list(extra_flags) + [f"--compile-from={SPLIT_PHASE}"])
-    return vmfb, report
+    """:func:`~falcon_mlir.models.main_job.compile_split` with
+    :data:`TRAIN_FLAGS` as the back half's extra flags by default: ``(vmfb,
+    report)``, both builds the same path, only the rewrite differs."""
+    return compile_split(text, flags, lcma, falcon=falcon, extra_flags=extra_flags)
 
 
 def run_steps(vmfbs: Sequence[bytes], params: Sequence[np.ndarray], batches: Callable[[int], tuple],

@@ -106,6 +106,9 @@ def test_run_model_float16_is_refused_up_front(capsys):
     assert mod.main(["--small", "--dtype", "float16"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "invalid choice: 'float16'" in err, err
+    assert mod.main(["--small", "--matmul-tile-bytes", "-1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--matmul-tile-bytes must be >= 0" in err, err
 
 
 def test_run_model_plain_iree(capsys, tmp_path):
@@ -132,6 +135,7 @@ def test_run_model_plain_iree(capsys, tmp_path):
             if ln.startswith(("plain IREE ", "falcon ", "JAX/XLA (jax.jit) "))}
     assert set(rows) == {"plain IREE", "falcon", "JAX/XLA (jax.jit)"}, out
     res = json.loads(out_json.read_text())
+    assert res["flags"][-1] == "--iree-llvmcpu-matmul-tile-bytes=8388608"  # both builds' back halves
     assert set(res["time_s"]) == {"classical", "falcon", "jax"}
     for name, ts in res["times_s"].items():
         assert len(ts) == 2 and all(t > 0 for t in ts), name
@@ -222,3 +226,70 @@ def test_result_lines_side_by_side():
     del res["rel_err_vs_jax"]
     lines = result_lines(res)
     assert not any("JAX" in ln for ln in lines) and len(lines) == 5
+
+
+_MM_256x2048x1024 = (
+    "func.func @mm(%a: tensor<256x1024xf32>, %b: tensor<1024x2048xf32>) -> tensor<256x2048xf32> {\n"
+    "  %0 = stablehlo.dot_general %a, %b, contracting_dims = [1] x [0] : "
+    "(tensor<256x1024xf32>, tensor<1024x2048xf32>) -> tensor<256x2048xf32>\n"
+    "  return %0 : tensor<256x2048xf32>\n}")
+
+
+def _distribution_tiles(mlir_text: str) -> list:
+    """The ``distribution`` tile lists of the data-tiled matmuls (``linalg.mmt4d``) in IR at
+    ``executable-configurations``."""
+    import re
+
+    return re.findall(r"linalg\.mmt4d \{lowering_config = #iree_cpu\.lowering_config<"
+                      r"distribution = \[([0-9, ]*)\]", mlir_text)
+
+
+def test_tile_flags():
+    from falcon_mlir.models.main_job import MATMUL_TILE_BYTES, tile_flags
+
+    assert MATMUL_TILE_BYTES == 8388608
+    assert tile_flags(0) == ()
+    assert tile_flags(4 << 20) == ("--iree-llvmcpu-matmul-tile-bytes=4194304",)
+    with pytest.raises(ValueError, match=">= 0"):
+        tile_flags(-1)
+
+
+def test_compile_split_tile_bytes_reach_both_builds():
+    """The matmul tile bytes (a global LLVM option) reach the back half of both
+    builds: at 256x2048x1024 with data tiling IREE's default gives each
+    workgroup 1x2 16x16 tiles of C (plain) and 8x2 (Strassen's 128x1024x512
+    products); 4 MiB gives 16x16 and 8x8. Nothing is set process-wide."""
+    from falcon_mlir.models.main_job import BASE_FLAGS, DATA_TILING_FLAGS, compile_split, tile_flags
+    from falcon_mlir.pipeline.capi import global_flags
+
+    flags = list(BASE_FLAGS) + list(DATA_TILING_FLAGS)
+    to = ["--compile-to=executable-configurations"]
+    got = {}
+    for tb in (0, 4 << 20):
+        for falcon in (False, True):
+            out, report = compile_split(_MM_256x2048x1024, flags, "scheme=strassen levels=1" if falcon else None,
+                                        falcon=falcon, extra_flags=list(tile_flags(tb)) + to)
+            got[tb, falcon] = _distribution_tiles(out.decode())
+            assert len(report) == (1 if falcon else 0)
+    assert got[0, False] == ["1, 2, 0, 0, 0, 0"] and got[4 << 20, False] == ["16, 16, 0, 0, 0, 0"], got
+    assert set(got[0, True]) == {"8, 2, 0, 0, 0, 0"} and set(got[4 << 20, True]) == {"8, 8, 0, 0, 0, 0"}, got
+    assert global_flags() is None
+
+
+def test_compile_split_with_tile_bytes_computes_the_product():
+    """Both builds with 1 MiB tiles, run: the product of random f32 matrices
+    agrees with float64 to f32 rounding (Strassen's within its bound)."""
+    from falcon_mlir.models.main_job import BASE_FLAGS, DATA_TILING_FLAGS, compile_split, tile_flags
+    from falcon_mlir.runner import Module
+
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((256, 1024), dtype=np.float32)
+    b = rng.standard_normal((1024, 2048), dtype=np.float32)
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    flags = list(BASE_FLAGS) + list(DATA_TILING_FLAGS)
+    for falcon in (False, True):
+        vm, _ = compile_split(_MM_256x2048x1024, flags, "scheme=strassen levels=1" if falcon else None,
+                              falcon=falcon, extra_flags=tile_flags(1 << 20))
+        y = np.asarray(Module(vm)("mm", a, b))
+        err = np.max(np.abs(y - ref)) / np.max(np.abs(ref))
+        assert 0 < err < (2e-6 if not falcon else 5e-6), (falcon, err)

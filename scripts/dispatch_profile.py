@@ -1,0 +1,189 @@
+#!/usr/bin/env python3
+"""Per-dispatch times of a compiled CPU module, measured inside the running module.
+
+    python3 scripts/dispatch_profile.py MODULE.vmfb --input @x.npy [--input @w.npy ...]
+                                        [--function main] [--calls 4] [--top 40] [--json FILE]
+
+Runs ``iree-benchmark-module`` (from the iree-base-runtime wheel) on ``--device=local-task``
+with IREE's HAL profiler on (``--device_profiling_mode=host-execution``: the span from a
+dispatch's first to its last workgroup), ``--calls`` timed calls of ``--function``, and reads
+the profile back with ``iree-profile dispatch --format=jsonl``. Prints the measured calls
+(ms), then one row per dispatch: executions per call, ms per call (the dispatch's total over
+all calls / calls), its share of the sum, GFLOP/s for matmuls whose name gives M x N x K
+(``matmul_MxNxK``, ``batch_matmul_BxMxNxK``) and the workgroup count; then the sum of the
+dispatches per call next to the median call. The sum can exceed the call where independent
+dispatches ran at the same time on different workers.
+
+Why not ``--iree-hal-dump-executable-benchmarks-to``: those benchmarks run each dispatch on
+buffers that are never written, so reads hit the kernel's zero page and no DRAM traffic happens
+(a 1024x14336x4096 GEMM of the main job: 340 ms there, 600-660 ms in the module), and some
+dispatches (softmax) do not compile alone. IREE 3.13 does not implement the
+``dispatch-events`` mode for local devices; ``host-execution`` works.
+
+``--input`` values are iree-benchmark-module's (``@file.npy``, ``2x3xf32=1``, ...), in argument
+order. Exit status 0; 1 when the benchmark or the profile fails (one line); 2 for a bad command
+line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+from typing import List, Sequence
+
+from falcon_mlir.cli import ArgumentParser, ToolError, run_tool
+from falcon_mlir.files import write_atomic
+
+PROG = "dispatch-profile"
+_CALL = re.compile(r"^BM_\S+/process_time/real_time\s+([\d.]+) (ms|us|ns|s)\b", re.M)
+_SCALE = {"s": 1e3, "ms": 1.0, "us": 1e-3, "ns": 1e-6}
+_MM = re.compile(r"(?:^|_)(batch_)?matmul_((?:\d+x)*\d+)_")
+
+
+def runtime_tool(name: str) -> str:
+    """Path of an IREE runtime binary (``iree-benchmark-module``, ``iree-profile``) in the
+    iree-base-runtime wheel (``iree/_runtime_libs``).
+
+    Raises:
+        ToolError: the wheel or the binary is missing.
+    """
+    try:
+        import iree._runtime_libs as libs
+    except ImportError:
+        raise ToolError(f"{PROG}: error: iree-base-runtime is not installed") from None
+    path = os.path.join(os.path.dirname(libs.__file__), name)
+    if not os.path.isfile(path):
+        raise ToolError(f"{PROG}: error: {name} not found in {os.path.dirname(path)}")
+    return path
+
+
+def matmul_flops(name: str) -> float:
+    """2·M·N·K (times the batch) of a dispatch named ``..._matmul_MxNxK_...`` or
+    ``..._batch_matmul_BxMxNxK_...``; 0.0 for any other name."""
+    m = _MM.search(name)
+    if not m:
+        return 0.0
+    dims = [int(d) for d in m.group(2).split("x")]
+    if len(dims) != (4 if m.group(1) else 3):
+        return 0.0
+    flops = 2.0
+    for d in dims:
+        flops *= d
+    return flops
+
+
+def summarize(groups: Sequence[dict], calls: int, walls_ms: Sequence[float]) -> dict:
+    """The profile as rows: ``groups`` are iree-profile's ``host_dispatch_group`` records
+    (key, count, total_ns, last_workgroup_count), ``calls`` the number of profiled calls.
+
+    Returns:
+        ``{"calls", "call_ms" (list), "median_call_ms", "sum_ms", "rows"}``; each row
+        ``{"dispatch", "per_call", "ms", "share", "gflops", "workgroups"}``, ms per call,
+        share in % of ``sum_ms``, rows by ms descending.
+
+    Raises:
+        ValueError: ``calls`` < 1.
+    """
+    if calls < 1:
+        raise ValueError(f"calls must be >= 1, got {calls}")
+    rows = []
+    for g in groups:
+        ms = g["total_ns"] / calls / 1e6
+        flops = matmul_flops(g["key"]) * g["count"] / calls
+        rows.append({"dispatch": g["key"], "per_call": g["count"] / calls, "ms": ms,
+                     "gflops": flops / ms / 1e6 if flops and ms > 0 else None,
+                     "workgroups": int(g.get("last_workgroup_count", [0])[0])})
+    total = sum(r["ms"] for r in rows)
+    for r in rows:
+        r["share"] = 100.0 * r["ms"] / total if total > 0 else 0.0
+    rows.sort(key=lambda r: -r["ms"])
+    return {"calls": calls, "call_ms": list(walls_ms),
+            "median_call_ms": statistics.median(walls_ms) if walls_ms else None,
+            "sum_ms": total, "rows": rows}
+
+
+def profile(vmfb: str, inputs: Sequence[str], function: str = "main", calls: int = 4) -> dict:
+    """Run ``calls`` profiled calls of ``function`` of ``vmfb`` on local-task and return
+    :func:`summarize`'s dict.
+
+    Raises:
+        ToolError: iree-benchmark-module or iree-profile failed, or the profile holds no
+            dispatch (one line).
+    """
+    bench, prof = runtime_tool("iree-benchmark-module"), runtime_tool("iree-profile")
+    with tempfile.TemporaryDirectory(prefix="dispatch_profile_") as tmp:
+        out = os.path.join(tmp, "module.ireeprof")
+        cmd = [bench, f"--module={vmfb}", f"--function={function}", "--device=local-task",
+               *[f"--input={i}" for i in inputs], f"--benchmark_repetitions={calls}",
+               "--benchmark_min_time=1x", "--device_profiling_mode=host-execution",
+               f"--device_profiling_output={out}"]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode:
+            msg = next((ln for ln in (r.stderr + r.stdout).splitlines() if ln.strip()), "no output")
+            raise ToolError(f"{PROG}: error: iree-benchmark-module failed: {msg.strip()[:300]}")
+        walls = [float(v) * _SCALE[u] for v, u in _CALL.findall(r.stdout)]
+        p = subprocess.run([prof, "dispatch", "--format=jsonl", out], capture_output=True, text=True)
+    if p.returncode:
+        raise ToolError(f"{PROG}: error: iree-profile failed: {p.stderr.strip()[:300]}")
+    groups = [json.loads(ln) for ln in p.stdout.splitlines() if '"host_dispatch_group"' in ln]
+    if not groups:
+        raise ToolError(f"{PROG}: error: the profile of {vmfb} holds no dispatch")
+    return summarize(groups, calls, walls)
+
+
+def table_lines(res: dict, top: int = 40) -> List[str]:
+    """The printed report of :func:`summarize`'s dict: the calls, the ``top`` rows, the sum."""
+    lines = [f"calls (ms): {', '.join(f'{c:.1f}' for c in res['call_ms'])}; "
+             f"{res['calls']} profiled",
+             f"{'dispatch':72} {'per call':>8} {'ms':>9} {'share':>6} {'GFLOP/s':>8} {'wg':>7}"]
+    for r in res["rows"][:top]:
+        gf = f"{r['gflops']:.0f}" if r["gflops"] else "-"
+        lines.append(f"{r['dispatch'][:72]:72} {r['per_call']:8.3g} {r['ms']:9.1f} {r['share']:5.1f}% "
+                     f"{gf:>8} {r['workgroups']:7d}")
+    if len(res["rows"]) > top:
+        rest = res["rows"][top:]
+        lines.append(f"({len(rest)} more dispatches: {sum(r['ms'] for r in rest):.1f} ms)")
+    med = res["median_call_ms"]
+    lines.append(f"sum of the dispatches {res['sum_ms']:.1f} ms per call; median call "
+                 + (f"{med:.1f} ms" if med is not None else "not reported"))
+    return lines
+
+
+def main(argv=None) -> int:
+    """Entry point; returns the exit status."""
+    return run_tool(PROG, _main, argv)
+
+
+def _main(argv: list) -> int:
+    p = ArgumentParser(prog=PROG, usage_status=2,
+                       description="Per-dispatch times of a CPU module inside the running module "
+                                   "(IREE's HAL profiler, host-execution spans).")
+    p.add_argument("vmfb", help="the compiled module (llvm-cpu)")
+    p.add_argument("--input", action="append", default=[], metavar="VALUE",
+                   help="an argument as iree-benchmark-module takes it (@file.npy, 4x4xf32=1), in order")
+    p.add_argument("--function", default="main", help="function to call (default main)")
+    p.add_argument("--calls", type=int, default=4, help="profiled calls (default 4)")
+    p.add_argument("--top", type=int, default=40, help="rows printed (default 40)")
+    p.add_argument("--json", default=None, help="also write the rows as JSON to this file")
+    args = p.parse_args(argv)
+    if args.calls < 1 or args.top < 1:
+        p.error("--calls and --top must be >= 1")
+    if not os.path.isfile(args.vmfb):
+        raise ToolError(f"{PROG}: error: {args.vmfb}: no such file", 2)
+    for i in args.input:
+        if i.startswith("@") and not os.path.isfile(i[1:]):
+            raise ToolError(f"{PROG}: error: {i[1:]}: no such file", 2)
+    res = profile(args.vmfb, args.input, args.function, args.calls)
+    print("\n".join(table_lines(res, args.top)))
+    if args.json:
+        write_atomic(args.json, json.dumps(res, indent=1).encode())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,87 @@
+"""scripts/dispatch_profile.py: FLOP counts from dispatch names, the per-call rows, and one
+profiled run of a small module (two GEMMs) on the CPU."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[3] / "scripts" / "dispatch_profile.py"
+
+
+def test_matmul_flops_from_names():
+    import dispatch_profile as dp  # noqa: E402 (scripts/ is on the test path)
+
+    assert dp.matmul_flops("main_dispatch_20_matmul_1024x14336x4096_f32") == 2.0 * 1024 * 14336 * 4096
+    assert dp.matmul_flops("main_dispatch_13_batch_matmul_32x1024x1024x128_f32") == 2.0 * 32 * 1024 * 1024 * 128
+    assert dp.matmul_flops("main_dispatch_14_softmax_1x1x32x1024x1024xf32_dispatch_tensor_store") == 0.0
+    assert dp.matmul_flops("_encoding_6_encode_4096x14336xf32_to_4096x14336xf32") == 0.0
+    assert dp.matmul_flops("main_dispatch_3_matmul_1024x4096_f32") == 0.0  # not M x N x K
+
+
+def test_summarize_per_call_rows():
+    import dispatch_profile as dp  # noqa: E402
+
+    groups = [{"key": "d_0_matmul_64x32x16_f32", "count": 4, "total_ns": 8_000_000, "last_workgroup_count": [8, 1, 1]},
+              {"key": "d_1_elementwise_64_f32", "count": 2, "total_ns": 24_000_000, "last_workgroup_count": [2, 1, 1]}]
+    res = dp.summarize(groups, 2, [20.0, 18.0, 30.0])
+    assert res["median_call_ms"] == 20.0 and res["sum_ms"] == pytest.approx(16.0)
+    first, second = res["rows"]
+    assert first["dispatch"] == "d_1_elementwise_64_f32" and first["ms"] == pytest.approx(12.0)
+    assert first["share"] == pytest.approx(75.0) and first["gflops"] is None and first["per_call"] == 1
+    assert second["per_call"] == 2 and second["ms"] == pytest.approx(4.0) and second["workgroups"] == 8
+    assert second["gflops"] == pytest.approx(2 * 2 * 64 * 32 * 16 / 4e-3 / 1e9)
+    with pytest.raises(ValueError):
+        dp.summarize(groups, 0, [])
+
+
+def test_profile_of_a_two_gemm_module(tmp_path):
+    """C = (A @ B) @ D with data tiling: both GEMM dispatches appear once per call with their
+    FLOP rate, the shares add up to 100%, the JSON holds the same rows."""
+    from iree.compiler import compile_str
+
+    from falcon_mlir.runner import BEST_CPU_FLAGS, CPU_FLAGS
+
+    src = ("func.func @main(%a: tensor<256x512xf32>, %b: tensor<512x384xf32>, %d: tensor<384x128xf32>) "
+           "-> tensor<256x128xf32> {\n"
+           "  %z = arith.constant 0.0 : f32\n"
+           "  %e0 = tensor.empty() : tensor<256x384xf32>\n"
+           "  %f0 = linalg.fill ins(%z : f32) outs(%e0 : tensor<256x384xf32>) -> tensor<256x384xf32>\n"
+           "  %c0 = linalg.matmul ins(%a, %b : tensor<256x512xf32>, tensor<512x384xf32>) "
+           "outs(%f0 : tensor<256x384xf32>) -> tensor<256x384xf32>\n"
+           "  %e1 = tensor.empty() : tensor<256x128xf32>\n"
+           "  %f1 = linalg.fill ins(%z : f32) outs(%e1 : tensor<256x128xf32>) -> tensor<256x128xf32>\n"
+           "  %c1 = linalg.matmul ins(%c0, %d : tensor<256x384xf32>, tensor<384x128xf32>) "
+           "outs(%f1 : tensor<256x128xf32>) -> tensor<256x128xf32>\n"
+           "  return %c1 : tensor<256x128xf32>\n}")
+    vmfb = tmp_path / "m.vmfb"
+    vmfb.write_bytes(compile_str(src, extra_args=list(CPU_FLAGS) + list(BEST_CPU_FLAGS)))
+    rng = np.random.default_rng(0)
+    ins = []
+    for name, shape in (("a", (256, 512)), ("b", (512, 384)), ("d", (384, 128))):
+        np.save(tmp_path / f"{name}.npy", rng.standard_normal(shape, dtype=np.float32))
+        ins += ["--input", f"@{tmp_path / f'{name}.npy'}"]
+    out = tmp_path / "p.json"
+    r = subprocess.run([sys.executable, str(SCRIPT), str(vmfb), *ins, "--calls", "2", "--json", str(out)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    res = json.loads(out.read_text())
+    mm = {row["dispatch"]: row for row in res["rows"] if "matmul" in row["dispatch"]}
+    assert sorted(k.split("_matmul_")[1] for k in mm) == ["256x128x384_f32", "256x384x512_f32"], mm
+    for row in mm.values():
+        assert row["per_call"] == 1 and row["ms"] > 0 and row["gflops"] > 0
+    assert sum(row["share"] for row in res["rows"]) == pytest.approx(100.0)
+    assert res["calls"] == 2 and len(res["call_ms"]) == 2 and res["sum_ms"] > 0
+    assert r.stdout.splitlines()[-1].startswith("sum of the dispatches ")
+
+
+def test_missing_module_is_one_line(tmp_path):
+    r = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path / "no.vmfb")], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.strip().splitlines() == [f"dispatch-profile: error: {tmp_path / 'no.vmfb'}: no such file"]

@@ -152,7 +152,8 @@ def dispatch_lines(exe: str, M: int, N: int, K: int, config: CpuGemmConfig = Cpu
 
 def gemm_module(M: int, N: int, K: int, config: CpuGemmConfig = CpuGemmConfig(), *,
                 flags: Sequence[str] = DEFAULT_CPU_FLAGS, target_attr: Optional[str] = None,
-                reference: bool = False, func: str = "main", exe: str = "falcon_cpu_sgemm") -> str:
+                reference: bool = False, func: str = "main", exe: str = "falcon_cpu_sgemm",
+                obj: Optional[Path] = None) -> str:
     """A complete module: ``func.func @{func}(%a: MxK f32, %b: KxN f32) -> MxN f32`` through falcon's kernel.
 
     Args:
@@ -162,15 +163,19 @@ def gemm_module(M: int, N: int, K: int, config: CpuGemmConfig = CpuGemmConfig(),
         target_attr: the object key (default :func:`cpu_target_attribute` of ``flags``).
         reference: also emit ``@reference``, the same product compiled by IREE itself.
         func: name of the kernel-backed function; exe: the executable's symbol.
+        obj: an object file built for ``config`` (default :func:`cpu_gemm.compile_object`).
 
     Raises:
         ValueError: a size is not a positive int.
-        RuntimeError: the kernel does not compile (:func:`cpu_gemm.compile_object`).
+        RuntimeError: the kernel does not compile (:func:`cpu_gemm.compile_object`), or
+            ``flags`` target this machine (``--iree-llvmcpu-target-cpu=host``) and it has no AVX-512F.
     """
+    if "--iree-llvmcpu-target-cpu=host" in flags and not cpu_gemm.host_has_avx512():
+        raise RuntimeError("falcon's CPU GEMM kernel needs AVX-512F, which this machine's CPU lacks")
     for name, v in (("M", M), ("N", N), ("K", K)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ValueError(f"gemm_module: {name} must be a positive int, got {v!r}")
-    obj = cpu_gemm.compile_object(config)
+    obj = obj or cpu_gemm.compile_object(config)
     target_attr = target_attr or cpu_target_attribute(flags)
     a_t, b_t, c_t = tensor_type((M, K), "f32"), tensor_type((K, N), "f32"), tensor_type((M, N), "f32")
     body = "\n".join("  " + ln for ln in dispatch_lines(exe, M, N, K, config))

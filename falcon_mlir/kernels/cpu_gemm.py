@@ -36,7 +36,8 @@ packed B outgrows the L3. This kernel is the BLIS design instead
 The sizes M, N, K are run-time arguments, so one object serves every shape
 of a configuration. Compiled with ``$FALCON_CC`` or ``gcc``
 (:func:`compile_object`), cached by source hash under
-``~/.cache/falcon-mlir/cpu`` (``$FALCON_KERNEL_CACHE/../cpu`` when set).
+``~/.cache/falcon-mlir/cpu`` (``$FALCON_KERNEL_CACHE/cpu`` when set). The
+object needs AVX-512F on the machine that runs it (:func:`host_has_avx512`).
 """
 
 from __future__ import annotations
@@ -249,6 +250,15 @@ __attribute__((visibility("hidden"))) void {GEMM_NAME}({_memref("a", True)},
 """
 
 
+def host_has_avx512() -> bool:
+    """Whether this machine's CPU has AVX-512F (``/proc/cpuinfo``; False where it cannot be read)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return any(ln.startswith("flags") and " avx512f" in ln for ln in f)
+    except OSError:
+        return False
+
+
 def compiler() -> str:
     """The C compiler: ``$FALCON_CC`` or ``gcc`` on PATH.
 
@@ -274,17 +284,27 @@ def _compiler_version(cc: str) -> str:
 
 
 def compile_object(config: CpuGemmConfig = CpuGemmConfig(), cache: bool = True) -> Path:
-    """Compile :func:`kernel_source` to a relocatable x86-64 object and return its path.
+    """Compile :func:`kernel_source` for ``config`` to a relocatable x86-64 object; its path.
+
+    Raises:
+        RuntimeError: as :func:`compile_source`.
+    """
+    return compile_source(kernel_source(config), config.label, cache)
+
+
+def compile_source(src: str, label: str = "source", cache: bool = True) -> Path:
+    """Compile C source ``src`` with :data:`CFLAGS` to an object file and return its path.
 
     The object is cached under :func:`cache_dir` by SHA-256 of (source,
     flags, compiler version); written to a temporary file and renamed.
+    ``label`` names the kernel in errors.
 
     Raises:
         RuntimeError: no compiler (:func:`compiler`), the compiler failed (its
-            first error line), or the object has undefined symbols.
+            first error line), or the object has undefined symbols (IREE links
+            with ``--no-undefined`` and no libc).
     """
     cc = compiler()
-    src = kernel_source(config)
     key = hashlib.sha256("\0".join([src, " ".join(CFLAGS), _compiler_version(cc)]).encode()).hexdigest()[:24]
     out = cache_dir() / f"sgemm_{key}.o"
     if cache and out.is_file():
@@ -296,10 +316,10 @@ def compile_object(config: CpuGemmConfig = CpuGemmConfig(), cache: bool = True) 
         res = subprocess.run([cc, *CFLAGS, "-c", str(c_file), "-o", str(o_file)], capture_output=True, text=True)
         if res.returncode != 0:
             first = next((ln for ln in res.stderr.splitlines() if "error" in ln), res.stderr.strip()[:200])
-            raise RuntimeError(f"{cc} failed on falcon's CPU kernel ({config.label}): {first}")
+            raise RuntimeError(f"{cc} failed on falcon's CPU kernel ({label}): {first}")
         missing = undefined_symbols(o_file)
         if missing:
-            raise RuntimeError(f"falcon's CPU kernel object needs symbols IREE cannot link: {', '.join(missing)}")
+            raise RuntimeError(f"falcon's CPU kernel ({label}) needs symbols IREE cannot link: {', '.join(missing)}")
         fd, tmp_out = tempfile.mkstemp(dir=out.parent, suffix=".o.tmp")
         os.close(fd)
         shutil.copyfile(o_file, tmp_out)

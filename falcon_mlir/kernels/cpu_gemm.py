@@ -82,7 +82,7 @@ class CpuGemmConfig(DictFields):
     kc: int = 256
     mc: int = 112
     nc: int = 512
-    pack_rows: int = 64
+    pack_rows: int = 16
 
     def __post_init__(self):
         for name in ("mr", "nr", "kc", "mc", "nc", "pack_rows"):
@@ -134,10 +134,18 @@ def _microkernel(c: CpuGemmConfig) -> str:
     acc = [[f"c{r}_{v}" for v in range(nv)] for r in range(c.mr)]
     lines = ["static inline __attribute__((always_inline)) void",
              "ukernel(size_t kc, const float *restrict a, const float *restrict b, float *restrict c,",
-             "        size_t ldc, size_t rows, size_t cols, int first) {"]
+             "        size_t ldc, size_t rows, size_t cols, int first, const float *pf) {"]
+    # C's tile into L2 now: its loads and stores at the end then miss no further (C is M x N, it
+    # lives in L3 or memory at large sizes).
+    lines.append("  for (size_t r = 0; r < rows; ++r) {")
+    lines.append("    " + " ".join(f"_mm_prefetch((const char *)(c + r * ldc + {16 * v}), _MM_HINT_T1);"
+                                   for v in range(nv)))
+    lines.append("  }")
     lines.append("  __m512 " + ", ".join(f"{x} = _mm512_setzero_ps()" for row in acc for x in row) + ";")
     lines.append("  for (size_t k = 0; k < kc; ++k) {")
     lines.append("    " + " ".join(f"__m512 b{v} = _mm512_loadu_ps(b + {16 * v});" for v in range(nv)))
+    # One line of the next B micro-panel into L2 per k step (the caller spreads them).
+    lines.append("    _mm_prefetch((const char *)(pf + k * 16), _MM_HINT_T1);")
     for r in range(c.mr):
         fmas = " ".join(f"{acc[r][v]} = _mm512_fmadd_ps(a{r}, b{v}, {acc[r][v]});" for v in range(nv))
         lines.append(f"    {{ __m512 a{r} = _mm512_set1_ps(a[{r}]); {fmas} }}")
@@ -184,6 +192,7 @@ def kernel_source(config: CpuGemmConfig = CpuGemmConfig()) -> str:
 #define MC {c.mc}
 #define NC {c.nc}
 #define PACK_ROWS {c.pack_rows}
+#define PF_PARTS (NR / 16)
 #define MIN(x, y) ((x) < (y) ? (x) : (y))
 
 {_microkernel(c)}
@@ -242,8 +251,11 @@ __attribute__((visibility("hidden"))) void {GEMM_NAME}({_memref("a", True)},
     for (size_t j = 0; j < nc; j += NR) {{
       const float *bpan = bp + ((j0 + j) / NR) * K * NR + p0 * NR;
       size_t cols = MIN(NR, nc - j);
-      for (size_t i = 0; i < mc; i += MR)
-        ukernel(kc, ap + i * kc, bpan, c + (i0 + i) * N + j0 + j, N, MIN(MR, mc - i), cols, p0 == 0);
+      /* Call t prefetches lines [t%PF_PARTS * kc, ...) of the next B micro-panel (kc * NR/16 lines). */
+      const float *bnext = j + NR < nc ? bpan + K * NR : bpan;
+      for (size_t i = 0, t = 0; i < mc; i += MR, ++t)
+        ukernel(kc, ap + i * kc, bpan, c + (i0 + i) * N + j0 + j, N, MIN(MR, mc - i), cols, p0 == 0,
+                bnext + (t % PF_PARTS) * kc * 16);
     }}
   }}
 }}

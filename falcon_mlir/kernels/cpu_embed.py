@@ -66,7 +66,7 @@ def executable_text(name: str, obj: Path, target_attr: str, config: CpuGemmConfi
         %nr = arith.constant {c.nr} : index
         %mc = arith.constant {c.mc} : index
         %nc = arith.constant {c.nc} : index
-        %slot = arith.constant {c.mc * c.kc} : index
+        %slot = arith.constant {c.mc * (c.kc + 16)} : index
         %s_a = arith.muli %M, %K : index
         %s_b = arith.muli %K, %N : index
         %s_c = arith.muli %M, %N : index

@@ -57,7 +57,7 @@ def executable_text(name: str, obj: Path, target_attr: str, config: CpuGemmConfi
     kernel object file ``obj`` (:func:`cpu_gemm.compile_object`) for ``target_attr``.
 
     ``@pack_b(B, M, N, K) -> Bp`` on workload ``[pack workgroups]``;
-    ``@gemm(A, Bp, M, N, K) -> (C, S)`` on workload ``[workgroups along N, along M]``
+    ``@gemm(A, Bp, M, N, K) -> (C, S)`` on workload ``[workgroups along M, along N]``
     (:func:`cpu_gemm.grid`).
     """
     c = config
@@ -136,7 +136,7 @@ def dispatch_lines(exe: str, M: int, N: int, K: int, config: CpuGemmConfig = Cpu
     c_t = tensor_type((M, N), "f32")
     bp_t = tensor_type((cpu_gemm.packed_b_floats(N, K, config),), "f32")
     s_t = tensor_type((cpu_gemm.scratch_floats(M, N, K, config),), "f32")
-    gp, gn, gm = cpu_gemm.grid(M, N, K, config)
+    gp, gm, gn = cpu_gemm.grid(M, N, K, config)
     r = result
     return [f"{r}_M = arith.constant {M} : index",
             f"{r}_N = arith.constant {N} : index",
@@ -146,7 +146,7 @@ def dispatch_lines(exe: str, M: int, N: int, K: int, config: CpuGemmConfig = Cpu
             f"{r}_gm = arith.constant {gm} : index",
             f"{r}_bp = flow.dispatch @{exe}::@pack_b[{r}_gp]({b}, {r}_M, {r}_N, {r}_K) : "
             f"({b_t}, index, index, index) -> {bp_t}",
-            f"{r}:2 = flow.dispatch @{exe}::@gemm[{r}_gn, {r}_gm]({a}, {r}_bp, {r}_M, {r}_N, {r}_K) : "
+            f"{r}:2 = flow.dispatch @{exe}::@gemm[{r}_gm, {r}_gn]({a}, {r}_bp, {r}_M, {r}_N, {r}_K) : "
             f"({a_t}, {bp_t}, index, index, index) -> ({c_t}, {s_t})"]
 
 

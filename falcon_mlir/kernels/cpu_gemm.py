@@ -12,7 +12,7 @@ packed B outgrows the L3. This kernel is the BLIS design instead
   - ``falcon_cpu_pack_b(B, Bp, M, N, K, wg)``: B (``K x N`` row-major) into
     ``ceil(N/NR)`` panels of ``K x NR`` (``Bp[j][k][r] = B[k][j*NR + r]``,
     zero past N); workgroup ``wg`` packs rows ``[wg*PACK_ROWS, ...)``.
-  - ``falcon_cpu_gemm(A, Bp, C, S, M, N, K, wg_n, wg_m)``: the ``MC x NC``
+  - ``falcon_cpu_gemm(A, Bp, C, S, M, N, K, wg_m, wg_n)``: the ``MC x NC``
     block ``(wg_m, wg_n)`` of ``C = A @ B`` (A ``M x K`` row-major, C
     ``M x N`` row-major). K runs in blocks of ``KC``; for each, the block's
     A rows are packed into the workgroup's own slot of the scratch buffer S
@@ -117,13 +117,18 @@ def packed_b_floats(N: int, K: int, config: CpuGemmConfig = CpuGemmConfig()) -> 
 
 
 def grid(M: int, N: int, K: int, config: CpuGemmConfig = CpuGemmConfig()) -> tuple:
-    """``(pack workgroups, gemm workgroups along N, gemm workgroups along M)`` for ``M x N x K``."""
-    return _ceil(K, config.pack_rows), _ceil(N, config.nc), _ceil(M, config.mc)
+    """``(pack workgroups, gemm workgroups along M, gemm workgroups along N)`` for ``M x N x K``.
+
+    The GEMM's workgroup ids are ``(x, y) = (block of M, block of N)``: IREE
+    runs x fastest, so consecutive workgroups share one ``K x nc`` column of
+    packed B, which then stays in L3 (A's row blocks are the ones read again).
+    """
+    return _ceil(K, config.pack_rows), _ceil(M, config.mc), _ceil(N, config.nc)
 
 
 def scratch_floats(M: int, N: int, K: int, config: CpuGemmConfig = CpuGemmConfig()) -> int:
     """Floats of the GEMM's scratch: one packed-A slot per workgroup (``mc`` rows of ``kc + 16``)."""
-    _, gn, gm = grid(M, N, K, config)
+    _, gm, gn = grid(M, N, K, config)
     return gn * gm * config.mc * (config.kc + 16)
 
 
@@ -242,7 +247,7 @@ static void pack_a(const float *restrict a, size_t K, size_t mc, size_t kc, floa
 /* Block (wg_m, wg_n) of C = A @ B: MC x NC, K in blocks of KC. */
 __attribute__((visibility("hidden"))) void {GEMM_NAME}({_memref("a", True)},
     {_memref("bp", True)}, {_memref("c", False)}, {_memref("s", False)},
-    size_t M, size_t N, size_t K, size_t wg_n, size_t wg_m) {{
+    size_t M, size_t N, size_t K, size_t wg_m, size_t wg_n) {{
   const float *restrict a = a_ptr + a_off;
   const float *restrict bp = bp_ptr + bp_off;
   float *restrict c = c_ptr + c_off;

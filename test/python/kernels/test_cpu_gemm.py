@@ -45,7 +45,7 @@ def test_config_rejects(bad):
 
 def test_grid_and_buffers():
     c = CpuGemmConfig(pack_rows=64)  # 14x32, kc 256, 112x512
-    assert cpu_gemm.grid(257, 129, 300, c) == (5, 1, 3)
+    assert cpu_gemm.grid(257, 129, 300, c) == (5, 3, 1)
     assert cpu_gemm.packed_b_floats(129, 300, c) == 5 * 300 * 32
     assert cpu_gemm.scratch_floats(257, 1025, 300, c) == 3 * 3 * 112 * (256 + 16)
 

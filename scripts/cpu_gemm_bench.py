@@ -18,7 +18,9 @@ the relative error of each against a float64 reference on ``--check-rows``
 random rows, and ``uptime`` before and after. Runners are timed one block
 after another (numpy last: OpenBLAS's threads spin after a call).
 
-Usage: ``python scripts/cpu_gemm_bench.py --sizes 1024 2048 4096 --repeat 7``
+Usage: ``env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python scripts/cpu_gemm_bench.py --sizes 1024 2048 4096 --repeat 7``
+(this machine's environment sets ``OPENBLAS_CORETYPE=Haswell``, which makes
+numpy run OpenBLAS's AVX2 kernels at about half its AVX-512 rate).
 """
 
 from __future__ import annotations
@@ -46,8 +48,9 @@ def _shape(text: str) -> tuple:
     return m, n, k
 
 
-def _time(fn, repeat: int) -> list:
-    fn()
+def _time(fn, repeat: int, warmup: int = 2) -> list:
+    for _ in range(warmup):
+        fn()
     out = []
     for _ in range(repeat):
         t0 = time.perf_counter()

@@ -13,7 +13,7 @@ import pytest
 
 from falcon_mlir.kernels import cpu_embed, cpu_gemm
 from falcon_mlir.kernels.cpu_gemm import CpuGemmConfig
-from falcon_mlir.runner import Module
+from falcon_mlir.runner import BEST_CPU_FLAGS, Module
 
 needs_gcc = pytest.mark.skipif(shutil.which("gcc") is None, reason="no gcc")
 needs_avx512 = pytest.mark.skipif(not cpu_gemm.host_has_avx512() or shutil.which("gcc") is None,
@@ -105,12 +105,18 @@ def test_small_blocks_cover_every_edge():
     assert _rel_err(c, a, b) < 2e-6
 
 
+BEST_FLAGS = cpu_embed.DEFAULT_CPU_FLAGS[:2] + BEST_CPU_FLAGS
+
+
 @needs_avx512
-def test_next_to_iree_own_dispatch():
-    """One module holds IREE's own GEMM (@reference) and ours (@main): the object key is exact."""
+@pytest.mark.parametrize("flags", [cpu_embed.DEFAULT_CPU_FLAGS, BEST_FLAGS], ids=["host", "data-tiling"])
+def test_next_to_iree_own_dispatch(flags):
+    """One module holds IREE's own GEMM (@reference) and ours (@main): the object key is the device's
+    exact target, which differs between IREE's default and best (data tiling, ukernels) flags."""
     M, N, K = 130, 96, 64
-    c, a, b, mod = _run(cpu_embed.gemm_module(M, N, K, reference=True), M, N, K)
-    r = mod("reference", a, b)
+    a, b = _inputs(M, N, K)
+    mod = Module(cpu_embed.compile_module(cpu_embed.gemm_module(M, N, K, reference=True, flags=flags), flags))
+    c, r = mod("main", a, b), mod("reference", a, b)
     assert _rel_err(c, a, b) < 2e-6 and _rel_err(r, a, b) < 2e-6
 
 

@@ -59,8 +59,9 @@ def _time(fn, repeat: int, warmup: int = 2) -> list:
     return out
 
 
-def bench_shape(M: int, N: int, K: int, repeat: int, check_rows: int, runners: tuple, config) -> list:
-    """Rows ``(runner, median s, min s, GFLOP/s at the median, relative error)`` for one shape."""
+def bench_shape(M: int, N: int, K: int, repeat: int, check_rows: int, runners: tuple, config=None) -> list:
+    """Rows ``(runner, median s, min s, GFLOP/s at the median, relative error)`` for one shape
+    (``config``: the kernel's blocking, default the library's choice)."""
     from falcon_mlir.kernels import cpu_embed
     from falcon_mlir.runner import BEST_CPU_FLAGS, Module, compile_mlir
 
@@ -108,16 +109,17 @@ def main(argv=None) -> int:
     if bad or args.repeat < 1 or any(n < 1 for n in args.sizes):
         print(f"cpu_gemm_bench: bad --runners {bad} or --repeat/--sizes below 1", file=sys.stderr)
         return 2
-    from falcon_mlir.kernels.cpu_gemm import CpuGemmConfig
+    from falcon_mlir.kernels.cpu_gemm import choose_config
 
-    config = CpuGemmConfig()
     print(f"uptime before: {_uptime()}")
-    print(f"kernel: {config.label}; medians of {args.repeat} calls\n")
+    print(f"medians of {args.repeat} calls; falcon's row names its blocking\n")
     print("| M x N x K | runner | median ms | min ms | GFLOP/s (median) | rel. error |")
     print("|---|---|---:|---:|---:|---:|")
     for M, N, K in [(n, n, n) for n in args.sizes] + list(args.shapes):
+        config = choose_config(M, N, K)
         for name, med, best, gf, e in bench_shape(M, N, K, args.repeat, args.check_rows, runners, config):
-            print(f"| {M}x{N}x{K} | {name} | {med * 1e3:.2f} | {best * 1e3:.2f} | {gf:.0f} | {e:.1e} |", flush=True)
+            label = f"falcon ({config.label})" if name == "falcon" else name
+            print(f"| {M}x{N}x{K} | {label} | {med * 1e3:.2f} | {best * 1e3:.2f} | {gf:.0f} | {e:.1e} |", flush=True)
     print(f"\nuptime after: {_uptime()}")
     return 0
 

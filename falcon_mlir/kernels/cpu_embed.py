@@ -150,7 +150,7 @@ def dispatch_lines(exe: str, M: int, N: int, K: int, config: CpuGemmConfig = Cpu
             f"({a_t}, {bp_t}, index, index, index) -> ({c_t}, {s_t})"]
 
 
-def gemm_module(M: int, N: int, K: int, config: CpuGemmConfig = CpuGemmConfig(), *,
+def gemm_module(M: int, N: int, K: int, config: Optional[CpuGemmConfig] = None, *,
                 flags: Sequence[str] = DEFAULT_CPU_FLAGS, target_attr: Optional[str] = None,
                 reference: bool = False, func: str = "main", exe: str = "falcon_cpu_sgemm",
                 obj: Optional[Path] = None) -> str:
@@ -158,7 +158,7 @@ def gemm_module(M: int, N: int, K: int, config: CpuGemmConfig = CpuGemmConfig(),
 
     Args:
         M, N, K: the GEMM's sizes (positive).
-        config: the kernel's blocking.
+        config: the kernel's blocking (default :func:`cpu_gemm.choose_config`).
         flags: the IREE flags the module will be compiled with (they fix the object key).
         target_attr: the object key (default :func:`cpu_target_attribute` of ``flags``).
         reference: also emit ``@reference``, the same product compiled by IREE itself.
@@ -175,6 +175,7 @@ def gemm_module(M: int, N: int, K: int, config: CpuGemmConfig = CpuGemmConfig(),
     for name, v in (("M", M), ("N", N), ("K", K)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ValueError(f"gemm_module: {name} must be a positive int, got {v!r}")
+    config = config or cpu_gemm.choose_config(M, N, K)
     obj = obj or cpu_gemm.compile_object(config)
     target_attr = target_attr or cpu_target_attribute(flags)
     a_t, b_t, c_t = tensor_type((M, K), "f32"), tensor_type((K, N), "f32"), tensor_type((M, N), "f32")

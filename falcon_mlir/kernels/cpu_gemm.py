@@ -111,6 +111,21 @@ def _ceil(a: int, b: int) -> int:
     return -(-a // b)
 
 
+#: The blocking for shapes with few 112 x 512 blocks of C: more, smaller workgroups balance IREE's
+#: two workers better (1024^3: best call 6.0 ms against 6.7 ms with 112 x 512).
+SMALL_CONFIG = CpuGemmConfig(mc=28, nc=256)
+#: Fewer 112 x 512 blocks than this: :data:`SMALL_CONFIG` (4096^3 ran 3-5% faster on 112 x 512).
+MIN_BLOCKS = 40
+
+
+def choose_config(M: int, N: int, K: int) -> CpuGemmConfig:
+    """The blocking for ``M x N x K``: the default 112 x 512 blocks of C when there are at least
+    :data:`MIN_BLOCKS` of them, else :data:`SMALL_CONFIG` (measured on the 2-core Zen 5,
+    docs/kernels.md)."""
+    big = CpuGemmConfig()
+    return big if _ceil(M, big.mc) * _ceil(N, big.nc) >= MIN_BLOCKS else SMALL_CONFIG
+
+
 def packed_b_floats(N: int, K: int, config: CpuGemmConfig = CpuGemmConfig()) -> int:
     """Floats of packed B for a ``K x N`` B: ``ceil(N/nr) * K * nr``."""
     return _ceil(N, config.nr) * K * config.nr

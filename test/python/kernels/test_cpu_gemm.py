@@ -50,6 +50,12 @@ def test_grid_and_buffers():
     assert cpu_gemm.scratch_floats(257, 1025, 300, c) == 3 * 3 * 112 * (256 + 16)
 
 
+def test_choose_config_by_block_count():
+    assert cpu_gemm.choose_config(1024, 1024, 1024) == cpu_gemm.SMALL_CONFIG  # 10 x 2 blocks of 112 x 512
+    assert cpu_gemm.choose_config(2048, 2048, 64) == CpuGemmConfig()  # 19 x 4
+    assert cpu_gemm.choose_config(100, 70, 50).label == "cpu14x32,k256,28x256"
+
+
 @needs_gcc
 def test_object_has_no_undefined_symbols():
     obj = cpu_gemm.compile_object()
@@ -82,8 +88,8 @@ def test_module_text_keys_the_object_by_the_device_target(monkeypatch, tmp_path)
     text = cpu_embed.gemm_module(100, 70, 50, target_attr="#fake", obj=obj, flags=())
     assert f'#fake = [\n      #hal.executable.object<{{path = "{obj}"}}>' in text
     assert "flow.dispatch @falcon_cpu_sgemm::@pack_b[%r_gp](%b, %r_M, %r_N, %r_K)" in text
-    assert "-> (tensor<100x70xf32>, tensor<30464xf32>)" in text  # C and one 112 x (256 + 16) A slot
-    assert "hal.interface.workgroup.id[1]" in text
+    assert "-> (tensor<100x70xf32>, tensor<30464xf32>)" in text  # C; 4 workgroups of 28 x (256 + 16) A slots
+    assert "%slot = arith.constant 7616" in text and "hal.interface.workgroup.id[1]" in text
 
 
 @needs_avx512

@@ -32,7 +32,7 @@ def test_tiny_run_prints_rows_with_small_errors(tmp_path, monkeypatch):
     r = _run("--sizes", "--shapes", "70x100x33", "--repeat", "1")
     assert r.returncode == 0, r.stderr
     rows = [ln for ln in r.stdout.splitlines() if ln.startswith("| 70x100x33 |")]
-    assert [ln.split("|")[2].strip() for ln in rows] == ["iree", "falcon", "numpy"]
+    assert [ln.split("|")[2].strip() for ln in rows] == ["iree", "falcon (cpu14x32,k256,28x256)", "numpy"]
     for ln in rows:
         assert float(ln.split("|")[6]) < 1e-5
     assert re.search(r"uptime before: .*load average", r.stdout)

@@ -12,6 +12,11 @@ grouped LCMA plan (Strassen-like scheme from the catalog): generated combine
 kernels around the batched GEMM, four dispatches in one module.
 ``docs/kernels.md`` has the ABI, the cache and the GPU script.
 
+For the CPU, :mod:`.cpu_gemm` generates falcon's own f32 GEMM as AVX-512 C
+(compiled by gcc to an object) and :mod:`.cpu_embed` links it into an
+llvm-cpu IREE module as an external dispatch (imported on their own; not
+re-exported here).
+
 Importing this package needs no Triton; compiling a kernel does
 (``pip install 'falcon-mlir[cuda]'``), and runs it in a child process
 (:mod:`._worker`: Triton after TensorFlow aborts a process).

@@ -77,15 +77,29 @@ def _balanced_attribute(text: str, start: int) -> str:
 
 
 @lru_cache(maxsize=16)
-def _target_attribute(flags: tuple) -> str:
+def _target_attribute(flags: tuple, backend: str) -> str:
     from iree.compiler import compile_str
 
     out = compile_str(_PROBE, input_type="auto", extra_args=[*flags, "--compile-to=executable-sources"])
     text = out.decode() if isinstance(out, bytes) else out
-    m = re.search(r'#hal\.executable\.target<"cuda"', text)
+    m = re.search(r'#hal\.executable\.target<"' + re.escape(backend) + '"', text)
     if m is None:
-        raise ValueError(f"no CUDA executable target in IREE's output for flags {' '.join(flags)}")
+        raise ValueError(f"no {backend} executable target in IREE's output for flags {' '.join(flags)}")
     return _balanced_attribute(text, m.start())
+
+
+def executable_target_attribute(flags: Sequence[str], backend: str) -> str:
+    """The exact ``#hal.executable.target<"{backend}", ...>`` IREE uses for a device with ``flags``.
+
+    Found by compiling a tiny module to ``executable-sources`` and reading the
+    attribute back (cached per flag tuple and backend). ``backend`` is IREE's
+    name: ``"cuda"``, ``"llvm-cpu"``.
+
+    Raises:
+        ValueError: the flags give no executable target of that backend.
+        iree.compiler.CompilerToolError: IREE rejects the flags.
+    """
+    return _target_attribute(tuple(flags), backend)
 
 
 def cuda_target_attribute(flags: Sequence[str] = DEFAULT_CUDA_FLAGS) -> str:
@@ -100,7 +114,7 @@ def cuda_target_attribute(flags: Sequence[str] = DEFAULT_CUDA_FLAGS) -> str:
         ValueError: the flags give no CUDA executable target.
         iree.compiler.CompilerToolError: IREE rejects the flags.
     """
-    return _target_attribute(tuple(flags))
+    return executable_target_attribute(flags, "cuda")
 
 
 def tensor_type(shape: Sequence[int], dtype: str) -> str:

@@ -1,0 +1,199 @@
+"""MLIR text that runs falcon's CPU GEMM (:mod:`.cpu_gemm`) inside an IREE 3.13 llvm-cpu module.
+
+The pieces (forms checked with ``iree-compile`` 3.13):
+
+* :func:`executable_text`: a ``stream.executable`` whose
+  ``hal.executable.objects`` map the device's exact executable target
+  attribute (:func:`cpu_target_attribute`, so the module may also hold
+  IREE's own dispatches) to the kernel's object file by its absolute path
+  (IREE links it into the executable's embedded ELF at compile time, so the
+  .vmfb is self-contained; the text needs the file). Inline ``data =
+  dense<...>`` objects fail on llvm-cpu in 3.13: with a path too, the
+  link misses the symbols; without one, iree-compile crashes;
+  two exports, ``pack_b`` and ``gemm``, each a small function that takes the
+  bindings as ``memref<?xf32>`` (``stream.binding.subspan``) and calls the C
+  entry point declared ``hal.import.static``, with the workgroup ids
+  (``hal.interface.workgroup.id``) as the last arguments.
+* :func:`dispatch_lines`: the two ``flow.dispatch`` ops: B to packed B, then
+  ``(A, packed B) -> (C, scratch)``; the scratch (one packed-A slot per
+  workgroup) is a result the host never reads.
+* :func:`gemm_module`: a whole module ``@main(A, B) -> C`` through the
+  kernel, optionally with ``@reference``, the same product as one
+  ``linalg.generic`` that IREE compiles itself.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional, Sequence
+
+from ..targets import TARGETS
+from . import cpu_gemm
+from .cpu_gemm import CpuGemmConfig
+from .embed import executable_target_attribute, reference_func, tensor_type
+from .spec import GemmSpec
+
+#: IREE flags for this machine's CPU (falcon's ``host`` target).
+DEFAULT_CPU_FLAGS = tuple(TARGETS["host"].flags)
+
+
+def cpu_target_attribute(flags: Sequence[str] = DEFAULT_CPU_FLAGS) -> str:
+    """The exact ``#hal.executable.target<"llvm-cpu", ...>`` IREE uses with ``flags``
+    (for the default flags: ``embedded-elf-x86_64`` with ``cpu = "znver5"`` and its features on a Zen 5).
+
+    Raises:
+        ValueError: the flags give no llvm-cpu target.
+        iree.compiler.CompilerToolError: IREE rejects the flags.
+    """
+    return executable_target_attribute(flags, "llvm-cpu")
+
+
+def _memref_args(names: Sequence[str]) -> str:
+    return ", ".join(f"%{n}: !stream.binding" for n in names)
+
+
+def executable_text(name: str, obj: Path, target_attr: str, config: CpuGemmConfig = CpuGemmConfig()) -> str:
+    """``stream.executable`` text named ``name`` with exports ``@pack_b`` and ``@gemm`` running the
+    kernel object file ``obj`` (:func:`cpu_gemm.compile_object`) for ``target_attr``.
+
+    ``@pack_b(B, M, N, K) -> Bp`` on workload ``[pack workgroups]``;
+    ``@gemm(A, Bp, M, N, K) -> (C, S)`` on workload ``[workgroups along M, along N]``
+    (:func:`cpu_gemm.grid`).
+    """
+    c = config
+    mref = "memref<?xf32>"
+    sizes = f"""        %c1 = arith.constant 1 : index
+        %nr = arith.constant {c.nr} : index
+        %mc = arith.constant {c.mc} : index
+        %nc = arith.constant {c.nc} : index
+        %slot = arith.constant {c.mc * (c.kc + 16)} : index
+        %s_a = arith.muli %M, %K : index
+        %s_b = arith.muli %K, %N : index
+        %s_c = arith.muli %M, %N : index
+        %np = arith.ceildivui %N, %nr : index
+        %s_p0 = arith.muli %np, %K : index
+        %s_bp = arith.muli %s_p0, %nr : index
+        %gn = arith.ceildivui %N, %nc : index
+        %gm = arith.ceildivui %M, %mc : index
+        %s_s0 = arith.muli %gn, %gm : index
+        %s_s = arith.muli %s_s0, %slot : index"""
+
+    def sub(var, binding, size):
+        return f"        %{var} = stream.binding.subspan %{binding}[%c0] : !stream.binding -> {mref}{{%{size}}}"
+
+    idx = "%M: index, %N: index, %K: index"
+    return f"""stream.executable private @{name} attributes {{
+  hal.executable.objects = #hal.executable.objects<{{{target_attr} = [
+    #hal.executable.object<{{path = "{Path(obj).resolve()}"}}>]}}>
+}} {{
+  // falcon's f32 GEMM for x86-64 AVX-512, {c.label}
+  stream.executable.export public @pack_b workgroups(%x: index) -> (index, index, index) {{
+    %one = arith.constant 1 : index
+    stream.return %x, %one, %one : index, index, index
+  }}
+  stream.executable.export public @gemm workgroups(%x: index, %y: index) -> (index, index, index) {{
+    %one = arith.constant 1 : index
+    stream.return %x, %y, %one : index, index, index
+  }}
+  builtin.module {{
+    func.func private @{cpu_gemm.PACK_B_NAME}({mref}, {mref}, index, index, index, index) attributes {{hal.import.static}}
+    func.func private @{cpu_gemm.GEMM_NAME}({mref}, {mref}, {mref}, {mref}, index, index, index, index, index) attributes {{hal.import.static}}
+    func.func @pack_b({_memref_args(["b", "bp"])}, {idx}) {{
+        %c0 = arith.constant 0 : index
+{sizes}
+{sub("mb", "b", "s_b")}
+{sub("mbp", "bp", "s_bp")}
+        %wg = hal.interface.workgroup.id[0] : index
+        func.call @{cpu_gemm.PACK_B_NAME}(%mb, %mbp, %M, %N, %K, %wg) : ({mref}, {mref}, index, index, index, index) -> ()
+        return
+    }}
+    func.func @gemm({_memref_args(["a", "bp", "c", "s"])}, {idx}) {{
+        %c0 = arith.constant 0 : index
+{sizes}
+{sub("ma", "a", "s_a")}
+{sub("mbp", "bp", "s_bp")}
+{sub("mc_", "c", "s_c")}
+{sub("ms", "s", "s_s")}
+        %wx = hal.interface.workgroup.id[0] : index
+        %wy = hal.interface.workgroup.id[1] : index
+        func.call @{cpu_gemm.GEMM_NAME}(%ma, %mbp, %mc_, %ms, %M, %N, %K, %wx, %wy) : ({mref}, {mref}, {mref}, {mref}, index, index, index, index, index) -> ()
+        return
+    }}
+  }}
+}}
+"""
+
+
+def dispatch_lines(exe: str, M: int, N: int, K: int, config: CpuGemmConfig = CpuGemmConfig(), a: str = "%a",
+                   b: str = "%b", result: str = "%r", types: Optional[Sequence[str]] = None) -> list:
+    """The host-side lines computing ``C = A @ B`` through executable ``@exe``; C is ``{result}#0``.
+
+    ``types``: the tensor types of A and B as the caller holds them (any
+    shape of the same elements; default ``MxK`` and ``KxN``). Values
+    ``{result}_M`` etc. and ``{result}_bp`` (packed B) are defined too.
+    """
+    a_t, b_t = types or (tensor_type((M, K), "f32"), tensor_type((K, N), "f32"))
+    c_t = tensor_type((M, N), "f32")
+    bp_t = tensor_type((cpu_gemm.packed_b_floats(N, K, config),), "f32")
+    s_t = tensor_type((cpu_gemm.scratch_floats(M, N, K, config),), "f32")
+    gp, gm, gn = cpu_gemm.grid(M, N, K, config)
+    r = result
+    return [f"{r}_M = arith.constant {M} : index",
+            f"{r}_N = arith.constant {N} : index",
+            f"{r}_K = arith.constant {K} : index",
+            f"{r}_gp = arith.constant {gp} : index",
+            f"{r}_gn = arith.constant {gn} : index",
+            f"{r}_gm = arith.constant {gm} : index",
+            f"{r}_bp = flow.dispatch @{exe}::@pack_b[{r}_gp]({b}, {r}_M, {r}_N, {r}_K) : "
+            f"({b_t}, index, index, index) -> {bp_t}",
+            f"{r}:2 = flow.dispatch @{exe}::@gemm[{r}_gm, {r}_gn]({a}, {r}_bp, {r}_M, {r}_N, {r}_K) : "
+            f"({a_t}, {bp_t}, index, index, index) -> ({c_t}, {s_t})"]
+
+
+def gemm_module(M: int, N: int, K: int, config: Optional[CpuGemmConfig] = None, *,
+                flags: Sequence[str] = DEFAULT_CPU_FLAGS, target_attr: Optional[str] = None,
+                reference: bool = False, func: str = "main", exe: str = "falcon_cpu_sgemm",
+                obj: Optional[Path] = None) -> str:
+    """A complete module: ``func.func @{func}(%a: MxK f32, %b: KxN f32) -> MxN f32`` through falcon's kernel.
+
+    Args:
+        M, N, K: the GEMM's sizes (positive).
+        config: the kernel's blocking (default :func:`cpu_gemm.choose_config`).
+        flags: the IREE flags the module will be compiled with (they fix the object key).
+        target_attr: the object key (default :func:`cpu_target_attribute` of ``flags``).
+        reference: also emit ``@reference``, the same product compiled by IREE itself.
+        func: name of the kernel-backed function; exe: the executable's symbol.
+        obj: an object file built for ``config`` (default :func:`cpu_gemm.compile_object`).
+
+    Raises:
+        ValueError: a size is not a positive int.
+        RuntimeError: the kernel does not compile (:func:`cpu_gemm.compile_object`), or
+            ``flags`` target this machine (``--iree-llvmcpu-target-cpu=host``) and it has no AVX-512F.
+    """
+    if "--iree-llvmcpu-target-cpu=host" in flags and not cpu_gemm.host_has_avx512():
+        raise RuntimeError("falcon's CPU GEMM kernel needs AVX-512F, which this machine's CPU lacks")
+    for name, v in (("M", M), ("N", N), ("K", K)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"gemm_module: {name} must be a positive int, got {v!r}")
+    config = config or cpu_gemm.choose_config(M, N, K)
+    obj = obj or cpu_gemm.compile_object(config)
+    target_attr = target_attr or cpu_target_attribute(flags)
+    a_t, b_t, c_t = tensor_type((M, K), "f32"), tensor_type((K, N), "f32"), tensor_type((M, N), "f32")
+    body = "\n".join("  " + ln for ln in dispatch_lines(exe, M, N, K, config))
+    parts = [executable_text(exe, obj, target_attr, config),
+             f"func.func @{func}(%a: {a_t}, %b: {b_t}) -> {c_t} {{\n{body}\n  return %r#0 : {c_t}\n}}\n"]
+    if reference:
+        parts.append(reference_func(GemmSpec(M=M, N=N, K=K, a_dtype="f32", b_dtype="f32", out_dtype="f32")))
+    text = "\n".join(parts)
+    return "module {\n" + "\n".join("  " + ln if ln else ln for ln in text.splitlines()) + "\n}\n"
+
+
+def compile_module(text: str, flags: Sequence[str] = DEFAULT_CPU_FLAGS) -> bytes:
+    """Compile module text to a .vmfb (bytes) with IREE's in-process compiler.
+
+    Raises:
+        iree.compiler.CompilerToolError: IREE rejects the module.
+    """
+    from iree.compiler import compile_str
+
+    return compile_str(text, input_type="auto", extra_args=list(flags))

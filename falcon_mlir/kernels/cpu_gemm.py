@@ -1,0 +1,373 @@
+"""falcon's own f32 GEMM for x86-64 CPUs with AVX-512: generated C, compiled by gcc to an object file.
+
+Why: IREE 3.13's CPU GEMM (data tiling + the mmt4d ukernel) computes one
+16 x 16 tile of C per workgroup over the whole K with no cache blocking; on a
+Zen 5 it runs at 419-433 GFLOP/s at 1024-2048 but 251-264 at 4096-8192, where
+packed B outgrows the L3. This kernel is the BLIS design instead
+(docs/kernels.md, "falcon's own CPU GEMM kernel"):
+
+* **Two entry points**, both called once per IREE workgroup
+  (:mod:`falcon_mlir.kernels.cpu_embed` builds the dispatches):
+
+  - ``falcon_cpu_pack_b(B, Bp, M, N, K, wg)``: B (``K x N`` row-major) into
+    ``ceil(N/NR)`` panels of ``K x NR`` (``Bp[j][k][r] = B[k][j*NR + r]``,
+    zero past N); workgroup ``wg`` packs rows ``[wg*PACK_ROWS, ...)``.
+  - ``falcon_cpu_gemm(A, Bp, C, S, M, N, K, wg_m, wg_n)``: the ``MC x NC``
+    block ``(wg_m, wg_n)`` of ``C = A @ B`` (A ``M x K`` row-major, C
+    ``M x N`` row-major). K runs in blocks of ``KC``; for each, the block's
+    A rows are packed into the workgroup's own slot of the scratch buffer S
+    (``MC`` rows of ``KC + 16`` floats: a plain row copy, zero rows past M;
+    the padding line spreads the rows over L1's sets), then for
+    every ``NR``-column B micro-panel (``KC x NR``, L1-resident) the
+    micro-kernel runs down the ``MC`` rows (A micro-panels from L2).
+
+* **Micro-kernel.** ``MR x NR`` of C in ``MR * NR/16`` zmm accumulators
+  (14 x 32: 28 registers); each k step loads ``NR/16`` vectors of B and
+  broadcasts ``MR`` elements of A (one pointer, the rows at constant
+  displacements), one fused multiply-add per accumulator. It first
+  prefetches its C tile into L2, and each k step one line of the next B
+  micro-panel (C and B live in L3 or memory at large sizes: single-thread
+  2048^3 went from 130 to 175 GFLOP/s).
+  The first K block stores C, later ones add to it; edge tiles (rows past M,
+  columns past N) store through masks.
+
+* **ABI** (IREE 3.13, ``hal.import.static``): each ``memref<?xf32>`` arrives
+  as five values (allocated pointer, aligned pointer, offset, size, stride);
+  the kernel uses ``aligned + offset``. Then the ``index`` operands as
+  ``size_t``. No libc, no globals, no calls (``-ffreestanding``,
+  ``-fno-tree-loop-distribute-patterns``); stack use is a few hundred bytes
+  (IREE's workers have small stacks: all buffers are bindings).
+
+The sizes M, N, K are run-time arguments, so one object serves every shape
+of a configuration. Compiled with ``$FALCON_CC`` or ``gcc``
+(:func:`compile_object`), cached by source hash under
+``~/.cache/falcon-mlir/cpu`` (``$FALCON_KERNEL_CACHE/cpu`` when set). The
+object needs AVX-512F on the machine that runs it (:func:`host_has_avx512`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from .spec import DictFields
+
+#: Entry symbols of the object.
+PACK_B_NAME = "falcon_cpu_pack_b"
+GEMM_NAME = "falcon_cpu_gemm"
+#: Flags every object is compiled with (x86-64-v4: AVX-512 F/BW/DQ/VL).
+CFLAGS = ("-O3", "-march=x86-64-v4", "-mtune=native", "-ffreestanding", "-fPIC", "-fvisibility=hidden",
+          "-fno-plt", "-fno-asynchronous-unwind-tables", "-fno-tree-loop-distribute-patterns",
+          "-fno-stack-protector", "-fno-exceptions", "-fno-math-errno")
+#: Bump when the generated source changes in a way the cache key would not see.
+GENERATOR_VERSION = 1
+
+
+@dataclass(frozen=True)
+class CpuGemmConfig(DictFields):
+    """The kernel's blocking, in elements.
+
+    ``mr x nr``: the micro-kernel's tile of C (``nr`` a multiple of 16, the
+    zmm width; ``mr * nr/16 <= 28`` accumulators). ``kc``: K block (the
+    ``kc x nr`` B micro-panel stays in L1). ``mc x nc``: one workgroup's block
+    of C (``mc`` a multiple of ``mr``, ``nc`` of ``nr``; the ``mc x kc`` A
+    block stays in L2). ``pack_rows``: rows of B per pack workgroup.
+
+    Raises:
+        ValueError: a field out of range or not a multiple as above.
+    """
+
+    mr: int = 14
+    nr: int = 32
+    kc: int = 256
+    mc: int = 112
+    nc: int = 512
+    pack_rows: int = 16
+
+    def __post_init__(self):
+        for name in ("mr", "nr", "kc", "mc", "nc", "pack_rows"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"CpuGemmConfig.{name} must be a positive int, got {v!r}")
+        if self.nr % 16 or self.mr * (self.nr // 16) > 28:
+            raise ValueError(f"CpuGemmConfig: nr={self.nr} must be a multiple of 16 with mr*nr/16 <= 28 "
+                             f"(mr={self.mr})")
+        if self.mc % self.mr or self.nc % self.nr:
+            raise ValueError(f"CpuGemmConfig: mc={self.mc} must be a multiple of mr={self.mr} and "
+                             f"nc={self.nc} of nr={self.nr}")
+
+    @property
+    def label(self) -> str:
+        """``cpu14x32,k256,112x512``: the report's name for this kernel and blocking."""
+        return f"cpu{self.mr}x{self.nr},k{self.kc},{self.mc}x{self.nc}"
+
+
+def _ceil(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+#: The blocking for shapes with few 112 x 512 blocks of C: more, smaller workgroups balance IREE's
+#: two workers better (1024^3: best call 6.0 ms against 6.7 ms with 112 x 512).
+SMALL_CONFIG = CpuGemmConfig(mc=28, nc=256)
+#: Fewer 112 x 512 blocks than this: :data:`SMALL_CONFIG` (4096^3 ran 3-5% faster on 112 x 512).
+MIN_BLOCKS = 40
+
+
+def choose_config(M: int, N: int, K: int) -> CpuGemmConfig:
+    """The blocking for ``M x N x K``: the default 112 x 512 blocks of C when there are at least
+    :data:`MIN_BLOCKS` of them, else :data:`SMALL_CONFIG` (measured on the 2-core Zen 5,
+    docs/kernels.md)."""
+    big = CpuGemmConfig()
+    return big if _ceil(M, big.mc) * _ceil(N, big.nc) >= MIN_BLOCKS else SMALL_CONFIG
+
+
+def packed_b_floats(N: int, K: int, config: CpuGemmConfig = CpuGemmConfig()) -> int:
+    """Floats of packed B for a ``K x N`` B: ``ceil(N/nr) * K * nr``."""
+    return _ceil(N, config.nr) * K * config.nr
+
+
+def grid(M: int, N: int, K: int, config: CpuGemmConfig = CpuGemmConfig()) -> tuple:
+    """``(pack workgroups, gemm workgroups along M, gemm workgroups along N)`` for ``M x N x K``.
+
+    The GEMM's workgroup ids are ``(x, y) = (block of M, block of N)``: IREE
+    runs x fastest, so consecutive workgroups share one ``K x nc`` column of
+    packed B, which then stays in L3 (A's row blocks are the ones read again).
+    """
+    return _ceil(K, config.pack_rows), _ceil(M, config.mc), _ceil(N, config.nc)
+
+
+def scratch_floats(M: int, N: int, K: int, config: CpuGemmConfig = CpuGemmConfig()) -> int:
+    """Floats of the GEMM's scratch: one packed-A slot per workgroup (``mc`` rows of ``kc + 16``)."""
+    _, gm, gn = grid(M, N, K, config)
+    return gn * gm * config.mc * (config.kc + 16)
+
+
+_MEMREF = "const float *{n}_base, {q}float *{n}_ptr, size_t {n}_off, size_t {n}_size, size_t {n}_stride"
+
+
+def _memref(name: str, const: bool) -> str:
+    return _MEMREF.format(n=name, q="const " if const else "")
+
+
+def _microkernel(c: CpuGemmConfig) -> str:
+    nv = c.nr // 16
+    acc = [[f"c{r}_{v}" for v in range(nv)] for r in range(c.mr)]
+    lines = ["static inline __attribute__((always_inline)) void",
+             "ukernel(size_t kc, const float *restrict a, const float *restrict b, float *restrict c,",
+             "        size_t ldc, size_t rows, size_t cols, int first, const float *pf) {"]
+    # C's tile into L2 now: its loads and stores at the end then miss no further (C is M x N, it
+    # lives in L3 or memory at large sizes).
+    lines.append("  for (size_t r = 0; r < rows; ++r) {")
+    lines.append("    " + " ".join(f"_mm_prefetch((const char *)(c + r * ldc + {16 * v}), _MM_HINT_T1);"
+                                   for v in range(nv)))
+    lines.append("  }")
+    lines.append("  __m512 " + ", ".join(f"{x} = _mm512_setzero_ps()" for row in acc for x in row) + ";")
+    lines.append("  for (size_t k = 0; k < kc; ++k) {")
+    lines.append("    " + " ".join(f"__m512 b{v} = _mm512_loadu_ps(b + {16 * v});" for v in range(nv)))
+    # One line of the next B micro-panel into L2 per k step (the caller spreads them).
+    lines.append("    _mm_prefetch((const char *)(pf + k * 16), _MM_HINT_T1);")
+    for r in range(c.mr):
+        fmas = " ".join(f"{acc[r][v]} = _mm512_fmadd_ps(a{r}, b{v}, {acc[r][v]});" for v in range(nv))
+        lines.append(f"    {{ __m512 a{r} = _mm512_set1_ps(a[{r} * APS]); {fmas} }}")
+    lines.append(f"    a += 1; b += {c.nr};")
+    lines.append("  }")
+    # Full tile: store or accumulate without masks.
+    lines.append(f"  if (rows == {c.mr} && cols == {c.nr}) {{")
+    lines.append("    if (first) {")
+    for r in range(c.mr):
+        lines.append("      " + " ".join(f"_mm512_storeu_ps(c + {r} * ldc + {16 * v}, {acc[r][v]});"
+                                         for v in range(nv)))
+    lines.append("    } else {")
+    for r in range(c.mr):
+        lines.append("      " + " ".join(
+            f"_mm512_storeu_ps(c + {r} * ldc + {16 * v}, _mm512_add_ps(_mm512_loadu_ps(c + {r} * ldc + {16 * v}), "
+            f"{acc[r][v]}));" for v in range(nv)))
+    lines.append("    }")
+    lines.append("    return;")
+    lines.append("  }")
+    # Edge tile: masked columns, rows below `rows` only.
+    for v in range(nv):
+        lines.append(f"  __mmask16 m{v} = cols >= {16 * (v + 1)} ? (__mmask16)0xFFFF : "
+                     f"cols <= {16 * v} ? (__mmask16)0 : (__mmask16)((1u << (cols - {16 * v})) - 1u);")
+    for r in range(c.mr):
+        body = " ".join(
+            f"_mm512_mask_storeu_ps(c + {r} * ldc + {16 * v}, m{v}, first ? {acc[r][v]} : "
+            f"_mm512_add_ps(_mm512_maskz_loadu_ps(m{v}, c + {r} * ldc + {16 * v}), {acc[r][v]}));"
+            for v in range(nv))
+        lines.append(f"  if (rows > {r}) {{ {body} }}")
+    lines.append("}")
+    return "\n".join(lines)
+
+
+def kernel_source(config: CpuGemmConfig = CpuGemmConfig()) -> str:
+    """The C source of both entry points for ``config`` (sizes are run-time arguments)."""
+    c = config
+    return f"""/* falcon's f32 GEMM for x86-64 AVX-512, {c.label} (generator v{GENERATOR_VERSION}). */
+#include <immintrin.h>
+#include <stddef.h>
+
+#define MR {c.mr}
+#define NR {c.nr}
+#define KC {c.kc}
+#define MC {c.mc}
+#define NC {c.nc}
+#define PACK_ROWS {c.pack_rows}
+#define PF_PARTS (NR / 16)
+#define APS (KC + 16) /* row stride of packed A: one line of padding spreads the rows over L1's sets */
+#define MIN(x, y) ((x) < (y) ? (x) : (y))
+
+{_microkernel(c)}
+
+/* Bp[j][k][r] = B[k][j*NR + r] (0 past N) for rows k of this workgroup. */
+__attribute__((visibility("hidden"))) void {PACK_B_NAME}({_memref("b", True)},
+    {_memref("bp", False)}, size_t M, size_t N, size_t K, size_t wg) {{
+  const float *restrict b = b_ptr + b_off;
+  float *restrict bp = bp_ptr + bp_off;
+  (void)M;
+  size_t k0 = wg * PACK_ROWS, k1 = MIN(K, k0 + PACK_ROWS);
+  size_t full = N / NR;
+  for (size_t j = 0; j < full; ++j) {{
+    for (size_t k = k0; k < k1; ++k) {{
+      for (size_t r = 0; r < NR; r += 16)
+        _mm512_storeu_ps(bp + (j * K + k) * NR + r, _mm512_loadu_ps(b + k * N + j * NR + r));
+    }}
+  }}
+  if (full * NR < N) {{
+    size_t cols = N - full * NR;
+    for (size_t k = k0; k < k1; ++k)
+      for (size_t r = 0; r < NR; ++r)
+        bp[(full * K + k) * NR + r] = r < cols ? b[k * N + full * NR + r] : 0.0f;
+  }}
+}}
+
+/* A rows [i0, i0+mc) x columns [p0, p0+kc) into ap[i][k] (row stride APS), rows past mc 0:
+   a copy of rows, so it vectorizes; the micro-kernel broadcasts from MR rows at once. */
+static void pack_a(const float *restrict a, size_t K, size_t mc, size_t kc, float *restrict ap) {{
+  for (size_t i = 0; i < MC; ++i) {{
+    float *restrict dst = ap + i * APS;
+    if (i < mc) {{
+      const float *restrict src = a + i * K;
+      for (size_t k = 0; k < kc; ++k) dst[k] = src[k];
+    }} else {{
+      for (size_t k = 0; k < kc; ++k) dst[k] = 0.0f;
+    }}
+  }}
+}}
+
+/* Block (wg_m, wg_n) of C = A @ B: MC x NC, K in blocks of KC. */
+__attribute__((visibility("hidden"))) void {GEMM_NAME}({_memref("a", True)},
+    {_memref("bp", True)}, {_memref("c", False)}, {_memref("s", False)},
+    size_t M, size_t N, size_t K, size_t wg_m, size_t wg_n) {{
+  const float *restrict a = a_ptr + a_off;
+  const float *restrict bp = bp_ptr + bp_off;
+  float *restrict c = c_ptr + c_off;
+  size_t gn = (N + NC - 1) / NC;
+  float *restrict ap = s_ptr + s_off + (wg_m * gn + wg_n) * (size_t)(MC * APS);
+  size_t i0 = wg_m * MC, j0 = wg_n * NC;
+  size_t mc = MIN(MC, M - i0), nc = MIN(NC, N - j0);
+  for (size_t p0 = 0; p0 < K; p0 += KC) {{
+    size_t kc = MIN(KC, K - p0);
+    pack_a(a + i0 * K + p0, K, mc, kc, ap);
+    for (size_t j = 0; j < nc; j += NR) {{
+      const float *bpan = bp + ((j0 + j) / NR) * K * NR + p0 * NR;
+      size_t cols = MIN(NR, nc - j);
+      /* Call t prefetches lines [t%PF_PARTS * kc, ...) of the next B micro-panel (kc * NR/16 lines). */
+      const float *bnext = j + NR < nc ? bpan + K * NR : bpan;
+      for (size_t i = 0, t = 0; i < mc; i += MR, ++t)
+        ukernel(kc, ap + i * APS, bpan, c + (i0 + i) * N + j0 + j, N, MIN(MR, mc - i), cols, p0 == 0,
+                bnext + (t % PF_PARTS) * kc * 16);
+    }}
+  }}
+}}
+"""
+
+
+def host_has_avx512() -> bool:
+    """Whether this machine's CPU has AVX-512F (``/proc/cpuinfo``; False where it cannot be read)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return any(ln.startswith("flags") and " avx512f" in ln for ln in f)
+    except OSError:
+        return False
+
+
+def compiler() -> str:
+    """The C compiler: ``$FALCON_CC`` or ``gcc`` on PATH.
+
+    Raises:
+        RuntimeError: none found (one line: set FALCON_CC or install gcc).
+    """
+    cc = os.environ.get("FALCON_CC") or "gcc"
+    path = shutil.which(cc)
+    if path is None:
+        raise RuntimeError(f"no C compiler '{cc}' for falcon's CPU kernel: install gcc or set FALCON_CC")
+    return path
+
+
+def cache_dir() -> Path:
+    """``$FALCON_KERNEL_CACHE/cpu`` or ``~/.cache/falcon-mlir/cpu``."""
+    env = os.environ.get("FALCON_KERNEL_CACHE")
+    return (Path(env) if env else Path.home() / ".cache" / "falcon-mlir") / "cpu"
+
+
+def _compiler_version(cc: str) -> str:
+    out = subprocess.run([cc, "--version"], capture_output=True, text=True, check=False)
+    return out.stdout.splitlines()[0] if out.stdout else cc
+
+
+def compile_object(config: CpuGemmConfig = CpuGemmConfig(), cache: bool = True) -> Path:
+    """Compile :func:`kernel_source` for ``config`` to a relocatable x86-64 object; its path.
+
+    Raises:
+        RuntimeError: as :func:`compile_source`.
+    """
+    return compile_source(kernel_source(config), config.label, cache)
+
+
+def compile_source(src: str, label: str = "source", cache: bool = True) -> Path:
+    """Compile C source ``src`` with :data:`CFLAGS` to an object file and return its path.
+
+    The object is cached under :func:`cache_dir` by SHA-256 of (source,
+    flags, compiler version); written to a temporary file and renamed.
+    ``label`` names the kernel in errors.
+
+    Raises:
+        RuntimeError: no compiler (:func:`compiler`), the compiler failed (its
+            first error line), or the object has undefined symbols (IREE links
+            with ``--no-undefined`` and no libc).
+    """
+    cc = compiler()
+    key = hashlib.sha256("\0".join([src, " ".join(CFLAGS), _compiler_version(cc)]).encode()).hexdigest()[:24]
+    out = cache_dir() / f"sgemm_{key}.o"
+    if cache and out.is_file():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        c_file, o_file = Path(tmp) / "k.c", Path(tmp) / "k.o"
+        c_file.write_text(src)
+        res = subprocess.run([cc, *CFLAGS, "-c", str(c_file), "-o", str(o_file)], capture_output=True, text=True)
+        if res.returncode != 0:
+            first = next((ln for ln in res.stderr.splitlines() if "error" in ln), res.stderr.strip()[:200])
+            raise RuntimeError(f"{cc} failed on falcon's CPU kernel ({label}): {first}")
+        missing = undefined_symbols(o_file)
+        if missing:
+            raise RuntimeError(f"falcon's CPU kernel ({label}) needs symbols IREE cannot link: {', '.join(missing)}")
+        fd, tmp_out = tempfile.mkstemp(dir=out.parent, suffix=".o.tmp")
+        os.close(fd)
+        shutil.copyfile(o_file, tmp_out)
+        os.replace(tmp_out, out)
+    return out
+
+
+def undefined_symbols(obj: Path) -> list:
+    """Undefined symbols of an object file (``nm -u``; ``[]`` when nm is missing)."""
+    nm = shutil.which("nm")
+    if nm is None:
+        return []
+    res = subprocess.run([nm, "-u", str(obj)], capture_output=True, text=True, check=True)
+    return [ln.split()[-1] for ln in res.stdout.splitlines() if ln.strip()]

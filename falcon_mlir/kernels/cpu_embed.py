@@ -167,17 +167,23 @@ def gemm_module(M: int, N: int, K: int, config: Optional[CpuGemmConfig] = None, 
 
     Raises:
         ValueError: a size is not a positive int.
-        RuntimeError: the kernel does not compile (:func:`cpu_gemm.compile_object`), or
-            ``flags`` target this machine (``--iree-llvmcpu-target-cpu=host``) and it has no AVX-512F.
+        RuntimeError: the kernel does not compile (:func:`cpu_gemm.compile_object`),
+            ``flags`` target this machine (``--iree-llvmcpu-target-cpu=host``) and it lacks
+            AVX-512 F/BW/DQ/VL, or the target's ``cpu_features`` lack them (a module for
+            another CPU would carry the object to a machine that cannot run it).
     """
     if "--iree-llvmcpu-target-cpu=host" in flags and not cpu_gemm.host_has_avx512():
-        raise RuntimeError("falcon's CPU GEMM kernel needs AVX-512F, which this machine's CPU lacks")
+        raise RuntimeError("falcon's CPU GEMM kernel needs AVX-512 (F, BW, DQ, VL), which this machine's CPU lacks")
     for name, v in (("M", M), ("N", N), ("K", K)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ValueError(f"gemm_module: {name} must be a positive int, got {v!r}")
     config = config or cpu_gemm.choose_config(M, N, K)
-    obj = obj or cpu_gemm.compile_object(config)
     target_attr = target_attr or cpu_target_attribute(flags)
+    missing = cpu_gemm.missing_target_features(target_attr)
+    if missing:
+        raise RuntimeError(f"falcon's CPU GEMM kernel needs AVX-512 (F, BW, DQ, VL); the IREE target lacks "
+                           f"{', '.join(missing)}")
+    obj = obj or cpu_gemm.compile_object(config)
     a_t, b_t, c_t = tensor_type((M, K), "f32"), tensor_type((K, N), "f32"), tensor_type((M, N), "f32")
     body = "\n".join("  " + ln for ln in dispatch_lines(exe, M, N, K, config))
     parts = [executable_text(exe, obj, target_attr, config),

@@ -42,7 +42,7 @@ The sizes M, N, K are run-time arguments, so one object serves every shape
 of a configuration. Compiled with ``$FALCON_CC`` or ``gcc``
 (:func:`compile_object`), cached by source hash under
 ``~/.cache/falcon-mlir/cpu`` (``$FALCON_KERNEL_CACHE/cpu`` when set). The
-object needs AVX-512F on the machine that runs it (:func:`host_has_avx512`).
+object needs AVX-512 F/BW/DQ/VL on the machine that runs it (:func:`host_has_avx512`).
 """
 
 from __future__ import annotations
@@ -287,13 +287,32 @@ __attribute__((visibility("hidden"))) void {GEMM_NAME}({_memref("a", True)},
 """
 
 
-def host_has_avx512() -> bool:
-    """Whether this machine's CPU has AVX-512F (``/proc/cpuinfo``; False where it cannot be read)."""
+#: The AVX-512 subsets the object's code uses (``-march=x86-64-v4``), as ``/proc/cpuinfo`` and LLVM
+#: (``cpu_features``) name them: a CPU with AVX-512F alone (Knights Landing) cannot run it.
+REQUIRED_FEATURES = ("avx512f", "avx512bw", "avx512dq", "avx512vl")
+
+
+def host_has_avx512(cpuinfo: str = "/proc/cpuinfo") -> bool:
+    """Whether this machine's CPU has every subset in :data:`REQUIRED_FEATURES` (the ``flags``
+    lines of ``cpuinfo``; False where it cannot be read)."""
     try:
-        with open("/proc/cpuinfo") as f:
-            return any(ln.startswith("flags") and " avx512f" in ln for ln in f)
+        with open(cpuinfo) as f:
+            lines = [ln.split(":", 1)[-1].split() for ln in f if ln.startswith("flags")]
     except OSError:
         return False
+    return bool(lines) and all(set(REQUIRED_FEATURES) <= set(flags) for flags in lines)
+
+
+def missing_target_features(target_attr: str) -> list:
+    """The :data:`REQUIRED_FEATURES` an ``#hal.executable.target`` attribute's ``cpu_features``
+    lack, as ``+avx512f`` ...; ``[]`` when it has them all or names no ``cpu_features``."""
+    import re
+
+    m = re.search(r'cpu_features = "([^"]*)"', target_attr)
+    if m is None:
+        return []
+    have = set(m.group(1).split(","))
+    return [f"+{f}" for f in REQUIRED_FEATURES if f"+{f}" not in have]
 
 
 def compiler() -> str:
@@ -313,6 +332,52 @@ def cache_dir() -> Path:
     """``$FALCON_KERNEL_CACHE/cpu`` or ``~/.cache/falcon-mlir/cpu``."""
     env = os.environ.get("FALCON_KERNEL_CACHE")
     return (Path(env) if env else Path.home() / ".cache" / "falcon-mlir") / "cpu"
+
+
+_FALLBACK_DIR: list = []
+
+
+def _fallback_dir() -> Path:
+    """A temporary folder for objects when :func:`cache_dir` cannot be written; removed at exit."""
+    if not _FALLBACK_DIR:
+        import atexit
+
+        d = tempfile.mkdtemp(prefix="falcon-cpu-")
+        atexit.register(shutil.rmtree, d, True)
+        _FALLBACK_DIR.append(Path(d))
+    return _FALLBACK_DIR[0]
+
+
+def object_problem(path: Path):
+    """What makes ``path`` unusable as the kernel's object, or None: it must be a whole
+    ELF64 little-endian x86-64 relocatable object (every section and the section header
+    table inside the file: a truncated object fails here, not in IREE's linker).
+    """
+    import struct
+
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        return "no such file"
+    except OSError as e:
+        return f"unreadable ({e.strerror})"
+    if data[:4] != b"\x7fELF":
+        return "not an ELF file" + (" (empty)" if not data else "")
+    if len(data) < 64 or data[4] != 2 or data[5] != 1:
+        return "not a 64-bit little-endian ELF object"
+    e_type, e_machine = struct.unpack_from("<HH", data, 16)
+    shoff, = struct.unpack_from("<Q", data, 40)
+    shentsize, shnum = struct.unpack_from("<HH", data, 58)
+    if e_type != 1 or e_machine != 62:
+        return f"not an x86-64 relocatable object (type {e_type}, machine {e_machine})"
+    if shentsize < 64 or shoff + shnum * shentsize > len(data):
+        return f"truncated ({len(data)} bytes: the section headers end past it)"
+    for i in range(shnum):
+        sh_type, = struct.unpack_from("<I", data, shoff + i * shentsize + 4)
+        off, size = struct.unpack_from("<QQ", data, shoff + i * shentsize + 24)
+        if sh_type != 8 and off + size > len(data):  # SHT_NOBITS (.bss) takes no bytes
+            return f"truncated ({len(data)} bytes: section {i} ends at {off + size})"
+    return None
 
 
 def _compiler_version(cc: str) -> str:
@@ -336,31 +401,58 @@ def compile_source(src: str, label: str = "source", cache: bool = True) -> Path:
     flags, compiler version); written to a temporary file and renamed.
     ``label`` names the kernel in errors.
 
+    A cached object that :func:`object_problem` rejects (truncated) is
+    compiled again; where the cache cannot be written the object goes to a
+    temporary folder removed when the process exits.
+
     Raises:
         RuntimeError: no compiler (:func:`compiler`), the compiler failed (its
-            first error line), or the object has undefined symbols (IREE links
-            with ``--no-undefined`` and no libc).
+            first error line, or its exit status), it made no usable object
+            (:func:`object_problem`), or the object has undefined symbols (IREE
+            links with ``--no-undefined`` and no libc).
     """
     cc = compiler()
     key = hashlib.sha256("\0".join([src, " ".join(CFLAGS), _compiler_version(cc)]).encode()).hexdigest()[:24]
-    out = cache_dir() / f"sgemm_{key}.o"
-    if cache and out.is_file():
-        return out
-    out.parent.mkdir(parents=True, exist_ok=True)
+    name = f"sgemm_{key}.o"
+    out = cache_dir() / name
+    if cache and out.is_file() and object_problem(out) is None:
+        return out  # a damaged entry (truncated) is compiled again below
     with tempfile.TemporaryDirectory() as tmp:
         c_file, o_file = Path(tmp) / "k.c", Path(tmp) / "k.o"
         c_file.write_text(src)
         res = subprocess.run([cc, *CFLAGS, "-c", str(c_file), "-o", str(o_file)], capture_output=True, text=True)
         if res.returncode != 0:
-            first = next((ln for ln in res.stderr.splitlines() if "error" in ln), res.stderr.strip()[:200])
+            text = (res.stderr + res.stdout).strip()
+            first = next((ln for ln in text.splitlines() if "error" in ln), text[:200].replace("\n", " "))
+            first = first or f"exit status {res.returncode}, no output"
             raise RuntimeError(f"{cc} failed on falcon's CPU kernel ({label}): {first}")
+        problem = object_problem(o_file)
+        if problem:
+            raise RuntimeError(f"{cc} made no usable object for falcon's CPU kernel ({label}): {problem}")
         missing = undefined_symbols(o_file)
         if missing:
             raise RuntimeError(f"falcon's CPU kernel ({label}) needs symbols IREE cannot link: {', '.join(missing)}")
-        fd, tmp_out = tempfile.mkstemp(dir=out.parent, suffix=".o.tmp")
-        os.close(fd)
-        shutil.copyfile(o_file, tmp_out)
+        try:
+            return _store(o_file, out)
+        except OSError:  # the cache cannot be written (read-only, not a folder): it only costs the cache
+            return _store(o_file, _fallback_dir() / name)
+
+
+def _store(obj: Path, out: Path) -> Path:
+    """Copy ``obj`` to ``out`` atomically (a temporary file in the same folder, renamed), readable by all."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_out = tempfile.mkstemp(dir=out.parent, suffix=".o.tmp")
+    os.close(fd)
+    try:
+        shutil.copyfile(obj, tmp_out)
+        os.chmod(tmp_out, 0o644)
         os.replace(tmp_out, out)
+    except BaseException:
+        try:
+            os.unlink(tmp_out)
+        except OSError:
+            pass
+        raise
     return out
 
 

@@ -43,6 +43,21 @@ PROG = "dispatch-profile"
 _CALL = re.compile(r"^BM_\S+/process_time/real_time\s+([\d.]+) (ms|us|ns|s)\b", re.M)
 _SCALE = {"s": 1e3, "ms": 1.0, "us": 1e-3, "ns": 1e-6}
 _MM = re.compile(r"(?:^|_)(batch_)?matmul_((?:\d+x)*\d+)_")
+_STATUS = re.compile(r"\b[A-Z][A-Z_]{3,}; ")  # an IREE status: 'file.c:103: INVALID_ARGUMENT; what'
+
+
+def failure_line(output: str) -> str:
+    """The line of a failed IREE tool's output that names the cause: the first IREE status
+    (``...: INVALID_ARGUMENT; ...``), else the first line saying error, else the first line."""
+    lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
+    for pick in (lambda ln: _STATUS.search(ln), lambda ln: "error" in ln.lower(), lambda ln: True):
+        found = next((ln for ln in lines if pick(ln)), None)
+        if found:
+            m = _STATUS.search(found)
+            if m and "ERROR OCCURRED: '" in found:  # google benchmark's wrapper around the status
+                found = found.split("ERROR OCCURRED: '", 1)[1].rstrip("'")
+            return found
+    return "no output"
 
 
 def runtime_tool(name: str) -> str:
@@ -124,8 +139,8 @@ def profile(vmfb: str, inputs: Sequence[str], function: str = "main", calls: int
                f"--device_profiling_output={out}"]
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode:
-            msg = next((ln for ln in (r.stderr + r.stdout).splitlines() if ln.strip()), "no output")
-            raise ToolError(f"{PROG}: error: iree-benchmark-module failed: {msg.strip()[:300]}")
+            msg = failure_line(r.stderr + "\n" + r.stdout)
+            raise ToolError(f"{PROG}: error: iree-benchmark-module failed: {msg[:300]}")
         walls = [float(v) * _SCALE[u] for v, u in _CALL.findall(r.stdout)]
         p = subprocess.run([prof, "dispatch", "--format=jsonl", out], capture_output=True, text=True)
     if p.returncode:
@@ -178,10 +193,16 @@ def _main(argv: list) -> int:
     for i in args.input:
         if i.startswith("@") and not os.path.isfile(i[1:]):
             raise ToolError(f"{PROG}: error: {i[1:]}: no such file", 2)
+    folder = os.path.dirname(os.path.abspath(args.json)) if args.json else None
+    if folder and not os.path.isdir(folder):
+        raise ToolError(f"{PROG}: error: --json {args.json}: no such folder {folder}", 2)
     res = profile(args.vmfb, args.input, args.function, args.calls)
     print("\n".join(table_lines(res, args.top)))
     if args.json:
-        write_atomic(args.json, json.dumps(res, indent=1).encode())
+        try:
+            write_atomic(args.json, json.dumps(res, indent=1).encode())
+        except OSError as e:
+            raise ToolError(f"{PROG}: error: --json {args.json}: {e.strerror or e}") from None
     return 0
 
 

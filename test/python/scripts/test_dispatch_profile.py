@@ -85,3 +85,53 @@ def test_missing_module_is_one_line(tmp_path):
                        timeout=120)
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr.strip().splitlines() == [f"dispatch-profile: error: {tmp_path / 'no.vmfb'}: no such file"]
+
+
+def _tiny_module(tmp_path):
+    """A 64x32 @ 32x48 f32 matmul module and its two inputs as .npy files."""
+    from iree.compiler import compile_str
+
+    from falcon_mlir.runner import CPU_FLAGS
+
+    src = ("func.func @main(%a: tensor<64x32xf32>, %b: tensor<32x48xf32>) -> tensor<64x48xf32> {\n"
+           "  %z = arith.constant 0.0 : f32\n"
+           "  %e = tensor.empty() : tensor<64x48xf32>\n"
+           "  %f = linalg.fill ins(%z : f32) outs(%e : tensor<64x48xf32>) -> tensor<64x48xf32>\n"
+           "  %c = linalg.matmul ins(%a, %b : tensor<64x32xf32>, tensor<32x48xf32>) "
+           "outs(%f : tensor<64x48xf32>) -> tensor<64x48xf32>\n"
+           "  return %c : tensor<64x48xf32>\n}")
+    vmfb = tmp_path / "m.vmfb"
+    vmfb.write_bytes(compile_str(src, extra_args=list(CPU_FLAGS)))
+    rng = np.random.default_rng(1)
+    np.save(tmp_path / "a.npy", rng.standard_normal((64, 32), dtype=np.float32))
+    np.save(tmp_path / "b.npy", rng.standard_normal((32, 48), dtype=np.float32))
+    np.save(tmp_path / "a64.npy", rng.standard_normal((64, 32)))  # float64
+    return vmfb
+
+
+@pytest.mark.parametrize("inputs, want", [
+    (["a.npy"], "INVALID_ARGUMENT; input list and function mismatch; expected 2 arguments but passed 1"),
+    (["a64.npy", "b.npy"], "INVALID_ARGUMENT; input0 element type mismatch; expected f32"),
+])
+def test_benchmark_failure_names_the_cause(tmp_path, inputs, want):
+    """Were (break-it review): the line shown was iree-benchmark-module's first line, its start
+    timestamp ('dispatch-profile: error: iree-benchmark-module failed: 2026-12-02T14:08:48+00:00')."""
+    vmfb = _tiny_module(tmp_path)
+    args = [a for i in inputs for a in ("--input", f"@{tmp_path / i}")]
+    r = subprocess.run([sys.executable, str(SCRIPT), str(vmfb), *args], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 1 and r.stdout == ""
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("dispatch-profile: error: iree-benchmark-module failed: ")
+    assert want in lines[0], lines
+
+
+def test_json_into_a_missing_folder_is_refused_before_the_run(tmp_path):
+    """Were: the profile ran, printed its table, then 'internal error: FileNotFoundError'."""
+    vmfb = _tiny_module(tmp_path)
+    out = tmp_path / "no" / "p.json"
+    r = subprocess.run([sys.executable, str(SCRIPT), str(vmfb), "--input", f"@{tmp_path / 'a.npy'}",
+                        "--input", f"@{tmp_path / 'b.npy'}", "--json", str(out)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.strip().splitlines() == [f"dispatch-profile: error: --json {out}: no such folder {out.parent}"]

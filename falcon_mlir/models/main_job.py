@@ -37,7 +37,8 @@ import numpy as np
 from falcon_mlir.compare import rel_err
 from falcon_mlir.files import write_files_atomic
 
-__all__ = ["BASE_FLAGS", "DATA_TILING_FLAGS", "MATMUL_TILE_BYTES", "MAX_MATMUL_TILE_BYTES", "SPLIT_PHASE", "MainJob", "run_main_job",
+__all__ = ["BASE_FLAGS", "DATA_TILING_FLAGS", "MATMUL_TILE_BYTES", "MAX_MATMUL_TILE_BYTES",
+           "SPLIT_PHASE", "MainJob", "run_main_job",
            "compile_classical", "compile_falcon", "compile_split", "tile_flags", "analyze_only", "plan_text", "what_is", "print_contractions", "result_lines",
            "error_text", "fmt_s", "RUN_LABELS"]
 

@@ -124,6 +124,12 @@ def executable_text(name: str, obj: Path, target_attr: str, config: CpuGemmConfi
 """
 
 
+def _check_sizes(where: str, M, N, K) -> None:
+    for name, v in (("M", M), ("N", N), ("K", K)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{where}: {name} must be a positive int, got {v!r}")
+
+
 def dispatch_lines(exe: str, M: int, N: int, K: int, config: CpuGemmConfig = CpuGemmConfig(), a: str = "%a",
                    b: str = "%b", result: str = "%r", types: Optional[Sequence[str]] = None) -> list:
     """The host-side lines computing ``C = A @ B`` through executable ``@exe``; C is ``{result}#0``.
@@ -131,7 +137,11 @@ def dispatch_lines(exe: str, M: int, N: int, K: int, config: CpuGemmConfig = Cpu
     ``types``: the tensor types of A and B as the caller holds them (any
     shape of the same elements; default ``MxK`` and ``KxN``). Values
     ``{result}_M`` etc. and ``{result}_bp`` (packed B) are defined too.
+
+    Raises:
+        ValueError: M, N or K is not a positive int (at K = 0 the kernel would leave C unwritten).
     """
+    _check_sizes("dispatch_lines", M, N, K)
     a_t, b_t = types or (tensor_type((M, K), "f32"), tensor_type((K, N), "f32"))
     c_t = tensor_type((M, N), "f32")
     bp_t = tensor_type((cpu_gemm.packed_b_floats(N, K, config),), "f32")
@@ -174,9 +184,7 @@ def gemm_module(M: int, N: int, K: int, config: Optional[CpuGemmConfig] = None, 
     """
     if "--iree-llvmcpu-target-cpu=host" in flags and not cpu_gemm.host_has_avx512():
         raise RuntimeError("falcon's CPU GEMM kernel needs AVX-512 (F, BW, DQ, VL), which this machine's CPU lacks")
-    for name, v in (("M", M), ("N", N), ("K", K)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"gemm_module: {name} must be a positive int, got {v!r}")
+    _check_sizes("gemm_module", M, N, K)
     config = config or cpu_gemm.choose_config(M, N, K)
     target_attr = target_attr or cpu_target_attribute(flags)
     missing = cpu_gemm.missing_target_features(target_attr)

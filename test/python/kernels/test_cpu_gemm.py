@@ -254,3 +254,15 @@ def test_wrong_column_in_the_packed_b_tail_is_caught():
     M, N, K = 29, 97, 511
     c, a, b, _ = _run(cpu_embed.gemm_module(M, N, K, _TINY, obj=obj), M, N, K)
     assert _rel_err(c, a, b) > 1e-2
+
+
+@pytest.mark.parametrize("sizes", [(0, 5, 5), (5, 0, 5), (5, 5, 0), (-1, 5, 5), (5, 5, 2.0), (True, 5, 5)])
+def test_sizes_below_one_are_refused_by_every_builder(sizes, tmp_path):
+    """Were: dispatch_lines (the piece a rewrite uses) took K = 0, where the kernel never writes C (its
+    K loop does not run): C = A @ B = 0 is then whatever the buffer held (zeros from a fresh
+    allocation when tried, not guaranteed), and M or N = 0 made zero-size tensors."""
+    M, N, K = sizes
+    with pytest.raises(ValueError, match=r"must be a positive int"):
+        cpu_embed.dispatch_lines("exe", M, N, K)
+    with pytest.raises(ValueError, match=r"gemm_module: . must be a positive int"):
+        cpu_embed.gemm_module(M, N, K, target_attr="#fake", obj=tmp_path / "k.o", flags=())

@@ -59,7 +59,15 @@ def executable_text(name: str, obj: Path, target_attr: str, config: CpuGemmConfi
     ``@pack_b(B, M, N, K) -> Bp`` on workload ``[pack workgroups]``;
     ``@gemm(A, Bp, M, N, K) -> (C, S)`` on workload ``[workgroups along M, along N]``
     (:func:`cpu_gemm.grid`).
+
+    Raises:
+        ValueError: ``obj``'s absolute path has a character IREE's link step cannot take
+            (:func:`cpu_gemm.linkable_path`: a space, a quote ...).
     """
+    path = str(Path(obj).resolve())
+    if not cpu_gemm.linkable_path(path):
+        raise ValueError(f"falcon's CPU kernel object {path!r}: IREE hands the path to its linker through a "
+                         "shell, unquoted; use a path of letters, digits and _.+-@%,:=/ only")
     c = config
     mref = "memref<?xf32>"
     sizes = f"""        %c1 = arith.constant 1 : index
@@ -84,7 +92,7 @@ def executable_text(name: str, obj: Path, target_attr: str, config: CpuGemmConfi
     idx = "%M: index, %N: index, %K: index"
     return f"""stream.executable private @{name} attributes {{
   hal.executable.objects = #hal.executable.objects<{{{target_attr} = [
-    #hal.executable.object<{{path = "{Path(obj).resolve()}"}}>]}}>
+    #hal.executable.object<{{path = "{path}"}}>]}}>
 }} {{
   // falcon's f32 GEMM for x86-64 AVX-512, {c.label}
   stream.executable.export public @pack_b workgroups(%x: index) -> (index, index, index) {{

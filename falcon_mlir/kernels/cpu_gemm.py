@@ -334,6 +334,15 @@ def cache_dir() -> Path:
     return (Path(env) if env else Path.home() / ".cache" / "falcon-mlir") / "cpu"
 
 
+def linkable_path(path) -> bool:
+    """Whether IREE 3.13 can link an object at ``path``: it runs its linker through ``sh -c`` with
+    the object's path unquoted, so a space splits it and a quote breaks the command (letters,
+    digits and ``_.+-@%,:=/`` only)."""
+    import re
+
+    return re.fullmatch(r"[A-Za-z0-9_.+\-@%,:=/]+", str(path)) is not None
+
+
 _FALLBACK_DIR: list = []
 
 
@@ -402,7 +411,8 @@ def compile_source(src: str, label: str = "source", cache: bool = True) -> Path:
     ``label`` names the kernel in errors.
 
     A cached object that :func:`object_problem` rejects (truncated) is
-    compiled again; where the cache cannot be written the object goes to a
+    compiled again; where the cache cannot be written, or its path is not
+    :func:`linkable_path` (a space in ``$HOME``), the object goes to a
     temporary folder removed when the process exits.
 
     Raises:
@@ -415,7 +425,7 @@ def compile_source(src: str, label: str = "source", cache: bool = True) -> Path:
     key = hashlib.sha256("\0".join([src, " ".join(CFLAGS), _compiler_version(cc)]).encode()).hexdigest()[:24]
     name = f"sgemm_{key}.o"
     out = cache_dir() / name
-    if cache and out.is_file() and object_problem(out) is None:
+    if cache and out.is_file() and object_problem(out) is None and linkable_path(out.resolve()):
         return out  # a damaged entry (truncated) is compiled again below
     with tempfile.TemporaryDirectory() as tmp:
         c_file, o_file = Path(tmp) / "k.c", Path(tmp) / "k.o"
@@ -432,10 +442,12 @@ def compile_source(src: str, label: str = "source", cache: bool = True) -> Path:
         missing = undefined_symbols(o_file)
         if missing:
             raise RuntimeError(f"falcon's CPU kernel ({label}) needs symbols IREE cannot link: {', '.join(missing)}")
-        try:
-            return _store(o_file, out)
-        except OSError:  # the cache cannot be written (read-only, not a folder): it only costs the cache
-            return _store(o_file, _fallback_dir() / name)
+        if linkable_path(out.resolve()):
+            try:
+                return _store(o_file, out)
+            except OSError:  # the cache cannot be written (read-only, not a folder): it only costs the cache
+                pass
+        return _store(o_file, _fallback_dir() / name)  # also where IREE could not link from the cache
 
 
 def _store(obj: Path, out: Path) -> Path:

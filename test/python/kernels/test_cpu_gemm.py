@@ -266,3 +266,22 @@ def test_sizes_below_one_are_refused_by_every_builder(sizes, tmp_path):
         cpu_embed.dispatch_lines("exe", M, N, K)
     with pytest.raises(ValueError, match=r"gemm_module: . must be a positive int"):
         cpu_embed.gemm_module(M, N, K, target_attr="#fake", obj=tmp_path / "k.o", flags=())
+
+
+@needs_avx512
+@pytest.mark.parametrize("folder", ["with space", 'o"brien\\x'])
+def test_cache_path_iree_cannot_link_from(tmp_path, monkeypatch, folder):
+    """Were: a cache folder with a space (a $HOME like /home/John Doe) or a quote failed in IREE's link
+    ('iree-lld: error: cannot open /tmp/.../with: No such file'; 'sh: Unterminated quoted string'):
+    IREE 3.13 runs its linker through a shell with the object path unquoted. The object now goes to a
+    temporary folder then; an unlinkable path handed in is refused in one line."""
+    odd = tmp_path / folder
+    odd.mkdir()
+    monkeypatch.setenv("FALCON_KERNEL_CACHE", str(odd))
+    M, N, K = 20, 40, 30
+    text = cpu_embed.gemm_module(M, N, K)
+    assert str(odd) not in text
+    c, a, b, _ = _run(text, M, N, K)
+    assert _rel_err(c, a, b) < 2e-6
+    with pytest.raises(ValueError, match="through a shell, unquoted"):
+        cpu_embed.gemm_module(M, N, K, obj=odd / "k.o")

@@ -114,6 +114,9 @@ def parse_args(argv=None):
                         "the forward pass)")
     else:
         args.matmul_tile_bytes = MATMUL_TILE_BYTES
+    for flag in args.iree_flag:  # a global LLVM option: falcon's in-process front half cannot take it
+        if flag.startswith("--iree-llvmcpu-matmul-tile-bytes"):
+            p.error(f"--iree-flag {flag}: use --matmul-tile-bytes (the builds pass it to their back halves)")
     if args.steps < 1 or args.layers < 1:
         p.error("--steps and --layers must be >= 1")
     if not args.lr > 0:

@@ -135,3 +135,31 @@ def test_json_into_a_missing_folder_is_refused_before_the_run(tmp_path):
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr.strip().splitlines() == [f"dispatch-profile: error: --json {out}: no such folder {out.parent}"]
+
+
+def test_warm_up_call_is_left_out_and_medians_taken():
+    """Were (break-it review): ms per call was the mean over all profiled calls, the cold first call
+    included (a 1024^3 GEMM: 13.7 ms first, 11.0 after; encodes 1.06 against 0.4 ms) and any outlier
+    of the shared machine (one call of 74 ms among 11-13). Now the first of calls + 1 runs is the
+    warm-up, dropped, and each dispatch's ms is the median of its per-call sums."""
+    import dispatch_profile as dp  # noqa: E402
+
+    def ev(key, t, ms, wg=8):
+        return {"key": key, "start_host_time_ns": t, "duration_ns": int(ms * 1e6), "workgroup_count": [wg, 1, 1]}
+
+    # 4 runs (1 warm-up + 3 calls); "mm" once per call, "enc" twice per call, "once" only in one call
+    evs = [ev("mm", 100, 13.7), ev("mm", 200, 11.0), ev("mm", 300, 74.3), ev("mm", 400, 12.0, wg=16)]
+    evs += [ev("enc", 50 + 100 * i + j, ms) for i, pair in enumerate([(1.0, 1.2), (0.4, 0.5), (0.3, 0.3), (0.4, 0.6)])
+            for j, ms in enumerate(pair)]
+    evs.append(ev("once", 10, 5.0))
+    groups = {g["key"]: g for g in dp.groups_from_events(evs[::-1], 4)}  # any order in
+    assert groups["mm"]["count"] == 3 and groups["mm"]["per_call_ns"] == [11_000_000, 74_300_000, 12_000_000]
+    assert groups["mm"]["last_workgroup_count"] == [16, 1, 1]
+    assert groups["enc"]["count"] == 6 and groups["enc"]["per_call_ns"] == [900_000, 600_000, 1_000_000]
+    assert groups["once"]["count"] == 1 and groups["once"]["per_call_ns"] is None
+    res = dp.summarize(list(groups.values()), 3, [12.0, 80.0, 13.0])
+    rows = {r["dispatch"]: r for r in res["rows"]}
+    assert rows["mm"]["ms"] == pytest.approx(12.0) and rows["mm"]["per_call"] == 1
+    assert rows["enc"]["ms"] == pytest.approx(0.9) and rows["enc"]["per_call"] == 2
+    assert rows["once"]["ms"] == pytest.approx(5.0 / 3)
+    assert res["median_call_ms"] == 13.0

@@ -69,6 +69,7 @@ def executable_text(name: str, obj: Path, target_attr: str, config: CpuGemmConfi
         raise ValueError(f"falcon's CPU kernel object {path!r}: IREE hands the path to its linker through a "
                          "shell, unquoted; use a path of letters, digits and _.+-@%,:=/ only")
     c = config
+    pack_b, gemm = cpu_gemm.entry_names(c)
     mref = "memref<?xf32>"
     sizes = f"""        %c1 = arith.constant 1 : index
         %nr = arith.constant {c.nr} : index
@@ -104,15 +105,15 @@ def executable_text(name: str, obj: Path, target_attr: str, config: CpuGemmConfi
     stream.return %x, %y, %one : index, index, index
   }}
   builtin.module {{
-    func.func private @{cpu_gemm.PACK_B_NAME}({mref}, {mref}, index, index, index, index) attributes {{hal.import.static}}
-    func.func private @{cpu_gemm.GEMM_NAME}({mref}, {mref}, {mref}, {mref}, index, index, index, index, index) attributes {{hal.import.static}}
+    func.func private @{pack_b}({mref}, {mref}, index, index, index, index) attributes {{hal.import.static}}
+    func.func private @{gemm}({mref}, {mref}, {mref}, {mref}, index, index, index, index, index) attributes {{hal.import.static}}
     func.func @pack_b({_memref_args(["b", "bp"])}, {idx}) {{
         %c0 = arith.constant 0 : index
 {sizes}
 {sub("mb", "b", "s_b")}
 {sub("mbp", "bp", "s_bp")}
         %wg = hal.interface.workgroup.id[0] : index
-        func.call @{cpu_gemm.PACK_B_NAME}(%mb, %mbp, %M, %N, %K, %wg) : ({mref}, {mref}, index, index, index, index) -> ()
+        func.call @{pack_b}(%mb, %mbp, %M, %N, %K, %wg) : ({mref}, {mref}, index, index, index, index) -> ()
         return
     }}
     func.func @gemm({_memref_args(["a", "bp", "c", "s"])}, {idx}) {{
@@ -124,7 +125,7 @@ def executable_text(name: str, obj: Path, target_attr: str, config: CpuGemmConfi
 {sub("ms", "s", "s_s")}
         %wx = hal.interface.workgroup.id[0] : index
         %wy = hal.interface.workgroup.id[1] : index
-        func.call @{cpu_gemm.GEMM_NAME}(%ma, %mbp, %mc_, %ms, %M, %N, %K, %wx, %wy) : ({mref}, {mref}, {mref}, {mref}, index, index, index, index, index) -> ()
+        func.call @{gemm}(%ma, %mbp, %mc_, %ms, %M, %N, %K, %wx, %wy) : ({mref}, {mref}, {mref}, {mref}, index, index, index, index, index) -> ()
         return
     }}
   }}
@@ -181,10 +182,11 @@ def gemm_module(M: int, N: int, K: int, config: Optional[CpuGemmConfig] = None, 
         target_attr: the object key (default :func:`cpu_target_attribute` of ``flags``).
         reference: also emit ``@reference``, the same product compiled by IREE itself.
         func: name of the kernel-backed function; exe: the executable's symbol.
-        obj: an object file built for ``config`` (default :func:`cpu_gemm.compile_object`).
+        obj: an object file built for ``config`` (default :func:`cpu_gemm.compile_object`);
+            its entry points name the blocking (:func:`cpu_gemm.entry_names`).
 
     Raises:
-        ValueError: a size is not a positive int.
+        ValueError: a size is not a positive int; ``obj`` lacks ``config``'s entry points.
         RuntimeError: the kernel does not compile (:func:`cpu_gemm.compile_object`),
             ``flags`` target this machine (``--iree-llvmcpu-target-cpu=host``) and it lacks
             AVX-512 F/BW/DQ/VL, or the target's ``cpu_features`` lack them (a module for
@@ -199,6 +201,12 @@ def gemm_module(M: int, N: int, K: int, config: Optional[CpuGemmConfig] = None, 
     if missing:
         raise RuntimeError(f"falcon's CPU GEMM kernel needs AVX-512 (F, BW, DQ, VL); the IREE target lacks "
                            f"{', '.join(missing)}")
+    if obj is not None:
+        defined = cpu_gemm.defined_symbols(obj) if Path(obj).is_file() else None
+        need = cpu_gemm.entry_names(config)
+        if defined is not None and need[0] not in defined:
+            raise ValueError(f"gemm_module: {obj} has no {need[0]}: built for another blocking than "
+                             f"{config.label} (p{config.pack_rows})")
     obj = obj or cpu_gemm.compile_object(config)
     a_t, b_t, c_t = tensor_type((M, K), "f32"), tensor_type((K, N), "f32"), tensor_type((M, N), "f32")
     body = "\n".join("  " + ln for ln in dispatch_lines(exe, M, N, K, config))

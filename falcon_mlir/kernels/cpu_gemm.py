@@ -7,7 +7,9 @@ packed B outgrows the L3. This kernel is the BLIS design instead
 (docs/kernels.md, "falcon's own CPU GEMM kernel"):
 
 * **Two entry points**, both called once per IREE workgroup
-  (:mod:`falcon_mlir.kernels.cpu_embed` builds the dispatches):
+  (:mod:`falcon_mlir.kernels.cpu_embed` builds the dispatches), their names
+  followed by the blocking (:func:`entry_names`: an object of another
+  blocking does not link):
 
   - ``falcon_cpu_pack_b(B, Bp, M, N, K, wg)``: B (``K x N`` row-major) into
     ``ceil(N/NR)`` panels of ``K x NR`` (``Bp[j][k][r] = B[k][j*NR + r]``,
@@ -57,7 +59,7 @@ from pathlib import Path
 
 from .spec import DictFields
 
-#: Entry symbols of the object.
+#: Entry symbols of the object: these, then the blocking (:func:`entry_names`).
 PACK_B_NAME = "falcon_cpu_pack_b"
 GEMM_NAME = "falcon_cpu_gemm"
 #: Flags every object is compiled with (x86-64-v4: AVX-512 F/BW/DQ/VL).
@@ -65,7 +67,7 @@ CFLAGS = ("-O3", "-march=x86-64-v4", "-mtune=native", "-ffreestanding", "-fPIC",
           "-fno-plt", "-fno-asynchronous-unwind-tables", "-fno-tree-loop-distribute-patterns",
           "-fno-stack-protector", "-fno-exceptions", "-fno-math-errno")
 #: Bump when the generated source changes in a way the cache key would not see.
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -105,6 +107,15 @@ class CpuGemmConfig(DictFields):
     def label(self) -> str:
         """``cpu14x32,k256,112x512``: the report's name for this kernel and blocking."""
         return f"cpu{self.mr}x{self.nr},k{self.kc},{self.mc}x{self.nc}"
+
+
+def entry_names(config: "CpuGemmConfig") -> tuple:
+    """``(pack-B symbol, GEMM symbol)`` of the object for ``config``, e.g.
+    ``falcon_cpu_gemm_14x32_k256_112x512_p16``: the blocking is compiled into the object and
+    the module's grid and buffers follow it, so an object of another blocking must not link."""
+    c = config
+    sfx = f"{c.mr}x{c.nr}_k{c.kc}_{c.mc}x{c.nc}_p{c.pack_rows}"
+    return f"{PACK_B_NAME}_{sfx}", f"{GEMM_NAME}_{sfx}"
 
 
 def _ceil(a: int, b: int) -> int:
@@ -207,6 +218,7 @@ def _microkernel(c: CpuGemmConfig) -> str:
 def kernel_source(config: CpuGemmConfig = CpuGemmConfig()) -> str:
     """The C source of both entry points for ``config`` (sizes are run-time arguments)."""
     c = config
+    pack_b_name, gemm_name = entry_names(c)
     return f"""/* falcon's f32 GEMM for x86-64 AVX-512, {c.label} (generator v{GENERATOR_VERSION}). */
 #include <immintrin.h>
 #include <stddef.h>
@@ -224,7 +236,7 @@ def kernel_source(config: CpuGemmConfig = CpuGemmConfig()) -> str:
 {_microkernel(c)}
 
 /* Bp[j][k][r] = B[k][j*NR + r] (0 past N) for rows k of this workgroup. */
-__attribute__((visibility("hidden"))) void {PACK_B_NAME}({_memref("b", True)},
+__attribute__((visibility("hidden"))) void {pack_b_name}({_memref("b", True)},
     {_memref("bp", False)}, size_t M, size_t N, size_t K, size_t wg) {{
   const float *restrict b = b_ptr + b_off;
   float *restrict bp = bp_ptr + bp_off;
@@ -260,7 +272,7 @@ static void pack_a(const float *restrict a, size_t K, size_t mc, size_t kc, floa
 }}
 
 /* Block (wg_m, wg_n) of C = A @ B: MC x NC, K in blocks of KC. */
-__attribute__((visibility("hidden"))) void {GEMM_NAME}({_memref("a", True)},
+__attribute__((visibility("hidden"))) void {gemm_name}({_memref("a", True)},
     {_memref("bp", True)}, {_memref("c", False)}, {_memref("s", False)},
     size_t M, size_t N, size_t K, size_t wg_m, size_t wg_n) {{
   const float *restrict a = a_ptr + a_off;
@@ -466,6 +478,15 @@ def _store(obj: Path, out: Path) -> Path:
             pass
         raise
     return out
+
+
+def defined_symbols(obj: Path):
+    """Symbols an object file defines (``nm --defined-only``); None when nm is missing or fails."""
+    nm = shutil.which("nm")
+    if nm is None:
+        return None
+    res = subprocess.run([nm, "--defined-only", str(obj)], capture_output=True, text=True)
+    return [ln.split()[-1] for ln in res.stdout.splitlines() if ln.strip()] if res.returncode == 0 else None
 
 
 def undefined_symbols(obj: Path) -> list:

@@ -129,13 +129,14 @@ def test_next_to_iree_own_dispatch(flags):
 @needs_avx512
 def test_wrong_index_is_caught():
     """The numerics test fails on a kernel that packs A from the wrong column (k + 1)."""
-    src = cpu_gemm.kernel_source()
+    M, N, K = 100, 70, 50
+    cfg = cpu_gemm.choose_config(M, N, K)  # was kernel_source(): the default blocking's object under
+    src = cpu_gemm.kernel_source(cfg)      # 28 x 256 blocks, NaN with or without the mutant
     bad = src.replace("dst[k] = src[k];", "dst[k] = src[k + (k + 1 < kc)];")
     assert bad != src
     obj = cpu_gemm.compile_source(bad, "mutant")
-    M, N, K = 100, 70, 50
-    c, a, b, _ = _run(cpu_embed.gemm_module(M, N, K, obj=obj), M, N, K)
-    assert _rel_err(c, a, b) > 1e-2
+    c, a, b, _ = _run(cpu_embed.gemm_module(M, N, K, cfg, obj=obj), M, N, K)
+    assert np.isfinite(c).all() and _rel_err(c, a, b) > 1e-2
 
 
 # -- break-it review (breakit16): bad compilers, a damaged or unusable cache, hosts and targets
@@ -285,3 +286,21 @@ def test_cache_path_iree_cannot_link_from(tmp_path, monkeypatch, folder):
     assert _rel_err(c, a, b) < 2e-6
     with pytest.raises(ValueError, match="through a shell, unquoted"):
         cpu_embed.gemm_module(M, N, K, obj=odd / "k.o")
+
+
+@needs_gcc
+def test_object_of_another_blocking_is_refused(tmp_path, monkeypatch):
+    """Were (break-it review): gemm_module(config=X, obj=object built for Y) gave a module whose grid
+    and scratch follow X while the kernel blocks by Y: NaN at 100x70x50 for a 112 x 512 object under
+    28 x 256 blocks, silently. The entry points now carry the blocking in their names, and an object
+    handed in is checked for them."""
+    monkeypatch.setenv("FALCON_KERNEL_CACHE", str(tmp_path))
+    obj = cpu_gemm.compile_object(CpuGemmConfig())
+    names = cpu_gemm.entry_names(CpuGemmConfig())
+    assert names == ("falcon_cpu_pack_b_14x32_k256_112x512_p16", "falcon_cpu_gemm_14x32_k256_112x512_p16")
+    assert cpu_gemm.entry_names(CpuGemmConfig(pack_rows=8)) != names
+    for cfg in (cpu_gemm.SMALL_CONFIG, CpuGemmConfig(pack_rows=8)):
+        with pytest.raises(ValueError, match=r"has no falcon_cpu_pack_b_.*built for another blocking"):
+            cpu_embed.gemm_module(100, 70, 50, cfg, obj=obj, target_attr="#fake", flags=())
+    text = cpu_embed.gemm_module(100, 70, 50, CpuGemmConfig(), obj=obj, target_attr="#fake", flags=())
+    assert "func.call @falcon_cpu_gemm_14x32_k256_112x512_p16(" in text

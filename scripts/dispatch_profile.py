@@ -11,7 +11,7 @@ dispatch's first to its last workgroup), one warm-up call and ``--calls`` timed 
 --format=jsonl``; the warm-up call's dispatches are left out. Prints the measured calls
 (ms), then one row per dispatch: executions per call, ms per call (the median over the calls
 of the dispatch's time in each), its share of the sum, GFLOP/s for matmuls whose name gives M x N x K
-(``matmul_MxNxK``, ``batch_matmul_BxMxNxK``) and the workgroup count; then the sum of the
+(``matmul_MxNxK``, ``matmul_like_MxNxK``, ``batch_matmul_BxMxNxK``) and the workgroup count; then the sum of the
 dispatches' medians next to the median call. The sum can exceed the call where independent
 dispatches ran at the same time on different workers.
 
@@ -43,7 +43,7 @@ from falcon_mlir.files import write_atomic
 PROG = "dispatch-profile"
 _CALL = re.compile(r"^BM_\S+/process_time/real_time\s+([\d.]+) (ms|us|ns|s)\b", re.M)
 _SCALE = {"s": 1e3, "ms": 1.0, "us": 1e-3, "ns": 1e-6}
-_MM = re.compile(r"(?:^|_)(batch_)?matmul_((?:\d+x)*\d+)_")
+_MM = re.compile(r"(?:^|_)(batch_)?matmul_(?:like_)?((?:\d+x)*\d+)_")
 _STATUS = re.compile(r"\b[A-Z][A-Z_]{3,}; ")  # an IREE status: 'file.c:103: INVALID_ARGUMENT; what'
 
 
@@ -80,7 +80,8 @@ def runtime_tool(name: str) -> str:
 
 def matmul_flops(name: str) -> float:
     """2·M·N·K (times the batch) of a dispatch named ``..._matmul_MxNxK_...`` or
-    ``..._batch_matmul_BxMxNxK_...``; 0.0 for any other name."""
+    ``..._batch_matmul_BxMxNxK_...`` (``matmul_like_`` alike: IREE's name for a
+    ``linalg.generic`` contraction); 0.0 for any other name."""
     m = _MM.search(name)
     if not m:
         return 0.0

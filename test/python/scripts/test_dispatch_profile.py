@@ -22,6 +22,9 @@ def test_matmul_flops_from_names():
     assert dp.matmul_flops("main_dispatch_14_softmax_1x1x32x1024x1024xf32_dispatch_tensor_store") == 0.0
     assert dp.matmul_flops("_encoding_6_encode_4096x14336xf32_to_4096x14336xf32") == 0.0
     assert dp.matmul_flops("main_dispatch_3_matmul_1024x4096_f32") == 0.0  # not M x N x K
+    # IREE's name for a linalg.generic contraction (cpu_embed's @reference): was 0, no GFLOP/s shown
+    assert dp.matmul_flops("reference_dispatch_0_matmul_like_512x256x128_f32") == 2.0 * 512 * 256 * 128
+    assert dp.matmul_flops("d_0_batch_matmul_like_4x64x32x16_f32") == 2.0 * 4 * 64 * 32 * 16
 
 
 def test_summarize_per_call_rows():

@@ -96,7 +96,8 @@ def bench_shape(M: int, N: int, K: int, repeat: int, check_rows: int, runners: t
 
 
 def main(argv=None) -> int:
-    """Parse arguments, time every shape, print a markdown table; 0 on success, 2 on bad input."""
+    """Parse arguments, time every shape, print a markdown table; 0 on success, 2 on bad input,
+    1 (one line) when falcon's kernel cannot be built here."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sizes", type=int, nargs="*", default=[1024, 2048, 4096], help="square sizes n")
     p.add_argument("--shapes", type=_shape, nargs="*", default=[], help="MxNxK shapes (besides --sizes)")
@@ -106,8 +107,8 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     runners = tuple(r.strip() for r in args.runners.split(",") if r.strip())
     bad = [r for r in runners if r not in ("iree", "falcon", "numpy")]
-    if bad or args.repeat < 1 or any(n < 1 for n in args.sizes):
-        print(f"cpu_gemm_bench: bad --runners {bad} or --repeat/--sizes below 1", file=sys.stderr)
+    if bad or args.repeat < 1 or args.check_rows < 1 or any(n < 1 for n in args.sizes):
+        print(f"cpu_gemm_bench: bad --runners {bad} or --repeat/--sizes/--check-rows below 1", file=sys.stderr)
         return 2
     from falcon_mlir.kernels.cpu_gemm import choose_config
 
@@ -117,7 +118,12 @@ def main(argv=None) -> int:
     print("|---|---|---:|---:|---:|---:|")
     for M, N, K in [(n, n, n) for n in args.sizes] + list(args.shapes):
         config = choose_config(M, N, K)
-        for name, med, best, gf, e in bench_shape(M, N, K, args.repeat, args.check_rows, runners, config):
+        try:
+            rows = bench_shape(M, N, K, args.repeat, args.check_rows, runners, config)
+        except RuntimeError as e:  # the kernel cannot be built here (compiler, AVX-512): one line
+            print(f"cpu_gemm_bench: error: {e}", file=sys.stderr)
+            return 1
+        for name, med, best, gf, e in rows:
             label = f"falcon ({config.label})" if name == "falcon" else name
             print(f"| {M}x{N}x{K} | {label} | {med * 1e3:.2f} | {best * 1e3:.2f} | {gf:.0f} | {e:.1e} |", flush=True)
     print(f"\nuptime after: {_uptime()}")

@@ -6,12 +6,13 @@
 
 Runs ``iree-benchmark-module`` (from the iree-base-runtime wheel) on ``--device=local-task``
 with IREE's HAL profiler on (``--device_profiling_mode=host-execution``: the span from a
-dispatch's first to its last workgroup), ``--calls`` timed calls of ``--function``, and reads
-the profile back with ``iree-profile dispatch --format=jsonl``. Prints the measured calls
-(ms), then one row per dispatch: executions per call, ms per call (the dispatch's total over
-all calls / calls), its share of the sum, GFLOP/s for matmuls whose name gives M x N x K
-(``matmul_MxNxK``, ``batch_matmul_BxMxNxK``) and the workgroup count; then the sum of the
-dispatches per call next to the median call. The sum can exceed the call where independent
+dispatch's first to its last workgroup), one warm-up call and ``--calls`` timed calls of
+``--function``, and reads the profile back with ``iree-profile dispatch --dispatch_events
+--format=jsonl``; the warm-up call's dispatches are left out. Prints the measured calls
+(ms), then one row per dispatch: executions per call, ms per call (the median over the calls
+of the dispatch's time in each), its share of the sum, GFLOP/s for matmuls whose name gives M x N x K
+(``matmul_MxNxK``, ``matmul_like_MxNxK``, ``batch_matmul_BxMxNxK``) and the workgroup count; then the sum of the
+dispatches' medians next to the median call. The sum can exceed the call where independent
 dispatches ran at the same time on different workers.
 
 Why not ``--iree-hal-dump-executable-benchmarks-to``: those benchmarks run each dispatch on
@@ -42,7 +43,22 @@ from falcon_mlir.files import write_atomic
 PROG = "dispatch-profile"
 _CALL = re.compile(r"^BM_\S+/process_time/real_time\s+([\d.]+) (ms|us|ns|s)\b", re.M)
 _SCALE = {"s": 1e3, "ms": 1.0, "us": 1e-3, "ns": 1e-6}
-_MM = re.compile(r"(?:^|_)(batch_)?matmul_((?:\d+x)*\d+)_")
+_MM = re.compile(r"(?:^|_)(batch_)?matmul_(?:like_)?((?:\d+x)*\d+)_")
+_STATUS = re.compile(r"\b[A-Z][A-Z_]{3,}; ")  # an IREE status: 'file.c:103: INVALID_ARGUMENT; what'
+
+
+def failure_line(output: str) -> str:
+    """The line of a failed IREE tool's output that names the cause: the first IREE status
+    (``...: INVALID_ARGUMENT; ...``), else the first line saying error, else the first line."""
+    lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
+    for pick in (lambda ln: _STATUS.search(ln), lambda ln: "error" in ln.lower(), lambda ln: True):
+        found = next((ln for ln in lines if pick(ln)), None)
+        if found:
+            m = _STATUS.search(found)
+            if m and "ERROR OCCURRED: '" in found:  # google benchmark's wrapper around the status
+                found = found.split("ERROR OCCURRED: '", 1)[1].rstrip("'")
+            return found
+    return "no output"
 
 
 def runtime_tool(name: str) -> str:
@@ -64,7 +80,8 @@ def runtime_tool(name: str) -> str:
 
 def matmul_flops(name: str) -> float:
     """2·M·N·K (times the batch) of a dispatch named ``..._matmul_MxNxK_...`` or
-    ``..._batch_matmul_BxMxNxK_...``; 0.0 for any other name."""
+    ``..._batch_matmul_BxMxNxK_...`` (``matmul_like_`` alike: IREE's name for a
+    ``linalg.generic`` contraction); 0.0 for any other name."""
     m = _MM.search(name)
     if not m:
         return 0.0
@@ -77,9 +94,42 @@ def matmul_flops(name: str) -> float:
     return flops
 
 
+def groups_from_events(events: Sequence[dict], runs: int, skip: int = 1) -> List[dict]:
+    """Per-dispatch groups from iree-profile's ``host_dispatch_event`` records of ``runs``
+    calls, leaving out the first ``skip`` calls (the warm-up: first-touched buffers, waking
+    workers; a 1024^3 GEMM's first call took 13.7 ms against 11.0 after).
+
+    A dispatch run ``n`` times in all runs ``n / runs`` times per call: its events, by start
+    time, are cut into ``runs`` consecutive equal parts and the first ``skip`` dropped. Where
+    ``n`` is not a multiple of ``runs`` (a dispatch not in every call) nothing is dropped and
+    no per-call times are given.
+
+    Returns:
+        ``[{"key", "count", "total_ns", "per_call_ns" (one sum per kept call, or None),
+        "last_workgroup_count"}]`` in first-seen order, over the kept calls.
+    """
+    by_key: dict = {}
+    for e in sorted(events, key=lambda e: e["start_host_time_ns"]):
+        by_key.setdefault(e["key"], []).append(e)
+    out = []
+    for key, evs in by_key.items():
+        per_call = None
+        if len(evs) % runs == 0 and runs > skip:
+            r = len(evs) // runs
+            evs = evs[skip * r:]
+            per_call = [sum(e["duration_ns"] for e in evs[i:i + r]) for i in range(0, len(evs), r)]
+        out.append({"key": key, "count": len(evs), "total_ns": sum(e["duration_ns"] for e in evs),
+                    "per_call_ns": per_call, "last_workgroup_count": evs[-1].get("workgroup_count", [0])})
+    return out
+
+
 def summarize(groups: Sequence[dict], calls: int, walls_ms: Sequence[float]) -> dict:
-    """The profile as rows: ``groups`` are iree-profile's ``host_dispatch_group`` records
-    (key, count, total_ns, last_workgroup_count), ``calls`` the number of profiled calls.
+    """The profile as rows: ``groups`` are :func:`groups_from_events`' records (or
+    iree-profile's ``host_dispatch_group`` ones: key, count, total_ns,
+    last_workgroup_count), ``calls`` the number of profiled calls they hold.
+
+    A group's ms per call is the median of its ``per_call_ns`` where given (the shared
+    machine's outliers do not move it), else its total over ``calls``.
 
     Returns:
         ``{"calls", "call_ms" (list), "median_call_ms", "sum_ms", "rows"}``; each row
@@ -93,7 +143,8 @@ def summarize(groups: Sequence[dict], calls: int, walls_ms: Sequence[float]) -> 
         raise ValueError(f"calls must be >= 1, got {calls}")
     rows = []
     for g in groups:
-        ms = g["total_ns"] / calls / 1e6
+        pc = g.get("per_call_ns")
+        ms = (statistics.median(pc) if pc else g["total_ns"] / calls) / 1e6
         flops = matmul_flops(g["key"]) * g["count"] / calls
         rows.append({"dispatch": g["key"], "per_call": g["count"] / calls, "ms": ms,
                      "gflops": flops / ms / 1e6 if flops and ms > 0 else None,
@@ -108,8 +159,8 @@ def summarize(groups: Sequence[dict], calls: int, walls_ms: Sequence[float]) -> 
 
 
 def profile(vmfb: str, inputs: Sequence[str], function: str = "main", calls: int = 4) -> dict:
-    """Run ``calls`` profiled calls of ``function`` of ``vmfb`` on local-task and return
-    :func:`summarize`'s dict.
+    """Run one warm-up and ``calls`` profiled calls of ``function`` of ``vmfb`` on
+    local-task and return :func:`summarize`'s dict of the ``calls`` after the warm-up.
 
     Raises:
         ToolError: iree-benchmark-module or iree-profile failed, or the profile holds no
@@ -119,21 +170,23 @@ def profile(vmfb: str, inputs: Sequence[str], function: str = "main", calls: int
     with tempfile.TemporaryDirectory(prefix="dispatch_profile_") as tmp:
         out = os.path.join(tmp, "module.ireeprof")
         cmd = [bench, f"--module={vmfb}", f"--function={function}", "--device=local-task",
-               *[f"--input={i}" for i in inputs], f"--benchmark_repetitions={calls}",
+               *[f"--input={i}" for i in inputs], f"--benchmark_repetitions={calls + 1}",
                "--benchmark_min_time=1x", "--device_profiling_mode=host-execution",
                f"--device_profiling_output={out}"]
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode:
-            msg = next((ln for ln in (r.stderr + r.stdout).splitlines() if ln.strip()), "no output")
-            raise ToolError(f"{PROG}: error: iree-benchmark-module failed: {msg.strip()[:300]}")
-        walls = [float(v) * _SCALE[u] for v, u in _CALL.findall(r.stdout)]
-        p = subprocess.run([prof, "dispatch", "--format=jsonl", out], capture_output=True, text=True)
+            msg = failure_line(r.stderr + "\n" + r.stdout)
+            raise ToolError(f"{PROG}: error: iree-benchmark-module failed: {msg[:300]}")
+        walls = [float(v) * _SCALE[u] for v, u in _CALL.findall(r.stdout)][1:]  # after the warm-up
+        p = subprocess.run([prof, "dispatch", "--dispatch_events", "--format=jsonl", out], capture_output=True,
+                           text=True)
     if p.returncode:
         raise ToolError(f"{PROG}: error: iree-profile failed: {p.stderr.strip()[:300]}")
-    groups = [json.loads(ln) for ln in p.stdout.splitlines() if '"host_dispatch_group"' in ln]
-    if not groups:
+    events = [json.loads(ln) for ln in p.stdout.splitlines() if '"host_dispatch_event"' in ln]
+    events = [e for e in events if e.get("valid", True)]
+    if not events:
         raise ToolError(f"{PROG}: error: the profile of {vmfb} holds no dispatch")
-    return summarize(groups, calls, walls)
+    return summarize(groups_from_events(events, calls + 1), calls, walls)
 
 
 def table_lines(res: dict, top: int = 40) -> List[str]:
@@ -178,10 +231,16 @@ def _main(argv: list) -> int:
     for i in args.input:
         if i.startswith("@") and not os.path.isfile(i[1:]):
             raise ToolError(f"{PROG}: error: {i[1:]}: no such file", 2)
+    folder = os.path.dirname(os.path.abspath(args.json)) if args.json else None
+    if folder and not os.path.isdir(folder):
+        raise ToolError(f"{PROG}: error: --json {args.json}: no such folder {folder}", 2)
     res = profile(args.vmfb, args.input, args.function, args.calls)
     print("\n".join(table_lines(res, args.top)))
     if args.json:
-        write_atomic(args.json, json.dumps(res, indent=1).encode())
+        try:
+            write_atomic(args.json, json.dumps(res, indent=1).encode())
+        except OSError as e:
+            raise ToolError(f"{PROG}: error: --json {args.json}: {e.strerror or e}") from None
     return 0
 
 

@@ -48,8 +48,8 @@ import traceback
 
 from falcon_mlir.cli import ArgumentParser, ToolError, one_line, run_tool
 from falcon_mlir.files import write_atomic
-from falcon_mlir.models.main_job import (DATA_TILING_FLAGS, MATMUL_TILE_BYTES, print_contractions, result_lines,
-                                         run_main_job)
+from falcon_mlir.models.main_job import (DATA_TILING_FLAGS, MATMUL_TILE_BYTES, MAX_MATMUL_TILE_BYTES,
+                                         print_contractions, result_lines, run_main_job)
 from falcon_mlir.models.train_job import print_train_contractions, run_train_job, train_result_lines
 
 PROG = "run_model"
@@ -86,10 +86,10 @@ def parse_args(argv=None):
                    help="small test block (hidden 256, MLP 512, 4 heads, 2 kv heads)")
     p.add_argument("--no-data-tiling", dest="data_tiling", action="store_false",
                    help="leave out " + " ".join(DATA_TILING_FLAGS) + " (on by default, both builds)")
-    p.add_argument("--matmul-tile-bytes", type=int, default=MATMUL_TILE_BYTES, metavar="BYTES",
+    p.add_argument("--matmul-tile-bytes", type=int, default=None, metavar="BYTES",
                    help="bytes per operand tile of a workgroup of the data-tiled matmuls, both builds "
                         f"(--iree-llvmcpu-matmul-tile-bytes; default {MATMUL_TILE_BYTES}; 0: IREE's default; "
-                        "not with --train)")
+                        f"at most {MAX_MATMUL_TILE_BYTES}; not with --train or --no-data-tiling)")
     p.add_argument("--iree-flag", action="append", default=[], metavar="FLAG",
                    help="extra iree-compile flag for both builds (repeatable)")
     p.add_argument("--no-reference", action="store_true",
@@ -103,8 +103,20 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     if args.tokens < 1 or args.repeat < 1:
         p.error("--tokens and --repeat must be >= 1")
-    if args.matmul_tile_bytes < 0:
-        p.error("--matmul-tile-bytes must be >= 0 (0: IREE's default)")
+    if args.matmul_tile_bytes is not None:
+        if args.matmul_tile_bytes < 0:
+            p.error("--matmul-tile-bytes must be >= 0 (0: IREE's default)")
+        if args.matmul_tile_bytes > MAX_MATMUL_TILE_BYTES:
+            p.error(f"--matmul-tile-bytes must be <= {MAX_MATMUL_TILE_BYTES} (iree-compile's 32-bit option)")
+        for given, name in ((args.train, "--train"), (not args.data_tiling, "--no-data-tiling")):
+            if given:
+                p.error(f"--matmul-tile-bytes is not used with {name} (it sizes the data-tiled matmuls of "
+                        "the forward pass)")
+    else:
+        args.matmul_tile_bytes = MATMUL_TILE_BYTES
+    for flag in args.iree_flag:  # a global LLVM option: falcon's in-process front half cannot take it
+        if flag.startswith("--iree-llvmcpu-matmul-tile-bytes"):
+            p.error(f"--iree-flag {flag}: use --matmul-tile-bytes (the builds pass it to their back halves)")
     if args.steps < 1 or args.layers < 1:
         p.error("--steps and --layers must be >= 1")
     if not args.lr > 0:

@@ -59,8 +59,17 @@ def executable_text(name: str, obj: Path, target_attr: str, config: CpuGemmConfi
     ``@pack_b(B, M, N, K) -> Bp`` on workload ``[pack workgroups]``;
     ``@gemm(A, Bp, M, N, K) -> (C, S)`` on workload ``[workgroups along M, along N]``
     (:func:`cpu_gemm.grid`).
+
+    Raises:
+        ValueError: ``obj``'s absolute path has a character IREE's link step cannot take
+            (:func:`cpu_gemm.linkable_path`: a space, a quote ...).
     """
+    path = str(Path(obj).resolve())
+    if not cpu_gemm.linkable_path(path):
+        raise ValueError(f"falcon's CPU kernel object {path!r}: IREE hands the path to its linker through a "
+                         "shell, unquoted; use a path of letters, digits and _.+-@%,:=/ only")
     c = config
+    pack_b, gemm = cpu_gemm.entry_names(c)
     mref = "memref<?xf32>"
     sizes = f"""        %c1 = arith.constant 1 : index
         %nr = arith.constant {c.nr} : index
@@ -84,7 +93,7 @@ def executable_text(name: str, obj: Path, target_attr: str, config: CpuGemmConfi
     idx = "%M: index, %N: index, %K: index"
     return f"""stream.executable private @{name} attributes {{
   hal.executable.objects = #hal.executable.objects<{{{target_attr} = [
-    #hal.executable.object<{{path = "{Path(obj).resolve()}"}}>]}}>
+    #hal.executable.object<{{path = "{path}"}}>]}}>
 }} {{
   // falcon's f32 GEMM for x86-64 AVX-512, {c.label}
   stream.executable.export public @pack_b workgroups(%x: index) -> (index, index, index) {{
@@ -96,15 +105,15 @@ def executable_text(name: str, obj: Path, target_attr: str, config: CpuGemmConfi
     stream.return %x, %y, %one : index, index, index
   }}
   builtin.module {{
-    func.func private @{cpu_gemm.PACK_B_NAME}({mref}, {mref}, index, index, index, index) attributes {{hal.import.static}}
-    func.func private @{cpu_gemm.GEMM_NAME}({mref}, {mref}, {mref}, {mref}, index, index, index, index, index) attributes {{hal.import.static}}
+    func.func private @{pack_b}({mref}, {mref}, index, index, index, index) attributes {{hal.import.static}}
+    func.func private @{gemm}({mref}, {mref}, {mref}, {mref}, index, index, index, index, index) attributes {{hal.import.static}}
     func.func @pack_b({_memref_args(["b", "bp"])}, {idx}) {{
         %c0 = arith.constant 0 : index
 {sizes}
 {sub("mb", "b", "s_b")}
 {sub("mbp", "bp", "s_bp")}
         %wg = hal.interface.workgroup.id[0] : index
-        func.call @{cpu_gemm.PACK_B_NAME}(%mb, %mbp, %M, %N, %K, %wg) : ({mref}, {mref}, index, index, index, index) -> ()
+        func.call @{pack_b}(%mb, %mbp, %M, %N, %K, %wg) : ({mref}, {mref}, index, index, index, index) -> ()
         return
     }}
     func.func @gemm({_memref_args(["a", "bp", "c", "s"])}, {idx}) {{
@@ -116,12 +125,18 @@ def executable_text(name: str, obj: Path, target_attr: str, config: CpuGemmConfi
 {sub("ms", "s", "s_s")}
         %wx = hal.interface.workgroup.id[0] : index
         %wy = hal.interface.workgroup.id[1] : index
-        func.call @{cpu_gemm.GEMM_NAME}(%ma, %mbp, %mc_, %ms, %M, %N, %K, %wx, %wy) : ({mref}, {mref}, {mref}, {mref}, index, index, index, index, index) -> ()
+        func.call @{gemm}(%ma, %mbp, %mc_, %ms, %M, %N, %K, %wx, %wy) : ({mref}, {mref}, {mref}, {mref}, index, index, index, index, index) -> ()
         return
     }}
   }}
 }}
 """
+
+
+def _check_sizes(where: str, M, N, K) -> None:
+    for name, v in (("M", M), ("N", N), ("K", K)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{where}: {name} must be a positive int, got {v!r}")
 
 
 def dispatch_lines(exe: str, M: int, N: int, K: int, config: CpuGemmConfig = CpuGemmConfig(), a: str = "%a",
@@ -131,7 +146,11 @@ def dispatch_lines(exe: str, M: int, N: int, K: int, config: CpuGemmConfig = Cpu
     ``types``: the tensor types of A and B as the caller holds them (any
     shape of the same elements; default ``MxK`` and ``KxN``). Values
     ``{result}_M`` etc. and ``{result}_bp`` (packed B) are defined too.
+
+    Raises:
+        ValueError: M, N or K is not a positive int (at K = 0 the kernel would leave C unwritten).
     """
+    _check_sizes("dispatch_lines", M, N, K)
     a_t, b_t = types or (tensor_type((M, K), "f32"), tensor_type((K, N), "f32"))
     c_t = tensor_type((M, N), "f32")
     bp_t = tensor_type((cpu_gemm.packed_b_floats(N, K, config),), "f32")
@@ -163,21 +182,32 @@ def gemm_module(M: int, N: int, K: int, config: Optional[CpuGemmConfig] = None, 
         target_attr: the object key (default :func:`cpu_target_attribute` of ``flags``).
         reference: also emit ``@reference``, the same product compiled by IREE itself.
         func: name of the kernel-backed function; exe: the executable's symbol.
-        obj: an object file built for ``config`` (default :func:`cpu_gemm.compile_object`).
+        obj: an object file built for ``config`` (default :func:`cpu_gemm.compile_object`);
+            its entry points name the blocking (:func:`cpu_gemm.entry_names`).
 
     Raises:
-        ValueError: a size is not a positive int.
-        RuntimeError: the kernel does not compile (:func:`cpu_gemm.compile_object`), or
-            ``flags`` target this machine (``--iree-llvmcpu-target-cpu=host``) and it has no AVX-512F.
+        ValueError: a size is not a positive int; ``obj`` lacks ``config``'s entry points.
+        RuntimeError: the kernel does not compile (:func:`cpu_gemm.compile_object`),
+            ``flags`` target this machine (``--iree-llvmcpu-target-cpu=host``) and it lacks
+            AVX-512 F/BW/DQ/VL, or the target's ``cpu_features`` lack them (a module for
+            another CPU would carry the object to a machine that cannot run it).
     """
     if "--iree-llvmcpu-target-cpu=host" in flags and not cpu_gemm.host_has_avx512():
-        raise RuntimeError("falcon's CPU GEMM kernel needs AVX-512F, which this machine's CPU lacks")
-    for name, v in (("M", M), ("N", N), ("K", K)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"gemm_module: {name} must be a positive int, got {v!r}")
+        raise RuntimeError("falcon's CPU GEMM kernel needs AVX-512 (F, BW, DQ, VL), which this machine's CPU lacks")
+    _check_sizes("gemm_module", M, N, K)
     config = config or cpu_gemm.choose_config(M, N, K)
-    obj = obj or cpu_gemm.compile_object(config)
     target_attr = target_attr or cpu_target_attribute(flags)
+    missing = cpu_gemm.missing_target_features(target_attr)
+    if missing:
+        raise RuntimeError(f"falcon's CPU GEMM kernel needs AVX-512 (F, BW, DQ, VL); the IREE target lacks "
+                           f"{', '.join(missing)}")
+    if obj is not None:
+        defined = cpu_gemm.defined_symbols(obj) if Path(obj).is_file() else None
+        need = cpu_gemm.entry_names(config)
+        if defined is not None and need[0] not in defined:
+            raise ValueError(f"gemm_module: {obj} has no {need[0]}: built for another blocking than "
+                             f"{config.label} (p{config.pack_rows})")
+    obj = obj or cpu_gemm.compile_object(config)
     a_t, b_t, c_t = tensor_type((M, K), "f32"), tensor_type((K, N), "f32"), tensor_type((M, N), "f32")
     body = "\n".join("  " + ln for ln in dispatch_lines(exe, M, N, K, config))
     parts = [executable_text(exe, obj, target_attr, config),

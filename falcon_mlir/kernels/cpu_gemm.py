@@ -7,7 +7,9 @@ packed B outgrows the L3. This kernel is the BLIS design instead
 (docs/kernels.md, "falcon's own CPU GEMM kernel"):
 
 * **Two entry points**, both called once per IREE workgroup
-  (:mod:`falcon_mlir.kernels.cpu_embed` builds the dispatches):
+  (:mod:`falcon_mlir.kernels.cpu_embed` builds the dispatches), their names
+  followed by the blocking (:func:`entry_names`: an object of another
+  blocking does not link):
 
   - ``falcon_cpu_pack_b(B, Bp, M, N, K, wg)``: B (``K x N`` row-major) into
     ``ceil(N/NR)`` panels of ``K x NR`` (``Bp[j][k][r] = B[k][j*NR + r]``,
@@ -42,7 +44,7 @@ The sizes M, N, K are run-time arguments, so one object serves every shape
 of a configuration. Compiled with ``$FALCON_CC`` or ``gcc``
 (:func:`compile_object`), cached by source hash under
 ``~/.cache/falcon-mlir/cpu`` (``$FALCON_KERNEL_CACHE/cpu`` when set). The
-object needs AVX-512F on the machine that runs it (:func:`host_has_avx512`).
+object needs AVX-512 F/BW/DQ/VL on the machine that runs it (:func:`host_has_avx512`).
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ from pathlib import Path
 
 from .spec import DictFields
 
-#: Entry symbols of the object.
+#: Entry symbols of the object: these, then the blocking (:func:`entry_names`).
 PACK_B_NAME = "falcon_cpu_pack_b"
 GEMM_NAME = "falcon_cpu_gemm"
 #: Flags every object is compiled with (x86-64-v4: AVX-512 F/BW/DQ/VL).
@@ -65,7 +67,7 @@ CFLAGS = ("-O3", "-march=x86-64-v4", "-mtune=native", "-ffreestanding", "-fPIC",
           "-fno-plt", "-fno-asynchronous-unwind-tables", "-fno-tree-loop-distribute-patterns",
           "-fno-stack-protector", "-fno-exceptions", "-fno-math-errno")
 #: Bump when the generated source changes in a way the cache key would not see.
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -105,6 +107,15 @@ class CpuGemmConfig(DictFields):
     def label(self) -> str:
         """``cpu14x32,k256,112x512``: the report's name for this kernel and blocking."""
         return f"cpu{self.mr}x{self.nr},k{self.kc},{self.mc}x{self.nc}"
+
+
+def entry_names(config: "CpuGemmConfig") -> tuple:
+    """``(pack-B symbol, GEMM symbol)`` of the object for ``config``, e.g.
+    ``falcon_cpu_gemm_14x32_k256_112x512_p16``: the blocking is compiled into the object and
+    the module's grid and buffers follow it, so an object of another blocking must not link."""
+    c = config
+    sfx = f"{c.mr}x{c.nr}_k{c.kc}_{c.mc}x{c.nc}_p{c.pack_rows}"
+    return f"{PACK_B_NAME}_{sfx}", f"{GEMM_NAME}_{sfx}"
 
 
 def _ceil(a: int, b: int) -> int:
@@ -207,6 +218,7 @@ def _microkernel(c: CpuGemmConfig) -> str:
 def kernel_source(config: CpuGemmConfig = CpuGemmConfig()) -> str:
     """The C source of both entry points for ``config`` (sizes are run-time arguments)."""
     c = config
+    pack_b_name, gemm_name = entry_names(c)
     return f"""/* falcon's f32 GEMM for x86-64 AVX-512, {c.label} (generator v{GENERATOR_VERSION}). */
 #include <immintrin.h>
 #include <stddef.h>
@@ -224,7 +236,7 @@ def kernel_source(config: CpuGemmConfig = CpuGemmConfig()) -> str:
 {_microkernel(c)}
 
 /* Bp[j][k][r] = B[k][j*NR + r] (0 past N) for rows k of this workgroup. */
-__attribute__((visibility("hidden"))) void {PACK_B_NAME}({_memref("b", True)},
+__attribute__((visibility("hidden"))) void {pack_b_name}({_memref("b", True)},
     {_memref("bp", False)}, size_t M, size_t N, size_t K, size_t wg) {{
   const float *restrict b = b_ptr + b_off;
   float *restrict bp = bp_ptr + bp_off;
@@ -260,7 +272,7 @@ static void pack_a(const float *restrict a, size_t K, size_t mc, size_t kc, floa
 }}
 
 /* Block (wg_m, wg_n) of C = A @ B: MC x NC, K in blocks of KC. */
-__attribute__((visibility("hidden"))) void {GEMM_NAME}({_memref("a", True)},
+__attribute__((visibility("hidden"))) void {gemm_name}({_memref("a", True)},
     {_memref("bp", True)}, {_memref("c", False)}, {_memref("s", False)},
     size_t M, size_t N, size_t K, size_t wg_m, size_t wg_n) {{
   const float *restrict a = a_ptr + a_off;
@@ -287,13 +299,32 @@ __attribute__((visibility("hidden"))) void {GEMM_NAME}({_memref("a", True)},
 """
 
 
-def host_has_avx512() -> bool:
-    """Whether this machine's CPU has AVX-512F (``/proc/cpuinfo``; False where it cannot be read)."""
+#: The AVX-512 subsets the object's code uses (``-march=x86-64-v4``), as ``/proc/cpuinfo`` and LLVM
+#: (``cpu_features``) name them: a CPU with AVX-512F alone (Knights Landing) cannot run it.
+REQUIRED_FEATURES = ("avx512f", "avx512bw", "avx512dq", "avx512vl")
+
+
+def host_has_avx512(cpuinfo: str = "/proc/cpuinfo") -> bool:
+    """Whether this machine's CPU has every subset in :data:`REQUIRED_FEATURES` (the ``flags``
+    lines of ``cpuinfo``; False where it cannot be read)."""
     try:
-        with open("/proc/cpuinfo") as f:
-            return any(ln.startswith("flags") and " avx512f" in ln for ln in f)
+        with open(cpuinfo) as f:
+            lines = [ln.split(":", 1)[-1].split() for ln in f if ln.startswith("flags")]
     except OSError:
         return False
+    return bool(lines) and all(set(REQUIRED_FEATURES) <= set(flags) for flags in lines)
+
+
+def missing_target_features(target_attr: str) -> list:
+    """The :data:`REQUIRED_FEATURES` an ``#hal.executable.target`` attribute's ``cpu_features``
+    lack, as ``+avx512f`` ...; ``[]`` when it has them all or names no ``cpu_features``."""
+    import re
+
+    m = re.search(r'cpu_features = "([^"]*)"', target_attr)
+    if m is None:
+        return []
+    have = set(m.group(1).split(","))
+    return [f"+{f}" for f in REQUIRED_FEATURES if f"+{f}" not in have]
 
 
 def compiler() -> str:
@@ -313,6 +344,61 @@ def cache_dir() -> Path:
     """``$FALCON_KERNEL_CACHE/cpu`` or ``~/.cache/falcon-mlir/cpu``."""
     env = os.environ.get("FALCON_KERNEL_CACHE")
     return (Path(env) if env else Path.home() / ".cache" / "falcon-mlir") / "cpu"
+
+
+def linkable_path(path) -> bool:
+    """Whether IREE 3.13 can link an object at ``path``: it runs its linker through ``sh -c`` with
+    the object's path unquoted, so a space splits it and a quote breaks the command (letters,
+    digits and ``_.+-@%,:=/`` only)."""
+    import re
+
+    return re.fullmatch(r"[A-Za-z0-9_.+\-@%,:=/]+", str(path)) is not None
+
+
+_FALLBACK_DIR: list = []
+
+
+def _fallback_dir() -> Path:
+    """A temporary folder for objects when :func:`cache_dir` cannot be written; removed at exit."""
+    if not _FALLBACK_DIR:
+        import atexit
+
+        d = tempfile.mkdtemp(prefix="falcon-cpu-")
+        atexit.register(shutil.rmtree, d, True)
+        _FALLBACK_DIR.append(Path(d))
+    return _FALLBACK_DIR[0]
+
+
+def object_problem(path: Path):
+    """What makes ``path`` unusable as the kernel's object, or None: it must be a whole
+    ELF64 little-endian x86-64 relocatable object (every section and the section header
+    table inside the file: a truncated object fails here, not in IREE's linker).
+    """
+    import struct
+
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        return "no such file"
+    except OSError as e:
+        return f"unreadable ({e.strerror})"
+    if data[:4] != b"\x7fELF":
+        return "not an ELF file" + (" (empty)" if not data else "")
+    if len(data) < 64 or data[4] != 2 or data[5] != 1:
+        return "not a 64-bit little-endian ELF object"
+    e_type, e_machine = struct.unpack_from("<HH", data, 16)
+    shoff, = struct.unpack_from("<Q", data, 40)
+    shentsize, shnum = struct.unpack_from("<HH", data, 58)
+    if e_type != 1 or e_machine != 62:
+        return f"not an x86-64 relocatable object (type {e_type}, machine {e_machine})"
+    if shentsize < 64 or shoff + shnum * shentsize > len(data):
+        return f"truncated ({len(data)} bytes: the section headers end past it)"
+    for i in range(shnum):
+        sh_type, = struct.unpack_from("<I", data, shoff + i * shentsize + 4)
+        off, size = struct.unpack_from("<QQ", data, shoff + i * shentsize + 24)
+        if sh_type != 8 and off + size > len(data):  # SHT_NOBITS (.bss) takes no bytes
+            return f"truncated ({len(data)} bytes: section {i} ends at {off + size})"
+    return None
 
 
 def _compiler_version(cc: str) -> str:
@@ -336,32 +422,71 @@ def compile_source(src: str, label: str = "source", cache: bool = True) -> Path:
     flags, compiler version); written to a temporary file and renamed.
     ``label`` names the kernel in errors.
 
+    A cached object that :func:`object_problem` rejects (truncated) is
+    compiled again; where the cache cannot be written, or its path is not
+    :func:`linkable_path` (a space in ``$HOME``), the object goes to a
+    temporary folder removed when the process exits.
+
     Raises:
         RuntimeError: no compiler (:func:`compiler`), the compiler failed (its
-            first error line), or the object has undefined symbols (IREE links
-            with ``--no-undefined`` and no libc).
+            first error line, or its exit status), it made no usable object
+            (:func:`object_problem`), or the object has undefined symbols (IREE
+            links with ``--no-undefined`` and no libc).
     """
     cc = compiler()
     key = hashlib.sha256("\0".join([src, " ".join(CFLAGS), _compiler_version(cc)]).encode()).hexdigest()[:24]
-    out = cache_dir() / f"sgemm_{key}.o"
-    if cache and out.is_file():
-        return out
-    out.parent.mkdir(parents=True, exist_ok=True)
+    name = f"sgemm_{key}.o"
+    out = cache_dir() / name
+    if cache and out.is_file() and object_problem(out) is None and linkable_path(out.resolve()):
+        return out  # a damaged entry (truncated) is compiled again below
     with tempfile.TemporaryDirectory() as tmp:
         c_file, o_file = Path(tmp) / "k.c", Path(tmp) / "k.o"
         c_file.write_text(src)
         res = subprocess.run([cc, *CFLAGS, "-c", str(c_file), "-o", str(o_file)], capture_output=True, text=True)
         if res.returncode != 0:
-            first = next((ln for ln in res.stderr.splitlines() if "error" in ln), res.stderr.strip()[:200])
+            text = (res.stderr + res.stdout).strip()
+            first = next((ln for ln in text.splitlines() if "error" in ln), text[:200].replace("\n", " "))
+            first = first or f"exit status {res.returncode}, no output"
             raise RuntimeError(f"{cc} failed on falcon's CPU kernel ({label}): {first}")
+        problem = object_problem(o_file)
+        if problem:
+            raise RuntimeError(f"{cc} made no usable object for falcon's CPU kernel ({label}): {problem}")
         missing = undefined_symbols(o_file)
         if missing:
             raise RuntimeError(f"falcon's CPU kernel ({label}) needs symbols IREE cannot link: {', '.join(missing)}")
-        fd, tmp_out = tempfile.mkstemp(dir=out.parent, suffix=".o.tmp")
-        os.close(fd)
-        shutil.copyfile(o_file, tmp_out)
+        if linkable_path(out.resolve()):
+            try:
+                return _store(o_file, out)
+            except OSError:  # the cache cannot be written (read-only, not a folder): it only costs the cache
+                pass
+        return _store(o_file, _fallback_dir() / name)  # also where IREE could not link from the cache
+
+
+def _store(obj: Path, out: Path) -> Path:
+    """Copy ``obj`` to ``out`` atomically (a temporary file in the same folder, renamed), readable by all."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_out = tempfile.mkstemp(dir=out.parent, suffix=".o.tmp")
+    os.close(fd)
+    try:
+        shutil.copyfile(obj, tmp_out)
+        os.chmod(tmp_out, 0o644)
         os.replace(tmp_out, out)
+    except BaseException:
+        try:
+            os.unlink(tmp_out)
+        except OSError:
+            pass
+        raise
     return out
+
+
+def defined_symbols(obj: Path):
+    """Symbols an object file defines (``nm --defined-only``); None when nm is missing or fails."""
+    nm = shutil.which("nm")
+    if nm is None:
+        return None
+    res = subprocess.run([nm, "--defined-only", str(obj)], capture_output=True, text=True)
+    return [ln.split()[-1] for ln in res.stdout.splitlines() if ln.strip()] if res.returncode == 0 else None
 
 
 def undefined_symbols(obj: Path) -> list:

@@ -37,7 +37,8 @@ import numpy as np
 from falcon_mlir.compare import rel_err
 from falcon_mlir.files import write_files_atomic
 
-__all__ = ["BASE_FLAGS", "DATA_TILING_FLAGS", "MATMUL_TILE_BYTES", "SPLIT_PHASE", "MainJob", "run_main_job",
+__all__ = ["BASE_FLAGS", "DATA_TILING_FLAGS", "MATMUL_TILE_BYTES", "MAX_MATMUL_TILE_BYTES",
+           "SPLIT_PHASE", "MainJob", "run_main_job",
            "compile_classical", "compile_falcon", "compile_split", "tile_flags", "analyze_only", "plan_text", "what_is", "print_contractions", "result_lines",
            "error_text", "fmt_s", "RUN_LABELS"]
 
@@ -58,6 +59,8 @@ DATA_TILING_FLAGS = ("--iree-opt-data-tiling=true", "--iree-llvmcpu-enable-ukern
 #: (128x112 of C per workgroup for 1024x14336x4096) 1.9-2.1 s, and falcon's
 #: products gained alike (docs/benchmarks.md, "The main job per dispatch").
 MATMUL_TILE_BYTES = 8 << 20
+#: The largest ``--iree-llvmcpu-matmul-tile-bytes`` iree-compile takes (a 32-bit int option).
+MAX_MATMUL_TILE_BYTES = 2**31 - 1
 #: The IREE phase where :func:`compile_split` splits both builds (falcon's
 #: rewrite runs after it: ``falcon_mlir.pipeline.phases.DEFAULT_REWRITE_PHASE``).
 SPLIT_PHASE = "input"
@@ -121,10 +124,11 @@ def tile_flags(tile_bytes: int) -> Tuple[str, ...]:
     builds pass it to :func:`compile_split`'s back half.
 
     Raises:
-        ValueError: ``tile_bytes`` < 0.
+        ValueError: ``tile_bytes`` < 0 or > :data:`MAX_MATMUL_TILE_BYTES`.
     """
-    if tile_bytes < 0:
-        raise ValueError(f"matmul tile bytes must be >= 0 (0: IREE's default), got {tile_bytes}")
+    if not 0 <= tile_bytes <= MAX_MATMUL_TILE_BYTES:
+        raise ValueError(f"matmul tile bytes must be >= 0 (0: IREE's default) and <= {MAX_MATMUL_TILE_BYTES} "
+                         f"(iree-compile's 32-bit option), got {tile_bytes}")
     return (f"--iree-llvmcpu-matmul-tile-bytes={int(tile_bytes)}",) if tile_bytes else ()
 
 
@@ -378,7 +382,7 @@ def run_main_job(*, tokens: int = 1024, lcma: Optional[str] = "auto", repeat: in
     through :func:`compile_split`.
 
     Raises:
-        ValueError: an unknown ``dtype``, ``tile_bytes`` < 0.
+        ValueError: an unknown ``dtype``, ``tile_bytes`` out of :func:`tile_flags`' range.
         RuntimeError: non-finite values in an output; anything the export,
             compilers or runtime raise.
     """
@@ -386,7 +390,8 @@ def run_main_job(*, tokens: int = 1024, lcma: Optional[str] = "auto", repeat: in
     spec = (lcma or "").strip()
     spec = None if spec.lower() in ("none", "off", "") else spec
     flags = list(BASE_FLAGS) + (list(DATA_TILING_FLAGS) if data_tiling else []) + list(iree_flags)
-    back = list(tile_flags(tile_bytes)) if data_tiling else []  # global options: the back halves only
+    back = list(tile_flags(tile_bytes))  # checked before the export; global options: the back halves only
+    back = back if data_tiling else []
     cfg, block, text = _export(small, tokens, log, dtype)
 
     t0 = time.perf_counter()

@@ -129,10 +129,178 @@ def test_next_to_iree_own_dispatch(flags):
 @needs_avx512
 def test_wrong_index_is_caught():
     """The numerics test fails on a kernel that packs A from the wrong column (k + 1)."""
-    src = cpu_gemm.kernel_source()
+    M, N, K = 100, 70, 50
+    cfg = cpu_gemm.choose_config(M, N, K)  # was kernel_source(): the default blocking's object under
+    src = cpu_gemm.kernel_source(cfg)      # 28 x 256 blocks, NaN with or without the mutant
     bad = src.replace("dst[k] = src[k];", "dst[k] = src[k + (k + 1 < kc)];")
     assert bad != src
     obj = cpu_gemm.compile_source(bad, "mutant")
-    M, N, K = 100, 70, 50
-    c, a, b, _ = _run(cpu_embed.gemm_module(M, N, K, obj=obj), M, N, K)
+    c, a, b, _ = _run(cpu_embed.gemm_module(M, N, K, cfg, obj=obj), M, N, K)
+    assert np.isfinite(c).all() and _rel_err(c, a, b) > 1e-2
+
+
+# -- break-it review (breakit16): bad compilers, a damaged or unusable cache, hosts and targets
+#    without the AVX-512 subsets the object uses, odd shapes ----------------------------------------
+
+def _script(tmp_path, name, body):
+    p = tmp_path / name
+    p.write_text('#!/bin/sh\ncase "$1" in --version) echo "fake cc 1.0"; exit 0;; esac\n' + body + "\n")
+    p.chmod(0o755)
+    return str(p)
+
+
+_LAST_ARG = 'for a; do o="$a"; done'  # the compiler's last argument is the object path (-o k.o)
+
+
+@needs_gcc
+@pytest.mark.parametrize("body, match", [
+    ("exit 0", r"made no usable object .*no such file"),  # exits 0, writes nothing
+    (_LAST_ARG + '\necho garbage > "$o"', r"made no usable object .*not an ELF file"),
+    # an ELF32 object (what gcc -m32 makes): IREE's x86-64 link would fail on it
+    (_LAST_ARG + '\ngcc "$@" && printf "\\001" | dd of="$o" bs=1 seek=4 conv=notrunc 2>/dev/null',
+     r"made no usable object .*not a 64-bit"),
+])
+def test_compiler_without_a_usable_object_is_one_line(tmp_path, monkeypatch, body, match):
+    monkeypatch.setenv("FALCON_KERNEL_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("FALCON_CC", _script(tmp_path, "cc", body))
+    with pytest.raises(RuntimeError, match=match) as e:
+        cpu_gemm.compile_source("void f(float *a) { a[0] = 1.0f; }", "probe")
+    assert "\n" not in str(e.value)
+    assert not list((tmp_path / "cache").glob("cpu/*")), "nothing is cached, no temporary file is left"
+
+
+def test_silent_compiler_failure_states_the_exit_status(tmp_path, monkeypatch):
+    monkeypatch.setenv("FALCON_KERNEL_CACHE", str(tmp_path))
+    monkeypatch.setenv("FALCON_CC", "/bin/false")
+    with pytest.raises(RuntimeError, match=r"^/bin/false failed on falcon's CPU kernel \(probe\): exit status 1, "
+                                           r"no output$"):
+        cpu_gemm.compile_source("void f(void) {}", "probe")
+
+
+@needs_gcc
+def test_truncated_cached_object_is_compiled_again(tmp_path, monkeypatch):
+    """A damaged cache entry (a truncated object: a full disk, a killed copy) is not handed to IREE's
+    linker, whose error would repeat on every run until someone deleted the file."""
+    monkeypatch.setenv("FALCON_KERNEL_CACHE", str(tmp_path))
+    obj = cpu_gemm.compile_object(cpu_gemm.SMALL_CONFIG)
+    good = obj.read_bytes()
+    assert cpu_gemm.object_problem(obj) is None
+    for cut in (len(good) - 1, len(good) // 2, 40, 0):
+        obj.write_bytes(good[:cut])
+        assert cpu_gemm.object_problem(obj) is not None, cut
+        assert cpu_gemm.compile_object(cpu_gemm.SMALL_CONFIG) == obj
+        assert obj.read_bytes() == good, cut
+
+
+@needs_gcc
+def test_unusable_cache_dir_falls_back_to_a_temporary_one(tmp_path, monkeypatch):
+    """$FALCON_KERNEL_CACHE that cannot hold the cache (here a file; a read-only folder alike) costs
+    the cache only: the object goes to a temporary folder of this process."""
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    monkeypatch.setenv("FALCON_KERNEL_CACHE", str(blocker))
+    obj = cpu_gemm.compile_object(cpu_gemm.SMALL_CONFIG)
+    assert not str(obj).startswith(str(blocker)) and cpu_gemm.object_problem(obj) is None
+
+
+@pytest.mark.parametrize("flags, ok", [
+    ("fpu avx2 avx512f avx512bw avx512dq avx512vl fma", True),
+    ("fpu avx2 avx512f avx512cd avx512er avx512pf fma", False),  # Knights Landing: F without BW/DQ/VL
+    ("fpu avx2 fma", False)])
+def test_host_check_wants_every_avx512_subset_the_object_uses(tmp_path, flags, ok):
+    info = tmp_path / "cpuinfo"
+    info.write_text(f"processor\t: 0\nflags\t\t: {flags}\n\nprocessor\t: 1\nflags\t\t: {flags}\n")
+    assert cpu_gemm.host_has_avx512(str(info)) is ok
+    assert cpu_gemm.host_has_avx512(str(tmp_path / "none")) is False
+
+
+def test_host_without_avx512_is_refused(monkeypatch, tmp_path):
+    monkeypatch.setattr(cpu_gemm, "host_has_avx512", lambda *a: False)
+    with pytest.raises(RuntimeError, match="needs AVX-512"):
+        cpu_embed.gemm_module(30, 40, 50, obj=tmp_path / "k.o")
+
+
+def test_target_without_avx512_is_refused(tmp_path):
+    """A module for another CPU (here Haswell, AVX2 only) would carry the AVX-512 object to a machine
+    that cannot run it (SIGILL at the first call): refused at build time, naming what is missing."""
+    flags = cpu_embed.DEFAULT_CPU_FLAGS[:2] + ("--iree-llvmcpu-target-cpu=haswell",)
+    with pytest.raises(RuntimeError, match=r"target lacks \+avx512f, \+avx512bw, \+avx512dq, \+avx512vl"):
+        cpu_embed.gemm_module(30, 40, 50, flags=flags, obj=tmp_path / "k.o")
+
+
+#: Blockings small enough that prime shapes cross every block edge (M, N, K blocks, K steps of 1).
+_TINY = CpuGemmConfig(mr=2, nr=16, kc=3, mc=4, nc=32, pack_rows=5)
+_ODD = CpuGemmConfig(mr=28, nr=16, kc=17, mc=28, nc=48, pack_rows=3)
+
+
+@needs_avx512
+@pytest.mark.parametrize("shape, config", [((1, 1, 1), None), ((13, 31, 257), None), ((29, 97, 511), None),
+                                           ((113, 513, 257), CpuGemmConfig()), ((31, 1, 300), _TINY),
+                                           ((29, 97, 511), _TINY), ((227, 65, 777), _ODD)],
+                         ids=lambda v: v.label if isinstance(v, CpuGemmConfig) else str(v))
+def test_odd_shapes_against_float64(shape, config):
+    M, N, K = shape
+    c, a, b, _ = _run(cpu_embed.gemm_module(M, N, K, config), M, N, K)
+    assert c.shape == (M, N) and _rel_err(c, a, b) < 2e-6
+
+
+@needs_avx512
+def test_wrong_column_in_the_packed_b_tail_is_caught():
+    """The odd-shape check fails on a kernel that packs the last partial B panel (here one column)
+    from the wrong row of B (k + 1)."""
+    src = cpu_gemm.kernel_source(_TINY)
+    bad = src.replace("r < cols ? b[k * N + full * NR + r]", "r < cols ? b[(k + (k + 1 < K)) * N + full * NR + r]")
+    assert bad != src
+    obj = cpu_gemm.compile_source(bad, "mutant")
+    M, N, K = 29, 97, 511
+    c, a, b, _ = _run(cpu_embed.gemm_module(M, N, K, _TINY, obj=obj), M, N, K)
     assert _rel_err(c, a, b) > 1e-2
+
+
+@pytest.mark.parametrize("sizes", [(0, 5, 5), (5, 0, 5), (5, 5, 0), (-1, 5, 5), (5, 5, 2.0), (True, 5, 5)])
+def test_sizes_below_one_are_refused_by_every_builder(sizes, tmp_path):
+    """Were: dispatch_lines (the piece a rewrite uses) took K = 0, where the kernel never writes C (its
+    K loop does not run): C = A @ B = 0 is then whatever the buffer held (zeros from a fresh
+    allocation when tried, not guaranteed), and M or N = 0 made zero-size tensors."""
+    M, N, K = sizes
+    with pytest.raises(ValueError, match=r"must be a positive int"):
+        cpu_embed.dispatch_lines("exe", M, N, K)
+    with pytest.raises(ValueError, match=r"gemm_module: . must be a positive int"):
+        cpu_embed.gemm_module(M, N, K, target_attr="#fake", obj=tmp_path / "k.o", flags=())
+
+
+@needs_avx512
+@pytest.mark.parametrize("folder", ["with space", 'o"brien\\x'])
+def test_cache_path_iree_cannot_link_from(tmp_path, monkeypatch, folder):
+    """Were: a cache folder with a space (a $HOME like /home/John Doe) or a quote failed in IREE's link
+    ('iree-lld: error: cannot open /tmp/.../with: No such file'; 'sh: Unterminated quoted string'):
+    IREE 3.13 runs its linker through a shell with the object path unquoted. The object now goes to a
+    temporary folder then; an unlinkable path handed in is refused in one line."""
+    odd = tmp_path / folder
+    odd.mkdir()
+    monkeypatch.setenv("FALCON_KERNEL_CACHE", str(odd))
+    M, N, K = 20, 40, 30
+    text = cpu_embed.gemm_module(M, N, K)
+    assert str(odd) not in text
+    c, a, b, _ = _run(text, M, N, K)
+    assert _rel_err(c, a, b) < 2e-6
+    with pytest.raises(ValueError, match="through a shell, unquoted"):
+        cpu_embed.gemm_module(M, N, K, obj=odd / "k.o")
+
+
+@needs_gcc
+def test_object_of_another_blocking_is_refused(tmp_path, monkeypatch):
+    """Were (break-it review): gemm_module(config=X, obj=object built for Y) gave a module whose grid
+    and scratch follow X while the kernel blocks by Y: NaN at 100x70x50 for a 112 x 512 object under
+    28 x 256 blocks, silently. The entry points now carry the blocking in their names, and an object
+    handed in is checked for them."""
+    monkeypatch.setenv("FALCON_KERNEL_CACHE", str(tmp_path))
+    obj = cpu_gemm.compile_object(CpuGemmConfig())
+    names = cpu_gemm.entry_names(CpuGemmConfig())
+    assert names == ("falcon_cpu_pack_b_14x32_k256_112x512_p16", "falcon_cpu_gemm_14x32_k256_112x512_p16")
+    assert cpu_gemm.entry_names(CpuGemmConfig(pack_rows=8)) != names
+    for cfg in (cpu_gemm.SMALL_CONFIG, CpuGemmConfig(pack_rows=8)):
+        with pytest.raises(ValueError, match=r"has no falcon_cpu_pack_b_.*built for another blocking"):
+            cpu_embed.gemm_module(100, 70, 50, cfg, obj=obj, target_attr="#fake", flags=())
+    text = cpu_embed.gemm_module(100, 70, 50, CpuGemmConfig(), obj=obj, target_attr="#fake", flags=())
+    assert "func.call @falcon_cpu_gemm_14x32_k256_112x512_p16(" in text

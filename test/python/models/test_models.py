@@ -111,6 +111,43 @@ def test_run_model_float16_is_refused_up_front(capsys):
     assert err.count("\n") == 1 and "--matmul-tile-bytes must be >= 0" in err, err
 
 
+def test_run_model_tile_bytes_misuse_is_refused_up_front(capsys):
+    """Were (break-it review): --matmul-tile-bytes 2147483648 (iree-compile reads
+    it as a 32-bit int) failed after the export and the front half, 14 s in, with
+    iree-compile's command line; with --train or --no-data-tiling the flag was
+    silently ignored. Now each is one line, exit 2, before any work."""
+    import importlib.util
+
+    from repo_paths import ROOT
+
+    from falcon_mlir.models.main_job import MAX_MATMUL_TILE_BYTES, tile_flags
+
+    spec = importlib.util.spec_from_file_location("run_model", ROOT / "tools" / "run_model.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert MAX_MATMUL_TILE_BYTES == 2**31 - 1
+    assert tile_flags(2**31 - 1) == ("--iree-llvmcpu-matmul-tile-bytes=2147483647",)
+    with pytest.raises(ValueError, match="<= 2147483647"):
+        tile_flags(2**31)
+    for argv, want in ((["--matmul-tile-bytes", "2147483648"], "--matmul-tile-bytes must be <= 2147483647"),
+                       (["--matmul-tile-bytes", str(2**64)], "--matmul-tile-bytes must be <= 2147483647"),
+                       (["--train", "--matmul-tile-bytes", "4096"], "--matmul-tile-bytes is not used with --train"),
+                       (["--no-data-tiling", "--matmul-tile-bytes", "4096"],
+                        "--matmul-tile-bytes is not used with --no-data-tiling"),
+                       (["--matmul-tile-bytes", "abc"], "invalid int value: 'abc'"),
+                       # was: 'CompileError: Error parsing flags: option not found' 12 s in (falcon's
+                       # in-process front half rejects the global option)
+                       (["--iree-flag=--iree-llvmcpu-matmul-tile-bytes=1000"],
+                        "--iree-flag --iree-llvmcpu-matmul-tile-bytes=1000: use --matmul-tile-bytes")):
+        assert mod.main(["--small", *argv]) == 2, argv
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and want in err, (argv, err)
+    args = mod.parse_args(["--small"])
+    assert args.matmul_tile_bytes == 8 << 20
+    assert mod.parse_args(["--small", "--matmul-tile-bytes", "0"]).matmul_tile_bytes == 0
+    assert mod.parse_args(["--small", "--train"]).matmul_tile_bytes == 8 << 20  # the default, unused
+
+
 def test_run_model_plain_iree(capsys, tmp_path):
     """tools/run_model.py end to end at small sizes with the rewrite off: plain
     IREE, falcon and the JAX/XLA peer side by side, JAX's output agreeing

@@ -22,7 +22,8 @@ def _run(*args, timeout=300):
 def test_bad_runner_is_one_line():
     r = _run("--runners", "falcon,blas")
     assert r.returncode == 2 and r.stdout == ""
-    assert r.stderr.strip().splitlines() == ["cpu_gemm_bench: bad --runners ['blas'] or --repeat/--sizes below 1"]
+    assert r.stderr.strip().splitlines() == [
+        "cpu_gemm_bench: bad --runners ['blas'] or --repeat/--sizes/--check-rows below 1"]
 
 
 @pytest.mark.skipif(not cpu_gemm.host_has_avx512() or shutil.which("gcc") is None,
@@ -36,3 +37,24 @@ def test_tiny_run_prints_rows_with_small_errors(tmp_path, monkeypatch):
     for ln in rows:
         assert float(ln.split("|")[6]) < 1e-5
     assert re.search(r"uptime before: .*load average", r.stdout)
+
+
+def test_check_rows_below_one_is_one_line():
+    """Were (break-it review): --check-rows 0 failed after the timing with numpy's 'zero-size array to
+    reduction operation maximum', -3 with 'negative dimensions are not allowed' (tracebacks)."""
+    for v in ("0", "-3"):
+        r = _run("--sizes", "--shapes", "30x40x50", "--repeat", "1", "--runners", "falcon", "--check-rows", v)
+        assert r.returncode == 2 and r.stdout == "", r.stderr
+        assert r.stderr.strip().splitlines() == [
+            "cpu_gemm_bench: bad --runners [] or --repeat/--sizes/--check-rows below 1"]
+
+
+def test_kernel_that_cannot_be_built_is_one_line(tmp_path, monkeypatch):
+    """Were: a failing compiler (or a host without AVX-512) ended in a traceback."""
+    monkeypatch.setenv("FALCON_KERNEL_CACHE", str(tmp_path))
+    monkeypatch.setenv("FALCON_CC", "/bin/false")
+    r = _run("--sizes", "--shapes", "30x40x50", "--repeat", "1", "--runners", "falcon")
+    assert r.returncode == 1
+    assert r.stderr.strip().splitlines() == [
+        "cpu_gemm_bench: error: /bin/false failed on falcon's CPU kernel (cpu14x32,k256,28x256): exit status 1, "
+        "no output"]

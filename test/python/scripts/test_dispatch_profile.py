@@ -22,6 +22,9 @@ def test_matmul_flops_from_names():
     assert dp.matmul_flops("main_dispatch_14_softmax_1x1x32x1024x1024xf32_dispatch_tensor_store") == 0.0
     assert dp.matmul_flops("_encoding_6_encode_4096x14336xf32_to_4096x14336xf32") == 0.0
     assert dp.matmul_flops("main_dispatch_3_matmul_1024x4096_f32") == 0.0  # not M x N x K
+    # IREE's name for a linalg.generic contraction (cpu_embed's @reference): was 0, no GFLOP/s shown
+    assert dp.matmul_flops("reference_dispatch_0_matmul_like_512x256x128_f32") == 2.0 * 512 * 256 * 128
+    assert dp.matmul_flops("d_0_batch_matmul_like_4x64x32x16_f32") == 2.0 * 4 * 64 * 32 * 16
 
 
 def test_summarize_per_call_rows():
@@ -85,3 +88,81 @@ def test_missing_module_is_one_line(tmp_path):
                        timeout=120)
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr.strip().splitlines() == [f"dispatch-profile: error: {tmp_path / 'no.vmfb'}: no such file"]
+
+
+def _tiny_module(tmp_path):
+    """A 64x32 @ 32x48 f32 matmul module and its two inputs as .npy files."""
+    from iree.compiler import compile_str
+
+    from falcon_mlir.runner import CPU_FLAGS
+
+    src = ("func.func @main(%a: tensor<64x32xf32>, %b: tensor<32x48xf32>) -> tensor<64x48xf32> {\n"
+           "  %z = arith.constant 0.0 : f32\n"
+           "  %e = tensor.empty() : tensor<64x48xf32>\n"
+           "  %f = linalg.fill ins(%z : f32) outs(%e : tensor<64x48xf32>) -> tensor<64x48xf32>\n"
+           "  %c = linalg.matmul ins(%a, %b : tensor<64x32xf32>, tensor<32x48xf32>) "
+           "outs(%f : tensor<64x48xf32>) -> tensor<64x48xf32>\n"
+           "  return %c : tensor<64x48xf32>\n}")
+    vmfb = tmp_path / "m.vmfb"
+    vmfb.write_bytes(compile_str(src, extra_args=list(CPU_FLAGS)))
+    rng = np.random.default_rng(1)
+    np.save(tmp_path / "a.npy", rng.standard_normal((64, 32), dtype=np.float32))
+    np.save(tmp_path / "b.npy", rng.standard_normal((32, 48), dtype=np.float32))
+    np.save(tmp_path / "a64.npy", rng.standard_normal((64, 32)))  # float64
+    return vmfb
+
+
+@pytest.mark.parametrize("inputs, want", [
+    (["a.npy"], "INVALID_ARGUMENT; input list and function mismatch; expected 2 arguments but passed 1"),
+    (["a64.npy", "b.npy"], "INVALID_ARGUMENT; input0 element type mismatch; expected f32"),
+])
+def test_benchmark_failure_names_the_cause(tmp_path, inputs, want):
+    """Were (break-it review): the line shown was iree-benchmark-module's first line, its start
+    timestamp ('dispatch-profile: error: iree-benchmark-module failed: 2026-12-02T14:08:48+00:00')."""
+    vmfb = _tiny_module(tmp_path)
+    args = [a for i in inputs for a in ("--input", f"@{tmp_path / i}")]
+    r = subprocess.run([sys.executable, str(SCRIPT), str(vmfb), *args], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 1 and r.stdout == ""
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("dispatch-profile: error: iree-benchmark-module failed: ")
+    assert want in lines[0], lines
+
+
+def test_json_into_a_missing_folder_is_refused_before_the_run(tmp_path):
+    """Were: the profile ran, printed its table, then 'internal error: FileNotFoundError'."""
+    vmfb = _tiny_module(tmp_path)
+    out = tmp_path / "no" / "p.json"
+    r = subprocess.run([sys.executable, str(SCRIPT), str(vmfb), "--input", f"@{tmp_path / 'a.npy'}",
+                        "--input", f"@{tmp_path / 'b.npy'}", "--json", str(out)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.strip().splitlines() == [f"dispatch-profile: error: --json {out}: no such folder {out.parent}"]
+
+
+def test_warm_up_call_is_left_out_and_medians_taken():
+    """Were (break-it review): ms per call was the mean over all profiled calls, the cold first call
+    included (a 1024^3 GEMM: 13.7 ms first, 11.0 after; encodes 1.06 against 0.4 ms) and any outlier
+    of the shared machine (one call of 74 ms among 11-13). Now the first of calls + 1 runs is the
+    warm-up, dropped, and each dispatch's ms is the median of its per-call sums."""
+    import dispatch_profile as dp  # noqa: E402
+
+    def ev(key, t, ms, wg=8):
+        return {"key": key, "start_host_time_ns": t, "duration_ns": int(ms * 1e6), "workgroup_count": [wg, 1, 1]}
+
+    # 4 runs (1 warm-up + 3 calls); "mm" once per call, "enc" twice per call, "once" only in one call
+    evs = [ev("mm", 100, 13.7), ev("mm", 200, 11.0), ev("mm", 300, 74.3), ev("mm", 400, 12.0, wg=16)]
+    evs += [ev("enc", 50 + 100 * i + j, ms) for i, pair in enumerate([(1.0, 1.2), (0.4, 0.5), (0.3, 0.3), (0.4, 0.6)])
+            for j, ms in enumerate(pair)]
+    evs.append(ev("once", 10, 5.0))
+    groups = {g["key"]: g for g in dp.groups_from_events(evs[::-1], 4)}  # any order in
+    assert groups["mm"]["count"] == 3 and groups["mm"]["per_call_ns"] == [11_000_000, 74_300_000, 12_000_000]
+    assert groups["mm"]["last_workgroup_count"] == [16, 1, 1]
+    assert groups["enc"]["count"] == 6 and groups["enc"]["per_call_ns"] == [900_000, 600_000, 1_000_000]
+    assert groups["once"]["count"] == 1 and groups["once"]["per_call_ns"] is None
+    res = dp.summarize(list(groups.values()), 3, [12.0, 80.0, 13.0])
+    rows = {r["dispatch"]: r for r in res["rows"]}
+    assert rows["mm"]["ms"] == pytest.approx(12.0) and rows["mm"]["per_call"] == 1
+    assert rows["enc"]["ms"] == pytest.approx(0.9) and rows["enc"]["per_call"] == 2
+    assert rows["once"]["ms"] == pytest.approx(5.0 / 3)
+    assert res["median_call_ms"] == 13.0

@@ -30,7 +30,8 @@ from typing import Optional, Sequence
 from ..targets import TARGETS
 from . import cpu_gemm
 from .cpu_gemm import CpuGemmConfig
-from .embed import executable_target_attribute, reference_func, tensor_type
+from . import embed
+from .embed import executable_target_attribute, module_text, reference_func, tensor_type
 from .spec import GemmSpec
 
 #: IREE flags for this machine's CPU (falcon's ``host`` target).
@@ -214,8 +215,7 @@ def gemm_module(M: int, N: int, K: int, config: Optional[CpuGemmConfig] = None, 
              f"func.func @{func}(%a: {a_t}, %b: {b_t}) -> {c_t} {{\n{body}\n  return %r#0 : {c_t}\n}}\n"]
     if reference:
         parts.append(reference_func(GemmSpec(M=M, N=N, K=K, a_dtype="f32", b_dtype="f32", out_dtype="f32")))
-    text = "\n".join(parts)
-    return "module {\n" + "\n".join("  " + ln if ln else ln for ln in text.splitlines()) + "\n}\n"
+    return module_text(parts)
 
 
 def compile_module(text: str, flags: Sequence[str] = DEFAULT_CPU_FLAGS) -> bytes:
@@ -224,6 +224,4 @@ def compile_module(text: str, flags: Sequence[str] = DEFAULT_CPU_FLAGS) -> bytes
     Raises:
         iree.compiler.CompilerToolError: IREE rejects the module.
     """
-    from iree.compiler import compile_str
-
-    return compile_str(text, input_type="auto", extra_args=list(flags))
+    return embed.compile_module(text, flags)

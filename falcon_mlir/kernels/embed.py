@@ -294,6 +294,11 @@ def gemm_module(spec: GemmSpec, config: Optional[KernelConfig] = None, *,
              f"  return %r#0 : {c_t}\n}}\n"]
     if reference:
         parts.append(reference_func(spec))
+    return module_text(parts)
+
+
+def module_text(parts: Sequence[str]) -> str:
+    """``module { ... }`` around top-level ops given as text (executables, functions), indented two spaces."""
     body = "\n".join(parts)
     return "module {\n" + "\n".join("  " + line if line else line for line in body.splitlines()) + "\n}\n"
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import Optional, Sequence
 
 from ..embed import (DEFAULT_CUDA_FLAGS, cuda_target_attribute, executable_name, executable_source,
-                     external_dispatch, external_executable, reference_func, scratch_bytes, tensor_type)
+                     external_dispatch, external_executable, module_text, reference_func, scratch_bytes,
+                     tensor_type)
 from ..spec import GemmSpec
 from .compile import CompiledPlan, compile_plan
 from .scale import NP
@@ -112,5 +113,4 @@ def plan_module(plan, target_attr: Optional[str] = None, flags: Sequence[str] = 
             + f"  return {c} : {c_t}\n}}\n"]
     if reference:
         body.append(reference_func(GemmSpec(s.M, s.N, s.K, s.dtype, s.dtype, s.out_dtype, trans_b=s.trans_b)))
-    text = "\n".join(body)
-    return "module {\n" + "\n".join("  " + ln if ln else ln for ln in text.splitlines()) + "\n}\n"
+    return module_text(body)

@@ -37,10 +37,10 @@ import numpy as np
 from falcon_mlir.compare import rel_err
 from falcon_mlir.files import write_files_atomic
 
-__all__ = ["BASE_FLAGS", "DATA_TILING_FLAGS", "MATMUL_TILE_BYTES", "MAX_MATMUL_TILE_BYTES",
-           "SPLIT_PHASE", "MainJob", "run_main_job",
-           "compile_classical", "compile_falcon", "compile_split", "tile_flags", "analyze_only", "plan_text", "what_is", "print_contractions", "result_lines",
-           "error_text", "fmt_s", "RUN_LABELS"]
+__all__ = ["BASE_FLAGS", "DATA_TILING_FLAGS", "MATMUL_TILE_BYTES", "MAX_MATMUL_TILE_BYTES", "SPLIT_PHASE",
+           "MainJob", "run_main_job", "compile_classical", "compile_falcon", "compile_split", "tile_flags",
+           "analyze_only", "plan_text", "what_is", "print_contractions", "result_lines", "error_text", "fmt_s",
+           "RUN_LABELS"]
 
 #: Host CPU code for both builds.
 BASE_FLAGS = ("--iree-hal-target-device=local",
@@ -390,8 +390,8 @@ def run_main_job(*, tokens: int = 1024, lcma: Optional[str] = "auto", repeat: in
     spec = (lcma or "").strip()
     spec = None if spec.lower() in ("none", "off", "") else spec
     flags = list(BASE_FLAGS) + (list(DATA_TILING_FLAGS) if data_tiling else []) + list(iree_flags)
-    back = list(tile_flags(tile_bytes))  # checked before the export; global options: the back halves only
-    back = back if data_tiling else []
+    tiles = tile_flags(tile_bytes)  # checked before the export; global options: the back halves only
+    back = list(tiles) if data_tiling else []
     cfg, block, text = _export(small, tokens, log, dtype)
 
     t0 = time.perf_counter()

@@ -80,6 +80,15 @@ def bench_shape(M: int, N: int, K: int, repeat: int, check_rows: int, runners: t
         if name == "numpy":
             c = a @ b
             times = _time(lambda: a @ b, repeat)
+        elif name.startswith("plan:"):
+            from falcon_mlir.kernels import cpu_plan
+
+            mod = Module(compile_mlir(cpu_plan.plan_module(cpu_plan.CpuPlan(M, N, K, name[5:])),
+                                      tuple(cpu_embed.DEFAULT_CPU_FLAGS)))
+            da, db = mod.on_device(a, b)
+            c = mod("main", da, db)
+            times = _time(lambda: mod("main", da, db), repeat)
+            del mod
         else:
             flags, fn = ((BEST_CPU_FLAGS, "reference") if name == "iree" else
                          (cpu_embed.DEFAULT_CPU_FLAGS, "main"))
@@ -104,9 +113,15 @@ def main(argv=None) -> int:
     p.add_argument("--repeat", type=int, default=7, help="timed calls per runner (>= 5 for medians)")
     p.add_argument("--check-rows", type=int, default=64, help="rows of C checked against float64")
     p.add_argument("--runners", default="iree,falcon,numpy", help="comma list of iree, falcon, numpy")
+    p.add_argument("--plans", nargs="*", default=[],
+                   help="also LCMA plans on falcon's kernel (cpu_plan: combines in its packs and epilogue), "
+                        "by scheme name: strassen, strassen^2, ...")
     args = p.parse_args(argv)
     runners = tuple(r.strip() for r in args.runners.split(",") if r.strip())
     bad = [r for r in runners if r not in ("iree", "falcon", "numpy")]
+    # the plans run before numpy (OpenBLAS's threads spin after a call)
+    plans = tuple(f"plan:{s}" for s in args.plans)
+    runners = tuple(r for r in runners if r != "numpy") + plans + tuple(r for r in runners if r == "numpy")
     if bad or args.repeat < 1 or args.check_rows < 1 or any(n < 1 for n in args.sizes):
         print(f"cpu_gemm_bench: bad --runners {bad} or --repeat/--sizes/--check-rows below 1", file=sys.stderr)
         return 2
@@ -120,11 +135,13 @@ def main(argv=None) -> int:
         config = choose_config(M, N, K)
         try:
             rows = bench_shape(M, N, K, args.repeat, args.check_rows, runners, config)
-        except RuntimeError as e:  # the kernel cannot be built here (compiler, AVX-512): one line
+        except (RuntimeError, ValueError) as e:  # the kernel cannot be built here (compiler, AVX-512), a
+            # plan's format does not divide the shape: one line
             print(f"cpu_gemm_bench: error: {e}", file=sys.stderr)
             return 1
         for name, med, best, gf, e in rows:
-            label = f"falcon ({config.label})" if name == "falcon" else name
+            label = (f"falcon ({config.label})" if name == "falcon" else
+                     f"falcon {name[5:]} (combines fused)" if name.startswith("plan:") else name)
             print(f"| {M}x{N}x{K} | {label} | {med * 1e3:.2f} | {best * 1e3:.2f} | {gf:.0f} | {e:.1e} |", flush=True)
     print(f"\nuptime after: {_uptime()}")
     return 0

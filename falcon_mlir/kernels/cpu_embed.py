@@ -54,12 +54,16 @@ def _memref_args(names: Sequence[str]) -> str:
 
 
 def executable_text(name: str, obj: Path, target_attr: str, config: CpuGemmConfig = CpuGemmConfig()) -> str:
-    """``stream.executable`` text named ``name`` with exports ``@pack_b`` and ``@gemm`` running the
-    kernel object file ``obj`` (:func:`cpu_gemm.compile_object`) for ``target_attr``.
+    """``stream.executable`` text named ``name`` with exports ``@pack_b`` and ``@gemm`` (the classical
+    GEMM) and ``@lcma_pack_b`` and ``@lcma_gemm`` (one product of an LCMA plan, :mod:`.cpu_plan`)
+    running the kernel object file ``obj`` (:func:`cpu_gemm.compile_object`) for ``target_attr``.
 
     ``@pack_b(B, M, N, K) -> Bp`` on workload ``[pack workgroups]``;
     ``@gemm(A, Bp, M, N, K) -> (C, S)`` on workload ``[workgroups along M, along N]``
-    (:func:`cpu_gemm.grid`).
+    (:func:`cpu_gemm.grid`);
+    ``@lcma_pack_b(B, K, N, ldb, nb, tb0.., size of B) -> Bp`` and
+    ``@lcma_gemm(A, Bp, C, M, N, K, lda, ldc, na, ta0.., nd, td0.., first, size of A, size of C) -> (C, S)``
+    (C read and written in place), the same workloads for a product's blocks of M x N x K.
 
     Raises:
         ValueError: ``obj``'s absolute path has a character IREE's link step cannot take
@@ -105,6 +109,14 @@ def executable_text(name: str, obj: Path, target_attr: str, config: CpuGemmConfi
     %one = arith.constant 1 : index
     stream.return %x, %y, %one : index, index, index
   }}
+  stream.executable.export public @lcma_pack_b workgroups(%x: index) -> (index, index, index) {{
+    %one = arith.constant 1 : index
+    stream.return %x, %one, %one : index, index, index
+  }}
+  stream.executable.export public @lcma_gemm workgroups(%x: index, %y: index) -> (index, index, index) {{
+    %one = arith.constant 1 : index
+    stream.return %x, %y, %one : index, index, index
+  }}
   builtin.module {{
     func.func private @{pack_b}({mref}, {mref}, index, index, index, index) attributes {{hal.import.static}}
     func.func private @{gemm}({mref}, {mref}, {mref}, {mref}, index, index, index, index, index) attributes {{hal.import.static}}
@@ -129,9 +141,60 @@ def executable_text(name: str, obj: Path, target_attr: str, config: CpuGemmConfi
         func.call @{gemm}(%ma, %mbp, %mc_, %ms, %M, %N, %K, %wx, %wy) : ({mref}, {mref}, {mref}, {mref}, index, index, index, index, index) -> ()
         return
     }}
+{_lcma_funcs(c, mref)}
   }}
 }}
 """
+
+
+def _lcma_funcs(c: CpuGemmConfig, mref: str) -> str:
+    """The two LCMA export functions of :func:`executable_text`: the terms are index operands, passed on."""
+    pack_b, gemm = cpu_gemm.lcma_entry_names(c)
+    nt = cpu_gemm.MAX_TERMS
+    tb, ta, td = ([f"%{p}{i}" for i in range(nt)] for p in ("tb", "ta", "td"))
+    decl = lambda names: ", ".join(f"{n}: index" for n in names)  # noqa: E731
+    ix = lambda n: ", ".join(["index"] * n)  # noqa: E731
+    bp_size = f"""        %nr = arith.constant {c.nr} : index
+        %np = arith.ceildivui %N, %nr : index
+        %s_p0 = arith.muli %np, %K : index
+        %s_bp = arith.muli %s_p0, %nr : index"""
+
+    def sub(var, binding, size):
+        return f"        %{var} = stream.binding.subspan %{binding}[%c0] : !stream.binding -> {mref}{{%{size}}}"
+
+    return f"""    func.func private @{pack_b}({mref}, {mref}, {ix(5 + nt)}) attributes {{hal.import.static}}
+    func.func private @{gemm}({mref}, {mref}, {mref}, {mref}, {ix(10 + 2 * nt)}) attributes {{hal.import.static}}
+    func.func @lcma_pack_b({_memref_args(["b", "bp"])}, %K: index, %N: index, %ldb: index, %nb: index,
+                           {decl(tb)}, %z_b: index) {{
+        %c0 = arith.constant 0 : index
+{bp_size}
+{sub("mb", "b", "z_b")}
+{sub("mbp", "bp", "s_bp")}
+        %wg = hal.interface.workgroup.id[0] : index
+        func.call @{pack_b}(%mb, %mbp, %K, %N, %ldb, %nb, {", ".join(tb)}, %wg) : ({mref}, {mref}, {ix(5 + nt)}) -> ()
+        return
+    }}
+    func.func @lcma_gemm({_memref_args(["a", "bp", "c", "s"])}, %M: index, %N: index, %K: index, %lda: index,
+                         %ldc: index, %na: index, {decl(ta)}, %nd: index, {decl(td)}, %first: index,
+                         %z_a: index, %z_c: index) {{
+        %c0 = arith.constant 0 : index
+{bp_size}
+        %mc = arith.constant {c.mc} : index
+        %nc = arith.constant {c.nc} : index
+        %slot = arith.constant {c.mc * (c.kc + 16 + c.nc)} : index
+        %gn = arith.ceildivui %N, %nc : index
+        %gm = arith.ceildivui %M, %mc : index
+        %s_s0 = arith.muli %gn, %gm : index
+        %s_s = arith.muli %s_s0, %slot : index
+{sub("ma", "a", "z_a")}
+{sub("mbp", "bp", "s_bp")}
+{sub("mc_", "c", "z_c")}
+{sub("ms", "s", "s_s")}
+        %wx = hal.interface.workgroup.id[0] : index
+        %wy = hal.interface.workgroup.id[1] : index
+        func.call @{gemm}(%ma, %mbp, %mc_, %ms, %M, %N, %K, %lda, %ldc, %na, {", ".join(ta)}, %nd, {", ".join(td)}, %first, %wx, %wy) : ({mref}, {mref}, {mref}, {mref}, {ix(10 + 2 * nt)}) -> ()
+        return
+    }}"""
 
 
 def _check_sizes(where: str, M, N, K) -> None:
@@ -198,10 +261,7 @@ def gemm_module(M: int, N: int, K: int, config: Optional[CpuGemmConfig] = None, 
     _check_sizes("gemm_module", M, N, K)
     config = config or cpu_gemm.choose_config(M, N, K)
     target_attr = target_attr or cpu_target_attribute(flags)
-    missing = cpu_gemm.missing_target_features(target_attr)
-    if missing:
-        raise RuntimeError(f"falcon's CPU GEMM kernel needs AVX-512 (F, BW, DQ, VL); the IREE target lacks "
-                           f"{', '.join(missing)}")
+    check_target(flags, target_attr)
     if obj is not None:
         defined = cpu_gemm.defined_symbols(obj) if Path(obj).is_file() else None
         need = cpu_gemm.entry_names(config)
@@ -216,6 +276,22 @@ def gemm_module(M: int, N: int, K: int, config: Optional[CpuGemmConfig] = None, 
     if reference:
         parts.append(reference_func(GemmSpec(M=M, N=N, K=K, a_dtype="f32", b_dtype="f32", out_dtype="f32")))
     return module_text(parts)
+
+
+def check_target(flags: Sequence[str], target_attr: str) -> None:
+    """Refuse a module for a CPU that cannot run the kernel's object.
+
+    Raises:
+        RuntimeError: ``flags`` target this machine (``--iree-llvmcpu-target-cpu=host``) and it lacks
+            AVX-512 F/BW/DQ/VL, or ``target_attr``'s ``cpu_features`` lack them (a module for another
+            CPU would carry the object to a machine that cannot run it).
+    """
+    if "--iree-llvmcpu-target-cpu=host" in flags and not cpu_gemm.host_has_avx512():
+        raise RuntimeError("falcon's CPU GEMM kernel needs AVX-512 (F, BW, DQ, VL), which this machine's CPU lacks")
+    missing = cpu_gemm.missing_target_features(target_attr)
+    if missing:
+        raise RuntimeError(f"falcon's CPU GEMM kernel needs AVX-512 (F, BW, DQ, VL); the IREE target lacks "
+                           f"{', '.join(missing)}")
 
 
 def compile_module(text: str, flags: Sequence[str] = DEFAULT_CPU_FLAGS) -> bytes:

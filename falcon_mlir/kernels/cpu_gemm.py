@@ -67,7 +67,10 @@ CFLAGS = ("-O3", "-march=x86-64-v4", "-mtune=native", "-ffreestanding", "-fPIC",
           "-fno-plt", "-fno-asynchronous-unwind-tables", "-fno-tree-loop-distribute-patterns",
           "-fno-stack-protector", "-fno-exceptions", "-fno-math-errno")
 #: Bump when the generated source changes in a way the cache key would not see.
-GENERATOR_VERSION = 2
+GENERATOR_VERSION = 3
+#: Terms (blocks with a coefficient) an LCMA product's operand sums or destinations may have: the
+#: entries take this many term arguments (2x2 schemes to three levels).
+MAX_TERMS = 8
 
 
 @dataclass(frozen=True)
@@ -107,6 +110,12 @@ class CpuGemmConfig(DictFields):
     def label(self) -> str:
         """``cpu14x32,k256,112x512``: the report's name for this kernel and blocking."""
         return f"cpu{self.mr}x{self.nr},k{self.kc},{self.mc}x{self.nc}"
+
+
+def lcma_entry_names(config: "CpuGemmConfig") -> tuple:
+    """``(pack-B symbol, GEMM symbol)`` of the LCMA product entries (:mod:`.cpu_plan`) for ``config``:
+    the classical names with ``lcma`` after ``falcon_cpu``."""
+    return tuple(name.replace("falcon_cpu_", "falcon_cpu_lcma_", 1) for name in entry_names(config))
 
 
 def entry_names(config: "CpuGemmConfig") -> tuple:
@@ -152,10 +161,11 @@ def grid(M: int, N: int, K: int, config: CpuGemmConfig = CpuGemmConfig()) -> tup
     return _ceil(K, config.pack_rows), _ceil(M, config.mc), _ceil(N, config.nc)
 
 
-def scratch_floats(M: int, N: int, K: int, config: CpuGemmConfig = CpuGemmConfig()) -> int:
-    """Floats of the GEMM's scratch: one packed-A slot per workgroup (``mc`` rows of ``kc + 16``)."""
+def scratch_floats(M: int, N: int, K: int, config: CpuGemmConfig = CpuGemmConfig(), lcma: bool = False) -> int:
+    """Floats of the GEMM's scratch: one packed-A slot per workgroup (``mc`` rows of ``kc + 16``), and for
+    an LCMA product (``lcma``) the workgroup's private ``mc x nc`` tile of the product."""
     _, gm, gn = grid(M, N, K, config)
-    return gn * gm * config.mc * (config.kc + 16)
+    return gn * gm * config.mc * (config.kc + 16 + (config.nc if lcma else 0))
 
 
 _MEMREF = "const float *{n}_base, {q}float *{n}_ptr, size_t {n}_off, size_t {n}_size, size_t {n}_stride"
@@ -169,14 +179,15 @@ def _microkernel(c: CpuGemmConfig) -> str:
     nv = c.nr // 16
     acc = [[f"c{r}_{v}" for v in range(nv)] for r in range(c.mr)]
     lines = ["static inline __attribute__((always_inline)) void",
-             "ukernel(size_t kc, const float *restrict a, const float *restrict b, float *restrict c,",
-             "        size_t ldc, size_t rows, size_t cols, int first, const float *pf) {"]
-    # C's tile into L2 now: its loads and stores at the end then miss no further (C is M x N, it
-    # lives in L3 or memory at large sizes).
-    lines.append("  for (size_t r = 0; r < rows; ++r) {")
-    lines.append("    " + " ".join(f"_mm_prefetch((const char *)(c + r * ldc + {16 * v}), _MM_HINT_T1);"
-                                   for v in range(nv)))
-    lines.append("  }")
+             "ukernel(size_t kc, const float *restrict a, const float *restrict b, const float *addp, size_t ldp,",
+             "        const Dst *d, size_t nd, size_t rows, size_t cols, unsigned first, const float *pf) {"]
+    # The destinations' tiles into L2 now: their loads and stores at the end then miss no further
+    # (C is M x N, it lives in L3 or memory at large sizes).
+    lines.append("  for (size_t t = 0; t < nd; ++t)")
+    lines.append("    for (size_t r = 0; r < rows; ++r) {")
+    lines.append("      " + " ".join(f"_mm_prefetch((const char *)(d[t].c + r * d[t].ld + {16 * v}), _MM_HINT_T1);"
+                                     for v in range(nv)))
+    lines.append("    }")
     lines.append("  __m512 " + ", ".join(f"{x} = _mm512_setzero_ps()" for row in acc for x in row) + ";")
     lines.append("  for (size_t k = 0; k < kc; ++k) {")
     lines.append("    " + " ".join(f"__m512 b{v} = _mm512_loadu_ps(b + {16 * v});" for v in range(nv)))
@@ -187,38 +198,60 @@ def _microkernel(c: CpuGemmConfig) -> str:
         lines.append(f"    {{ __m512 a{r} = _mm512_set1_ps(a[{r} * APS]); {fmas} }}")
     lines.append(f"    a += 1; b += {c.nr};")
     lines.append("  }")
-    # Full tile: store or accumulate without masks.
-    lines.append(f"  if (rows == {c.mr} && cols == {c.nr}) {{")
-    lines.append("    if (first) {")
+    # Plus the partial sum of the earlier K blocks (a workgroup's private tile, `addp`), if any.
+    lines.append("  if (addp) {")
+    for v in range(nv):
+        lines.append(f"    __mmask16 q{v} = cols >= {16 * (v + 1)} ? (__mmask16)0xFFFF : "
+                     f"cols <= {16 * v} ? (__mmask16)0 : (__mmask16)((1u << (cols - {16 * v})) - 1u);")
     for r in range(c.mr):
-        lines.append("      " + " ".join(f"_mm512_storeu_ps(c + {r} * ldc + {16 * v}, {acc[r][v]});"
-                                         for v in range(nv)))
-    lines.append("    } else {")
-    for r in range(c.mr):
-        lines.append("      " + " ".join(
-            f"_mm512_storeu_ps(c + {r} * ldc + {16 * v}, _mm512_add_ps(_mm512_loadu_ps(c + {r} * ldc + {16 * v}), "
-            f"{acc[r][v]}));" for v in range(nv)))
-    lines.append("    }")
-    lines.append("    return;")
+        body = " ".join(f"{acc[r][v]} = _mm512_add_ps({acc[r][v]}, _mm512_maskz_loadu_ps(q{v}, addp + {r} * ldp + "
+                        f"{16 * v}));" for v in range(nv))
+        lines.append(f"    if (rows > {r}) {{ {body} }}")
     lines.append("  }")
+    # Each destination gets w * tile: stored where `first` has its bit, else added (one rounding:
+    # w * acc + c fused, exact for w = +-1 as a plain add or subtract).
+    lines.append("  for (size_t t = 0; t < nd; ++t) {")
+    lines.append("    float *restrict c = d[t].c;")
+    lines.append("    size_t ldc = d[t].ld;")
+    lines.append("    __m512 w = _mm512_set1_ps(d[t].w);")
+    lines.append("    int st = (first >> t) & 1u;")
+    # Full tile: without masks.
+    lines.append(f"    if (rows == {c.mr} && cols == {c.nr}) {{")
+    lines.append("      if (st) {")
+    for r in range(c.mr):
+        lines.append("        " + " ".join(f"_mm512_storeu_ps(c + {r} * ldc + {16 * v}, _mm512_mul_ps(w, {acc[r][v]}));"
+                                           for v in range(nv)))
+    lines.append("      } else {")
+    for r in range(c.mr):
+        lines.append("        " + " ".join(
+            f"_mm512_storeu_ps(c + {r} * ldc + {16 * v}, _mm512_fmadd_ps(w, {acc[r][v]}, "
+            f"_mm512_loadu_ps(c + {r} * ldc + {16 * v})));" for v in range(nv)))
+    lines.append("      }")
+    lines.append("      continue;")
+    lines.append("    }")
     # Edge tile: masked columns, rows below `rows` only.
     for v in range(nv):
-        lines.append(f"  __mmask16 m{v} = cols >= {16 * (v + 1)} ? (__mmask16)0xFFFF : "
+        lines.append(f"    __mmask16 m{v} = cols >= {16 * (v + 1)} ? (__mmask16)0xFFFF : "
                      f"cols <= {16 * v} ? (__mmask16)0 : (__mmask16)((1u << (cols - {16 * v})) - 1u);")
     for r in range(c.mr):
         body = " ".join(
-            f"_mm512_mask_storeu_ps(c + {r} * ldc + {16 * v}, m{v}, first ? {acc[r][v]} : "
-            f"_mm512_add_ps(_mm512_maskz_loadu_ps(m{v}, c + {r} * ldc + {16 * v}), {acc[r][v]}));"
+            f"_mm512_mask_storeu_ps(c + {r} * ldc + {16 * v}, m{v}, st ? _mm512_mul_ps(w, {acc[r][v]}) : "
+            f"_mm512_fmadd_ps(w, {acc[r][v]}, _mm512_maskz_loadu_ps(m{v}, c + {r} * ldc + {16 * v})));"
             for v in range(nv))
-        lines.append(f"  if (rows > {r}) {{ {body} }}")
+        lines.append(f"    if (rows > {r}) {{ {body} }}")
+    lines.append("  }")
     lines.append("}")
     return "\n".join(lines)
 
 
 def kernel_source(config: CpuGemmConfig = CpuGemmConfig()) -> str:
-    """The C source of both entry points for ``config`` (sizes are run-time arguments)."""
+    """The C source of the four entry points for ``config`` (sizes are run-time arguments):
+    the classical pair (:func:`entry_names`) and the LCMA pair (:func:`lcma_entry_names`)."""
     c = config
     pack_b_name, gemm_name = entry_names(c)
+    lpack_b_name, lgemm_name = lcma_entry_names(c)
+    terms = lambda p: ", ".join(f"size_t {p}{i}" for i in range(MAX_TERMS))  # noqa: E731
+    term_list = lambda p: ", ".join(f"{p}{i}" for i in range(MAX_TERMS))  # noqa: E731
     return f"""/* falcon's f32 GEMM for x86-64 AVX-512, {c.label} (generator v{GENERATOR_VERSION}). */
 #include <immintrin.h>
 #include <stddef.h>
@@ -229,72 +262,178 @@ def kernel_source(config: CpuGemmConfig = CpuGemmConfig()) -> str:
 #define MC {c.mc}
 #define NC {c.nc}
 #define PACK_ROWS {c.pack_rows}
+#define MAX_TERMS {MAX_TERMS}
 #define PF_PARTS (NR / 16)
 #define APS (KC + 16) /* row stride of packed A: one line of padding spreads the rows over L1's sets */
 #define MIN(x, y) ((x) < (y) ? (x) : (y))
 
+/* One destination of a micro-kernel's tile: C += w * tile (or C = w * tile), rows ld apart. */
+typedef struct {{ float *c; size_t ld; float w; }} Dst;
+
+/* A term (encode_term): block (row, column) of a matrix in a grid of blocks, and a coefficient
+   num / 2^shift. */
+static inline size_t term_row(size_t t) {{ return (t >> 20) & 63; }}
+static inline size_t term_col(size_t t) {{ return (t >> 14) & 63; }}
+static inline float term_coef(size_t t) {{
+  return (float)((long)((t >> 4) & 1023) - 512) / (float)(1u << (t & 15));
+}}
+
 {_microkernel(c)}
 
-/* Bp[j][k][r] = B[k][j*NR + r] (0 past N) for rows k of this workgroup. */
-__attribute__((visibility("hidden"))) void {pack_b_name}({_memref("b", True)},
-    {_memref("bp", False)}, size_t M, size_t N, size_t K, size_t wg) {{
-  const float *restrict b = b_ptr + b_off;
-  float *restrict bp = bp_ptr + bp_off;
-  (void)M;
-  size_t k0 = wg * PACK_ROWS, k1 = MIN(K, k0 + PACK_ROWS);
-  size_t full = N / NR;
-  for (size_t j = 0; j < full; ++j) {{
-    for (size_t k = k0; k < k1; ++k) {{
-      for (size_t r = 0; r < NR; r += 16)
-        _mm512_storeu_ps(bp + (j * K + k) * NR + r, _mm512_loadu_ps(b + k * N + j * NR + r));
-    }}
+/* dst[0, n) = sum_t w[t] * src[t][0, n) (one rounding per term, in term order). */
+static inline __attribute__((always_inline)) void
+sum_row(float *restrict dst, const float *const *src, const float *w, size_t nt, size_t n) {{
+  size_t k = 0;
+  for (; k + 16 <= n; k += 16) {{
+    __m512 s = _mm512_mul_ps(_mm512_set1_ps(w[0]), _mm512_loadu_ps(src[0] + k));
+    for (size_t t = 1; t < nt; ++t)
+      s = _mm512_fmadd_ps(_mm512_set1_ps(w[t]), _mm512_loadu_ps(src[t] + k), s);
+    _mm512_storeu_ps(dst + k, s);
   }}
-  if (full * NR < N) {{
-    size_t cols = N - full * NR;
-    for (size_t k = k0; k < k1; ++k)
-      for (size_t r = 0; r < NR; ++r)
-        bp[(full * K + k) * NR + r] = r < cols ? b[k * N + full * NR + r] : 0.0f;
+  if (k < n) {{
+    __mmask16 m = (__mmask16)((1u << (n - k)) - 1u);
+    __m512 s = _mm512_mul_ps(_mm512_set1_ps(w[0]), _mm512_maskz_loadu_ps(m, src[0] + k));
+    for (size_t t = 1; t < nt; ++t)
+      s = _mm512_fmadd_ps(_mm512_set1_ps(w[t]), _mm512_maskz_loadu_ps(m, src[t] + k), s);
+    _mm512_mask_storeu_ps(dst + k, m, s);
   }}
 }}
 
-/* A rows [i0, i0+mc) x columns [p0, p0+kc) into ap[i][k] (row stride APS), rows past mc 0:
-   a copy of rows, so it vectorizes; the micro-kernel broadcasts from MR rows at once. */
-static void pack_a(const float *restrict a, size_t K, size_t mc, size_t kc, float *restrict ap) {{
+/* Bp[j][k][r] = sum_t w[t] * B_t[k][j*NR + r] (0 past N) for rows k of this workgroup; B_t's rows
+   are ldb apart. */
+static void pack_b(const float *const *b, const float *w, size_t nt, size_t N, size_t K, size_t ldb,
+                   size_t wg, float *restrict bp) {{
+  size_t k0 = wg * PACK_ROWS, k1 = MIN(K, k0 + PACK_ROWS);
+  const float *src[MAX_TERMS];
+  for (size_t j = 0; j * NR < N; ++j) {{
+    size_t cols = MIN(NR, N - j * NR);
+    for (size_t k = k0; k < k1; ++k) {{
+      float *restrict dst = bp + (j * K + k) * NR;
+      for (size_t t = 0; t < nt; ++t) src[t] = b[t] + k * ldb + j * NR;
+      sum_row(dst, src, w, nt, cols);
+      for (size_t r = cols; r < NR; ++r) dst[r] = 0.0f;
+    }}
+  }}
+}}
+
+/* Rows [0, mc) x columns [0, kc) of sum_t w[t] * A_t (rows lda apart) into ap[i][k] (row stride
+   APS), rows mc..MC zero; the micro-kernel broadcasts from MR rows at once. */
+static void pack_a(const float *const *a, const float *w, size_t nt, size_t lda, size_t mc, size_t kc,
+                   float *restrict ap) {{
+  const float *src[MAX_TERMS];
   for (size_t i = 0; i < MC; ++i) {{
     float *restrict dst = ap + i * APS;
     if (i < mc) {{
-      const float *restrict src = a + i * K;
-      for (size_t k = 0; k < kc; ++k) dst[k] = src[k];
+      for (size_t t = 0; t < nt; ++t) src[t] = a[t] + i * lda;
+      sum_row(dst, src, w, nt, kc);
     }} else {{
       for (size_t k = 0; k < kc; ++k) dst[k] = 0.0f;
     }}
   }}
 }}
 
-/* Block (wg_m, wg_n) of C = A @ B: MC x NC, K in blocks of KC. */
-__attribute__((visibility("hidden"))) void {gemm_name}({_memref("a", True)},
-    {_memref("bp", True)}, {_memref("c", False)}, {_memref("s", False)},
-    size_t M, size_t N, size_t K, size_t wg_m, size_t wg_n) {{
-  const float *restrict a = a_ptr + a_off;
-  const float *restrict bp = bp_ptr + bp_off;
-  float *restrict c = c_ptr + c_off;
-  size_t gn = (N + NC - 1) / NC;
-  float *restrict ap = s_ptr + s_off + (wg_m * gn + wg_n) * (size_t)(MC * APS);
+/* Block (wg_m, wg_n) of the destinations d[t].c += d[t].w * (sum_t w[t] A_t) @ B, MC x NC of an
+   M x N product, K in blocks of KC; B packed (pack_b); a destination with a bit in `first` is stored
+   into, not added to. With several destinations and several K blocks, the K blocks but the last
+   accumulate in the workgroup's private MC x NC tile `pb` (L2), and the last adds it on its way
+   to the destinations: each destination is read and written once, not once per K block. */
+static void gemm_block(const float *const *a, const float *wa, size_t na, size_t lda, const float *bp,
+                       const Dst *dst, size_t nd, unsigned first, float *restrict ap, float *restrict pb,
+                       size_t M, size_t N, size_t K, size_t wg_m, size_t wg_n) {{
   size_t i0 = wg_m * MC, j0 = wg_n * NC;
   size_t mc = MIN(MC, M - i0), nc = MIN(NC, N - j0);
+  int private_tile = nd > 1 && K > KC;
+  const float *as[MAX_TERMS];
+  Dst d[MAX_TERMS];
   for (size_t p0 = 0; p0 < K; p0 += KC) {{
     size_t kc = MIN(KC, K - p0);
-    pack_a(a + i0 * K + p0, K, mc, kc, ap);
+    int last = p0 + KC >= K;
+    for (size_t t = 0; t < na; ++t) as[t] = a[t] + i0 * lda + p0;
+    pack_a(as, wa, na, lda, mc, kc, ap);
     for (size_t j = 0; j < nc; j += NR) {{
       const float *bpan = bp + ((j0 + j) / NR) * K * NR + p0 * NR;
       size_t cols = MIN(NR, nc - j);
       /* Call t prefetches lines [t%PF_PARTS * kc, ...) of the next B micro-panel (kc * NR/16 lines). */
       const float *bnext = j + NR < nc ? bpan + K * NR : bpan;
-      for (size_t i = 0, t = 0; i < mc; i += MR, ++t)
-        ukernel(kc, ap + i * APS, bpan, c + (i0 + i) * N + j0 + j, N, MIN(MR, mc - i), cols, p0 == 0,
-                bnext + (t % PF_PARTS) * kc * 16);
+      for (size_t i = 0, t = 0; i < mc; i += MR, ++t) {{
+        size_t rows = MIN(MR, mc - i);
+        const float *pf = bnext + (t % PF_PARTS) * kc * 16;
+        if (private_tile && !last) {{
+          Dst own = {{pb + i * NC + j, NC, 1.0f}};
+          ukernel(kc, ap + i * APS, bpan, 0, 0, &own, 1, rows, cols, p0 == 0, pf);
+          continue;
+        }}
+        for (size_t u = 0; u < nd; ++u) {{
+          d[u].c = dst[u].c + (i0 + i) * dst[u].ld + j0 + j;
+          d[u].ld = dst[u].ld;
+          d[u].w = dst[u].w;
+        }}
+        ukernel(kc, ap + i * APS, bpan, private_tile ? pb + i * NC + j : 0, NC, d, nd, rows, cols,
+                private_tile || p0 == 0 ? first : 0u, pf);
+      }}
     }}
   }}
+}}
+
+/* Classical: Bp[j][k][r] = B[k][j*NR + r] (0 past N) for rows k of this workgroup. */
+__attribute__((visibility("hidden"))) void {pack_b_name}({_memref("b", True)},
+    {_memref("bp", False)}, size_t M, size_t N, size_t K, size_t wg) {{
+  const float *b = b_ptr + b_off;
+  const float one = 1.0f;
+  (void)M;
+  pack_b(&b, &one, 1, N, K, N, wg, bp_ptr + bp_off);
+}}
+
+/* Classical: block (wg_m, wg_n) of C = A @ B: MC x NC, K in blocks of KC. */
+__attribute__((visibility("hidden"))) void {gemm_name}({_memref("a", True)},
+    {_memref("bp", True)}, {_memref("c", False)}, {_memref("s", False)},
+    size_t M, size_t N, size_t K, size_t wg_m, size_t wg_n) {{
+  const float *a = a_ptr + a_off;
+  const float one = 1.0f;
+  Dst d = {{c_ptr + c_off, N, 1.0f}};
+  size_t gn = (N + NC - 1) / NC;
+  float *ap = s_ptr + s_off + (wg_m * gn + wg_n) * (size_t)(MC * APS);
+  gemm_block(&a, &one, 1, K, bp_ptr + bp_off, &d, 1, 1u, ap, 0, M, N, K, wg_m, wg_n);
+}}
+
+/* LCMA product, pack: Bp = sum_t coef(t) * B[block(t)] for the nb terms tb0.., blocks K x N of a
+   B whose rows are ldb apart. */
+__attribute__((visibility("hidden"))) void {lpack_b_name}({_memref("b", True)},
+    {_memref("bp", False)}, size_t K, size_t N, size_t ldb, size_t nb, {terms("tb")}, size_t wg) {{
+  const size_t tb[MAX_TERMS] = {{{term_list("tb")}}};
+  const float *b[MAX_TERMS];
+  float w[MAX_TERMS];
+  for (size_t t = 0; t < nb; ++t) {{
+    b[t] = b_ptr + b_off + term_row(tb[t]) * K * ldb + term_col(tb[t]) * N;
+    w[t] = term_coef(tb[t]);
+  }}
+  pack_b(b, w, nb, N, K, ldb, wg, bp_ptr + bp_off);
+}}
+
+/* LCMA product, GEMM: block (wg_m, wg_n) of P = (sum coef(ta) A[block(ta)]) @ Bp, added with
+   coef(td) into each C[block(td)] of the nd destinations (stored where `first` has the bit);
+   blocks M x K of A (rows lda apart), M x N of C (rows ldc apart). */
+__attribute__((visibility("hidden"))) void {lgemm_name}({_memref("a", True)},
+    {_memref("bp", True)}, {_memref("c", False)}, {_memref("s", False)},
+    size_t M, size_t N, size_t K, size_t lda, size_t ldc, size_t na, {terms("ta")},
+    size_t nd, {terms("td")}, size_t first, size_t wg_m, size_t wg_n) {{
+  const size_t ta[MAX_TERMS] = {{{term_list("ta")}}};
+  const size_t td[MAX_TERMS] = {{{term_list("td")}}};
+  const float *a[MAX_TERMS];
+  float wa[MAX_TERMS];
+  Dst d[MAX_TERMS];
+  for (size_t t = 0; t < na; ++t) {{
+    a[t] = a_ptr + a_off + term_row(ta[t]) * M * lda + term_col(ta[t]) * K;
+    wa[t] = term_coef(ta[t]);
+  }}
+  for (size_t t = 0; t < nd; ++t) {{
+    d[t].c = c_ptr + c_off + term_row(td[t]) * M * ldc + term_col(td[t]) * N;
+    d[t].ld = ldc;
+    d[t].w = term_coef(td[t]);
+  }}
+  size_t gn = (N + NC - 1) / NC;
+  float *ap = s_ptr + s_off + (wg_m * gn + wg_n) * (size_t)(MC * APS + MC * NC);
+  gemm_block(a, wa, na, lda, bp_ptr + bp_off, d, nd, (unsigned)first, ap, ap + MC * APS, M, N, K, wg_m, wg_n);
 }}
 """
 

@@ -128,11 +128,11 @@ def test_next_to_iree_own_dispatch(flags):
 
 @needs_avx512
 def test_wrong_index_is_caught():
-    """The numerics test fails on a kernel that packs A from the wrong column (k + 1)."""
+    """The numerics test fails on a kernel that packs A from the wrong row (i + 1)."""
     M, N, K = 100, 70, 50
     cfg = cpu_gemm.choose_config(M, N, K)  # was kernel_source(): the default blocking's object under
     src = cpu_gemm.kernel_source(cfg)      # 28 x 256 blocks, NaN with or without the mutant
-    bad = src.replace("dst[k] = src[k];", "dst[k] = src[k + (k + 1 < kc)];")
+    bad = src.replace("src[t] = a[t] + i * lda;", "src[t] = a[t] + (i + (i + 1 < mc)) * lda;")
     assert bad != src
     obj = cpu_gemm.compile_source(bad, "mutant")
     c, a, b, _ = _run(cpu_embed.gemm_module(M, N, K, cfg, obj=obj), M, N, K)
@@ -249,7 +249,8 @@ def test_wrong_column_in_the_packed_b_tail_is_caught():
     """The odd-shape check fails on a kernel that packs the last partial B panel (here one column)
     from the wrong row of B (k + 1)."""
     src = cpu_gemm.kernel_source(_TINY)
-    bad = src.replace("r < cols ? b[k * N + full * NR + r]", "r < cols ? b[(k + (k + 1 < K)) * N + full * NR + r]")
+    bad = src.replace("src[t] = b[t] + k * ldb + j * NR;",
+                      "src[t] = b[t] + (k + (cols < NR && k + 1 < K)) * ldb + j * NR;")
     assert bad != src
     obj = cpu_gemm.compile_source(bad, "mutant")
     M, N, K = 29, 97, 511

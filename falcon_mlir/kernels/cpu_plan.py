@@ -1,0 +1,238 @@
+"""LCMA plans on falcon's CPU kernel, with the combines inside the kernel (group-parallel on the CPU).
+
+A plan runs one bilinear scheme ``<m,k,n;R>`` from falcon's catalog (several
+levels are one composed scheme: ``strassen^2`` is ``<4,4,4;49>``, the
+catalog's Kronecker product) on ``C = A @ B`` (f32, A ``M x K``, B ``K x N``,
+row-major) as ``2 R`` dispatches of :mod:`.cpu_gemm`'s LCMA entry points,
+product by product, with no combine pass of its own:
+
+* **combine B in the pack of B**: product r's ``lcma_pack_b`` writes the
+  packed panels of ``B_r = sum_jl V[r,j,l] B_jl`` (each sum formed in AVX-512
+  registers from the blocks' rows, rounded once per term), where the
+  classical kernel copies B;
+* **combine A in the pack of A**: ``lcma_gemm`` packs each ``MC x KC`` block
+  of ``A_r = sum_ij U[r,i,j] A_ij`` into its L2 slot the same way, where the
+  classical kernel copies A's rows;
+* **combine C in the epilogue**: the micro-kernel writes its tile ``t`` of
+  ``P_r = A_r @ B_r`` to every block ``C_il`` with ``W[r,i,l] != 0`` as
+  ``C_il += W[r,i,l] t`` (stored, not added, where product r is the first
+  to reach ``C_il``: no zero fill of C); the products run one after another
+  (each ``lcma_gemm`` takes C and returns it), the workgroups of one product
+  own disjoint tiles of every block.
+
+So each element of A and B is read from memory once per product that uses
+it, the combined operands never exist outside L1/L2, and C is never
+materialized per product: the FalconGEMM paper's group-parallel execution
+(arXiv 2605.06057), for one CPU core's caches. Costs over the R products
+themselves: the pack of B reads ``nnz(V[r])`` blocks instead of one; the
+destinations' tiles are read and written once per K block per destination.
+
+Blocks: ``Mb = M / m``, ``Kb = K / k``, ``Nb = N / n`` exactly (the sizes must
+be multiples of the format; peeling the rest is the rewrite's job).
+Coefficients must be ``num / 2^s`` with ``|num| <= 511``, ``s <= 15`` (every
+scheme of the catalog's 2x2 family; :func:`encode_term` refuses others), and
+a product may sum at most :data:`~.cpu_gemm.MAX_TERMS` blocks per operand and
+write at most that many blocks of C.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+from functools import cached_property
+from pathlib import Path
+from typing import Optional, Sequence
+
+from . import cpu_gemm
+from .cpu_gemm import MAX_TERMS, CpuGemmConfig
+from .embed import module_text, reference_func, tensor_type
+from .spec import GemmSpec
+
+__all__ = ["CpuPlan", "Product", "encode_term", "plan_dispatch_lines", "plan_module"]
+
+
+def encode_term(row: int, col: int, coef) -> int:
+    """One term of a product for the kernel: block ``(row, col)`` of a grid of blocks and its coefficient,
+    as ``row << 20 | col << 14 | (num + 512) << 4 | s`` where ``coef = num / 2^s`` (the C side:
+    ``term_row``, ``term_col``, ``term_coef``). Below 2^26: an IREE push constant holds it.
+
+    Raises:
+        ValueError: the block is outside 0..63, or ``coef`` is zero or not ``num / 2^s`` with
+            ``|num| <= 511``, ``s <= 15``.
+    """
+    if not (0 <= row < 64 and 0 <= col < 64):
+        raise ValueError(f"block ({row}, {col}) outside the kernel's 64 x 64 grid")
+    f = Fraction(coef)
+    s = f.denominator.bit_length() - 1
+    if f == 0 or f.denominator != 1 << s or s > 15 or abs(f.numerator) > 511:
+        raise ValueError(f"coefficient {f} is not num / 2^s with |num| <= 511, s <= 15 (falcon's CPU kernel)")
+    return row << 20 | col << 14 | (f.numerator + 512) << 4 | s
+
+
+@dataclass(frozen=True)
+class Product:
+    """One product of a plan as the kernel runs it: encoded terms (:func:`encode_term`) of its A sum,
+    its B sum and its C destinations, and ``first``: bit t set where destination t is written here
+    for the first time (stored, not added)."""
+
+    a_terms: tuple
+    b_terms: tuple
+    c_terms: tuple
+    first: int
+
+
+@dataclass(frozen=True)
+class CpuPlan:
+    """A plan for ``C = A @ B`` (f32, row-major) with scheme ``scheme`` on falcon's CPU kernel.
+
+    Attributes:
+        M, N, K: the GEMM's sizes, multiples of the scheme's ``m``, ``n``, ``k``.
+        scheme: a catalog name (``strassen``, ``strassen^2``, ``winograd*strassen`` ...).
+        config: the kernel's blocking (default :func:`cpu_gemm.choose_config` of the product's blocks).
+
+    Raises:
+        ValueError: a size is not a positive multiple of the format; a product needs more than
+            :data:`MAX_TERMS` terms; a coefficient :func:`encode_term` refuses.
+        falcon_mlir.catalog.UnknownSchemeError: ``scheme`` is not in the catalog.
+    """
+
+    M: int
+    N: int
+    K: int
+    scheme: str
+    config: Optional[CpuGemmConfig] = None
+
+    def __post_init__(self):
+        for name in ("M", "N", "K"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"CpuPlan: {name} must be a positive int, got {v!r}")
+        s = self.resolved
+        if self.M % s.m or self.K % s.k or self.N % s.n:
+            raise ValueError(f"CpuPlan: {self.M}x{self.N}x{self.K} (MxNxK) is not a multiple of "
+                             f"{self.scheme}'s format <{s.m},{s.k},{s.n}>")
+        if self.config is None:
+            object.__setattr__(self, "config", cpu_gemm.choose_config(self.Mb, self.Nb, self.Kb))
+        self.products  # noqa: B018 - checks the terms now
+
+    @cached_property
+    def resolved(self):
+        """The catalog's :class:`~falcon_mlir.catalog.Scheme`."""
+        from falcon_mlir.catalog import get_scheme
+
+        return get_scheme(self.scheme)
+
+    @property
+    def Mb(self) -> int:
+        return self.M // self.resolved.m
+
+    @property
+    def Kb(self) -> int:
+        return self.K // self.resolved.k
+
+    @property
+    def Nb(self) -> int:
+        return self.N // self.resolved.n
+
+    @property
+    def R(self) -> int:
+        return self.resolved.R
+
+    @cached_property
+    def products(self) -> tuple:
+        """The R :class:`Product` s in the order they run (the scheme's)."""
+        s = self.resolved
+        seen = set()
+        out = []
+        for r in range(s.R):
+            terms = []
+            for X in (s.U[r], s.V[r], s.W[r]):
+                t = tuple(encode_term(i, j, X[i, j]) for i in range(X.shape[0]) for j in range(X.shape[1])
+                          if X[i, j] != 0)
+                if not t or len(t) > MAX_TERMS:
+                    raise ValueError(f"CpuPlan {self.scheme}: product {r} has {len(t)} terms in one operand "
+                                     f"(falcon's CPU kernel takes 1 to {MAX_TERMS})")
+                terms.append(t)
+            dests = [(i, j) for i in range(s.m) for j in range(s.n) if s.W[r][i, j] != 0]
+            first = sum(1 << t for t, d in enumerate(dests) if d not in seen)
+            seen.update(dests)
+            out.append(Product(terms[0], terms[1], terms[2], first))
+        if len(seen) != s.m * s.n:
+            raise ValueError(f"CpuPlan {self.scheme}: W writes no product to some block of C")
+        return tuple(out)
+
+    @property
+    def flops(self) -> int:
+        """FLOP of the classical GEMM (2 M N K): effective throughput is this over the time."""
+        return 2 * self.M * self.N * self.K
+
+
+def _pad(terms: tuple) -> list:
+    return list(terms) + [0] * (MAX_TERMS - len(terms))
+
+
+def plan_dispatch_lines(exe: str, plan: CpuPlan, a: str = "%a", b: str = "%b", result: str = "%p",
+                        types: Optional[Sequence[str]] = None) -> tuple:
+    """``(lines, C)``: the host-side lines computing ``C = A @ B`` by ``plan`` through executable ``@exe``
+    (:func:`falcon_mlir.kernels.cpu_embed.executable_text`), and the SSA name of C.
+
+    ``types``: the tensor types of A and B as the caller holds them (default ``MxK``, ``KxN``).
+    """
+    p, c = plan, plan.config
+    a_t, b_t = types or (tensor_type((p.M, p.K), "f32"), tensor_type((p.K, p.N), "f32"))
+    c_t = tensor_type((p.M, p.N), "f32")
+    bp_t = tensor_type((cpu_gemm.packed_b_floats(p.Nb, p.Kb, c),), "f32")
+    s_t = tensor_type((cpu_gemm.scratch_floats(p.Mb, p.Nb, p.Kb, c, lcma=True),), "f32")
+    gp, gm, gn = cpu_gemm.grid(p.Mb, p.Nb, p.Kb, c)
+    r = result
+    consts = {"Mb": p.Mb, "Nb": p.Nb, "Kb": p.Kb, "lda": p.K, "ldb": p.N, "ldc": p.N, "gp": gp, "gm": gm, "gn": gn,
+              "sa": p.M * p.K, "sb": p.K * p.N, "sc": p.M * p.N}
+    values = sorted({v for pr in p.products for v in (*_pad(pr.a_terms), *_pad(pr.b_terms), *_pad(pr.c_terms),
+                                                        len(pr.a_terms), len(pr.b_terms), len(pr.c_terms),
+                                                        pr.first)})
+    lines = [f"{r}_{k} = arith.constant {v} : index" for k, v in consts.items()]
+    lines += [f"{r}_v{v} = arith.constant {v} : index" for v in values]
+    lines.append(f"{r}_c0 = tensor.empty() : {c_t}")
+    idx = lambda n: ", ".join(["index"] * n)  # noqa: E731
+    v = lambda x: f"{r}_v{x}"  # noqa: E731
+    c_in = f"{r}_c0"  # C as product i finds it: product i - 1's result
+    for i, pr in enumerate(p.products):
+        tb, ta, td = (", ".join(v(x) for x in _pad(t)) for t in (pr.b_terms, pr.a_terms, pr.c_terms))
+        lines.append(f"{r}_bp{i} = flow.dispatch @{exe}::@lcma_pack_b[{r}_gp]({b}, {r}_Kb, {r}_Nb, {r}_ldb, "
+                     f"{v(len(pr.b_terms))}, {tb}, {r}_sb) : ({b_t}, {idx(5 + MAX_TERMS)}) -> {bp_t}")
+        lines.append(f"{r}_g{i}:2 = flow.dispatch @{exe}::@lcma_gemm[{r}_gm, {r}_gn]({a}, {r}_bp{i}, {c_in}, "
+                     f"{r}_Mb, {r}_Nb, {r}_Kb, {r}_lda, {r}_ldc, {v(len(pr.a_terms))}, {ta}, "
+                     f"{v(len(pr.c_terms))}, {td}, {v(pr.first)}, {r}_sa, {r}_sc) : "
+                     f"({a_t}, {bp_t}, {c_t}, {idx(10 + 2 * MAX_TERMS)}) -> ({c_in}, {s_t})")
+        c_in = f"{r}_g{i}#0"
+    return lines, c_in
+
+
+def plan_module(plan: CpuPlan, *, flags: Sequence[str] = (), target_attr: Optional[str] = None,
+                reference: bool = False, func: str = "main", exe: str = "falcon_cpu_sgemm",
+                obj: Optional[Path] = None) -> str:
+    """A complete module: ``func.func @{func}(%a: MxK f32, %b: KxN f32) -> MxN f32`` running ``plan``
+    (``reference``: also ``@reference``, the same product compiled by IREE itself).
+
+    ``flags``: the IREE flags the module will be compiled with (default
+    :data:`~.cpu_embed.DEFAULT_CPU_FLAGS`); the rest as :func:`~.cpu_embed.gemm_module`.
+
+    Raises:
+        RuntimeError: as :func:`~.cpu_embed.gemm_module` (no AVX-512, the kernel does not compile).
+    """
+    from . import cpu_embed
+
+    flags = tuple(flags) or cpu_embed.DEFAULT_CPU_FLAGS
+    target_attr = target_attr or cpu_embed.cpu_target_attribute(flags)
+    cpu_embed.check_target(flags, target_attr)
+    obj = obj or cpu_gemm.compile_object(plan.config)
+    a_t, b_t = tensor_type((plan.M, plan.K), "f32"), tensor_type((plan.K, plan.N), "f32")
+    c_t = tensor_type((plan.M, plan.N), "f32")
+    lines, c = plan_dispatch_lines(exe, plan)
+    body = "\n".join("  " + ln for ln in lines)
+    parts = [cpu_embed.executable_text(exe, obj, target_attr, plan.config),
+             f"func.func @{func}(%a: {a_t}, %b: {b_t}) -> {c_t} {{\n{body}\n  return {c} : {c_t}\n}}\n"]
+    if reference:
+        parts.append(reference_func(GemmSpec(M=plan.M, N=plan.N, K=plan.K, a_dtype="f32", b_dtype="f32",
+                                             out_dtype="f32")))
+    return module_text(parts)

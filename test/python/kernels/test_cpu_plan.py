@@ -1,0 +1,119 @@
+"""LCMA plans on falcon's CPU kernel (falcon_mlir.kernels.cpu_plan): combines in the packs and the epilogue.
+
+Numerics against float64 on random inputs at small shapes chosen to reach every path: edge tiles
+(blocks not multiples of the 14 x 32 micro-tile), several K blocks with several destinations (the
+workgroup's private tile), one K block, 2x2 schemes to three levels (8 terms), a 3x3 scheme,
+classical blocking; a mutant of the term decoding is caught.
+"""
+
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from falcon_mlir.kernels import cpu_embed, cpu_gemm, cpu_plan
+from falcon_mlir.kernels.cpu_gemm import MAX_TERMS, CpuGemmConfig
+from falcon_mlir.kernels.cpu_plan import CpuPlan, encode_term
+from falcon_mlir.runner import Module
+
+needs_avx512 = pytest.mark.skipif(not cpu_gemm.host_has_avx512(), reason="falcon's CPU kernel needs AVX-512")
+#: Small blocking: several workgroups and K blocks at test sizes.
+_TINY = CpuGemmConfig(mc=28, nc=64, kc=64)
+
+
+def _run(plan: CpuPlan, obj=None):
+    rng = np.random.default_rng([plan.M, plan.N, plan.K, len(plan.scheme)])
+    a = rng.standard_normal((plan.M, plan.K), dtype=np.float32)
+    b = rng.standard_normal((plan.K, plan.N), dtype=np.float32)
+    mod = Module(cpu_embed.compile_module(cpu_plan.plan_module(plan, obj=obj)))
+    return mod("main", a, b), a, b
+
+
+def _rel_err(c, a, b) -> float:
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    return float(np.abs(c - ref).max() / np.abs(ref).max())
+
+
+def _bound(plan: CpuPlan) -> float:
+    """f32 error bound for the check: unit roundoff x K, times the scheme's growth per level (2x2
+    schemes: a few units per level; generous, but orders below a wrong index's O(1))."""
+    levels = max(1, round(np.log(plan.resolved.R) / np.log(7)))
+    return 6e-8 * plan.K * 4 ** levels
+
+
+def test_encode_term_round_trips_and_refuses():
+    t = encode_term(3, 5, Fraction(-3, 4))
+    assert (t >> 20) & 63 == 3 and (t >> 14) & 63 == 5
+    assert ((t >> 4) & 1023) - 512 == -3 and t & 15 == 2
+    assert encode_term(63, 63, 511) < 2 ** 26
+    for row, col, coef in ((64, 0, 1), (0, -1, 1), (0, 0, 0), (0, 0, Fraction(1, 3)), (0, 0, 512),
+                           (0, 0, Fraction(1, 2 ** 16))):
+        with pytest.raises(ValueError):
+            encode_term(row, col, coef)
+
+
+def test_first_writes_are_marked_once_per_block_of_c():
+    """Each block of C is stored by exactly one product (the first to reach it), added by the others."""
+    for name in ("strassen", "strassen^2", "2x2x2:8", "3x3x3:23"):
+        plan = CpuPlan(48, 48, 48, name)
+        s = plan.resolved
+        stores = {}
+        for pr in plan.products:
+            for t, term in enumerate(pr.c_terms):
+                if pr.first >> t & 1:
+                    key = ((term >> 20) & 63, (term >> 14) & 63)
+                    assert key not in stores, (name, key)
+                    stores[key] = True
+        assert len(stores) == s.m * s.n
+        assert [len(p.a_terms) for p in plan.products] == [int(np.count_nonzero(s.U[r])) for r in range(s.R)]
+
+
+def test_bad_plans_are_refused():
+    with pytest.raises(ValueError, match="multiple"):
+        CpuPlan(65, 64, 64, "strassen")
+    with pytest.raises(ValueError, match="positive"):
+        CpuPlan(0, 64, 64, "strassen")
+    with pytest.raises(ValueError, match="terms"):  # Strassen^4: 16 terms in a product's operand
+        CpuPlan(64, 64, 64, "strassen^4")
+
+
+@needs_avx512
+@pytest.mark.parametrize("M,N,K,scheme,config", [
+    (2 * 45, 2 * 37, 2 * 150, "strassen", _TINY),          # edges, 3 K blocks, private tiles
+    (2 * 45, 2 * 37, 2 * 150, "strassen", None),           # default blocking (one K block of 150)
+    (2 * 30, 2 * 70, 2 * 90, "winograd", _TINY),
+    (4 * 17, 4 * 33, 4 * 70, "strassen^2", _TINY),         # 4 terms per operand and destination
+    (8 * 15, 8 * 9, 8 * 70, "strassen^3", _TINY),          # 8 terms: MAX_TERMS
+    (3 * 20, 3 * 35, 3 * 50, "3x3x3:23", _TINY),            # not 2x2
+    (2 * 29, 2 * 40, 2 * 100, "2x2x2:8", _TINY),            # classical blocking: K split over products
+])
+def test_plan_numerics_against_float64(M, N, K, scheme, config):
+    plan = CpuPlan(M, N, K, scheme, config)
+    assert max(len(p.a_terms) for p in plan.products) <= MAX_TERMS
+    c, a, b = _run(plan)
+    assert np.isfinite(c).all()
+    assert _rel_err(c, a, b) < _bound(plan)
+
+
+@needs_avx512
+def test_wrong_block_column_is_caught():
+    """The numerics check fails on a kernel that reads A's terms one block column off (mod 2)."""
+    plan = CpuPlan(2 * 30, 2 * 40, 2 * 70, "strassen", _TINY)
+    src = cpu_gemm.kernel_source(plan.config)
+    bad = src.replace("term_col(ta[t]) * K;", "(term_col(ta[t]) ^ 1) * K;")
+    assert bad != src
+    c, a, b = _run(plan, obj=cpu_gemm.compile_source(bad, "mutant"))
+    assert _rel_err(c, a, b) > 1e-2
+
+
+@needs_avx512
+def test_module_structure():
+    """Two dispatches per product, C threaded through the products in place, no combine pass."""
+    plan = CpuPlan(64, 64, 64, "strassen")
+    text = cpu_plan.plan_module(plan)
+    assert text.count("::@lcma_pack_b[") == 7 and text.count("::@lcma_gemm[") == 7
+    assert "tensor.empty()" in text and "linalg" not in text
+    lines, c = cpu_plan.plan_dispatch_lines("exe", plan)
+    assert c == "%p_g6#0"
+    assert "-> (%p_c0, " in lines[-13] or any("-> (%p_c0, " in ln for ln in lines)
+    assert any("(%a, %p_bp6, %p_g5#0, " in ln and "-> (%p_g5#0, " in ln for ln in lines)

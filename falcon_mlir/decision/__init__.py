@@ -339,8 +339,20 @@ def _decide(pb, profile, levels, forms, edges, budget, forced, min_gain, blockin
                     and f in forms), key=lambda e: (e.seconds, len(e.schemes)))
     dec.candidates = len(seen)
     _pick(dec, cands, pb, profile, budget, min_gain,
-          _narrow_sums_left_out(cm, pb, profile, levels, forms, edges, budget[0]))
+          _narrow_sums_left_out(cm, pb, profile, levels, forms, edges, budget[0]),
+          _unfit_text(search.unfit, allowed_levels, forms))
     return dec
+
+
+def _unfit_text(unfit: Dict[tuple, str], allowed_levels, forms) -> Optional[str]:
+    """``12 kernel-form plans left out; strassen+strassen: <why>``: the plans of the allowed levels and
+    forms that the target's kernels cannot run (:meth:`CostModel.unfit`), with the reason of the one with
+    the fewest products (the first found among equals), or ``None`` where there are none."""
+    out = [(s, f, why) for (s, f), why in unfit.items() if lcma_levels(s) in allowed_levels and f in forms]
+    if not out:
+        return None
+    s, f, why = min(out, key=lambda t: math.prod(scheme_stats(x).R for x in t[0]))
+    return f"{len(out)} {f}-form plan{'s' if len(out) > 1 else ''} left out; {'+'.join(s)}: {why}"
 
 
 def _narrow_sums_left_out(cm, pb, profile, levels, forms, edges, budget) -> Optional[tuple]:
@@ -465,7 +477,7 @@ def _settled(dec: Decision, cm: CostModel, pb: Problem, profile: Profile, forms,
         if is_float and blocking and _blocking_ok(profile, ("per-product",), pb):
             dec.blocked = _best_blocked(cm, pb, profile, min_gain)
         dec.reason = (f"scheme forced by option ({', '.join(forced)}); predicted {_ms(est)} "
-                      f"vs classical {_ms(classical)}")
+                      f"vs classical {_ms(classical)}" + (f"; {est.unfit}" if est.unfit else ""))
         return True
     if not is_float:
         dec.reason = "auto: integer contractions stay classical unless a scheme is forced"
@@ -496,13 +508,25 @@ class _Search:
         self.best: Dict[tuple, Estimate] = {}   # fastest estimate per scheme tuple
         self.rprod: Dict[tuple, int] = {}       # products of a scheme tuple
         self.blocking = False                    # also LCMA levels over a blocking base
+        self.unfit: Dict[tuple, str] = {}        # (schemes, form) the target's kernels cannot run -> why
+
+    def fits(self, schemes: tuple, form: str) -> bool:
+        """Whether the target can run ``schemes`` in ``form`` (:meth:`CostModel.unfit`); if not, the
+        reason is kept in :attr:`unfit` (the decision names it where nothing else is left)."""
+        k = (schemes, form)
+        if k not in self.unfit:
+            why = self.cm.unfit(self.pb, schemes, form)
+            if why is None:
+                return True
+            self.unfit[k] = why
+        return False
 
     def aligned(self, schemes) -> bool:
         p = self.profile
         return _aligned(self.pb, schemes, p.align, p.pow2_blocks, p.min_block_k, p.min_block_m)
 
     def consider(self, schemes: tuple, form: str, edge_list=None) -> None:
-        if not self.aligned(schemes):
+        if not self.aligned(schemes) or not self.fits(schemes, form):
             return
         for edge in edge_list or self.edges:
             k = (schemes, form, edge)
@@ -531,6 +555,8 @@ class _Search:
         if self.profile.auto_schemes is not None:
             names = [n for n in names if n in self.profile.auto_schemes]
         names = [n for n in names if self.aligned((n,))]
+        if "per-product" not in forms and "grouped" not in forms:  # kernel form only: what the kernels run
+            names = [n for n in names if self.fits((n,), "kernel")]
         if "per-product" in forms:
             for n in names:
                 self.consider((n,), "per-product", self.edges[:1])
@@ -632,12 +658,13 @@ def _gib(n: float) -> str:
 
 
 def _pick(dec: Decision, cands: list, pb: Problem, profile: Profile, budget, min_gain,
-          left_out: Optional[tuple] = None) -> None:
+          left_out: Optional[tuple] = None, unfit: Optional[str] = None) -> None:
     """Fill ``dec`` from the candidates (fastest first): the fastest within the
     error budget if it beats classical by the margin, else classical.
     ``left_out``: ``(estimate, budget)`` of a plan the budget left out before
     the candidates were formed (:func:`_narrow_sums_left_out`), named in the
-    reason like an over-budget candidate."""
+    reason like an over-budget candidate. ``unfit``: the plans the target's
+    kernels cannot run (:func:`_unfit_text`), named where no plan is left."""
     classical = dec.classical
     align = profile.align
     ok = []
@@ -670,6 +697,9 @@ def _pick(dec: Decision, cands: list, pb: Problem, profile: Profile, budget, min
     if not ok and big and not over:
         dec.reason = (f"auto: every fitting plan's temporaries exceed the {_gib(profile.memory)} "
                       f"of {profile.name} beside A, B and C ({big} plans); classical")
+        return
+    if not ok and unfit and not (over or big or slow):
+        _keep_classical(dec, f"auto: no plan runs on the kernels of {profile.name} ({unfit}); classical")
         return
     if not ok and slow and not over:
         _keep_classical(dec, f"auto: every fitting plan would compile for over "

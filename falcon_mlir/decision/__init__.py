@@ -389,10 +389,17 @@ def _blocking_ok(profile: Profile, forms, pb: Problem) -> bool:
     """Whether classical blocking plans are candidates: CPU profiles (where
     IREE's GEMM rate falls at large sizes) that allow the per-product form,
     on a result of the accumulator's type (a bf16/f16 result would take an
-    f32 copy of C and a rounding pass, not measured: forced only)."""
+    f32 copy of C and a rounding pass, not measured: forced only). Not on
+    profiles whose own plan forms are falcon's kernels (``x86-falcon``): their
+    GEMM rates are falcon's classical kernel's, which blocks for the caches
+    itself and holds its rate at large sizes (339-373 GFLOP/s from 1024^3 to
+    8192^3), so blocks of it gain nothing the model can resolve (4096^3 in
+    2x2x2 blocks predicted 3% faster, within its error); and a blocking
+    scheme in the kernel form, a valid CPU plan, would only add the packs of B."""
     from falcon_mlir.decision import numerics
 
-    return profile.kind == "cpu" and "per-product" in forms and not numerics.is_narrow_result(pb.acc)
+    return (profile.kind == "cpu" and "per-product" in forms and "kernel" not in profile.plan_forms
+            and not numerics.is_narrow_result(pb.acc))
 
 
 def _blocking_formats(pb: Problem, profile: Profile, inner=()) -> list:

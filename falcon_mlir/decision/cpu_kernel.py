@@ -22,8 +22,8 @@ from fractions import Fraction
 from functools import lru_cache
 from typing import FrozenSet, Optional, Sequence, Tuple
 
-__all__ = ["MAX_TERMS", "MAX_COEF_NUM", "MAX_COEF_SHIFT", "MAX_GRID", "TermStats", "term_stats", "unfit",
-           "price"]
+__all__ = ["MAX_TERMS", "MAX_COEF_NUM", "MAX_COEF_SHIFT", "MAX_GRID", "TermStats", "term_stats", "coef_ok",
+           "unfit", "price"]
 
 #: Most blocks one product's A sum, B sum or C destinations may have (``falcon_mlir.kernels.cpu_gemm.MAX_TERMS``).
 MAX_TERMS = 8
@@ -87,7 +87,10 @@ def term_stats(schemes: Tuple[str, ...]) -> TermStats:
     return out
 
 
-def _coef_ok(c: Fraction) -> bool:
+def coef_ok(c) -> bool:
+    """Whether the kernel takes coefficient ``c`` (a nonzero number): ``num / 2^s`` with
+    ``|num| <= MAX_COEF_NUM``, ``s <= MAX_COEF_SHIFT``."""
+    c = Fraction(c)
     s = c.denominator.bit_length() - 1
     return c.denominator == 1 << s and s <= MAX_COEF_SHIFT and abs(c.numerator) <= MAX_COEF_NUM
 
@@ -119,7 +122,7 @@ def unfit(pb, schemes: Sequence[str]) -> Optional[str]:
     if max(st.most) > MAX_TERMS:
         return (f"{name} has a product with {max(st.most)} terms in one operand or destination "
                 f"(falcon's CPU kernel takes 1 to {MAX_TERMS})")
-    bad = sorted((c for c in st.coefs if not _coef_ok(c)), key=abs)
+    bad = sorted((c for c in st.coefs if not coef_ok(c)), key=abs)
     if bad:
         return (f"{name} has coefficient {bad[0]}, not num / 2^s with |num| <= {MAX_COEF_NUM}, "
                 f"s <= {MAX_COEF_SHIFT} (falcon's CPU kernel)")

@@ -27,7 +27,11 @@ predicted plan that meets the error budget, or classical:
    where the profile says so, not powers of two, ``pow2_blocks``, or with K
    blocks under ``min_block_k`` or M blocks under ``min_block_m``) at
    every level are not considered (on the x86 host IREE's microkernels lose
-   on odd blocks and peeled strips: measured, docs/benchmarks.md);
+   on odd blocks and peeled strips: measured, docs/benchmarks.md); nor are
+   kernel-form plans the target's kernels cannot run (CPU profiles: falcon's
+   CPU kernel takes f32 only, sizes that are exact multiples of the composed
+   format, at most 8 terms per product: :mod:`.cpu_kernel`), and where no plan
+   is left the reason says how many were left out and why;
 6. plans predicted to add more than ``LONG_COMPILE_SECONDS`` of IREE
    compile time (:mod:`falcon_mlir.decision.compile_cost`, a count of the
    ops the rewrite emits), or kernel-form plans whose generated combine
@@ -38,8 +42,9 @@ predicted plan that meets the error budget, or classical:
    model's measured uncertainty on that target, x86 host: 20%) and
    :data:`ALGEBRA_MIN_GAIN` faster than the best classical blocking plan.
 
-Classical plans (CPU profiles, per-product form allowed, a result of the
-accumulator's type): IREE's one GEMM and
+Classical plans (CPU profiles whose GEMMs are IREE's, per-product form
+allowed, a result of the accumulator's type; not ``x86-falcon``, whose
+classical GEMM is falcon's own kernel: :func:`_blocking_ok`): IREE's one GEMM and
 classical blocking ``<m,k,n; m*k*n>`` for every format of
 :data:`BLOCKING_FORMATS` (R = m*k*n block products accumulating into C, no
 combines; :func:`falcon_mlir.catalog.blocking_scheme`), priced with the same
@@ -60,7 +65,7 @@ Deciding takes a few milliseconds per contraction after a one-off load of
 the catalog's statistics (~0.3 s per process); results are memoized per
 (problem, profile, options).
 
-(One file of about 700 lines by choice: it is the one decision, the search
+(One file of about 750 lines by choice: it is the one decision, the search
 over plans, the classical references and the reason line that must name
 what the search left out and why; the prices are in :mod:`.cost`, the errors
 in :mod:`.numerics`, the compile times in :mod:`.compile_cost`. Split

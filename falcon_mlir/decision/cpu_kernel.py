@@ -142,12 +142,14 @@ def price(cm, pb, schemes: Sequence[str], est) -> None:
       classical kernel's, which includes its own plain pack of B) times ``forms.kernel_products`` (what
       summing A in the A pack and writing several destinations costs the product), one dispatch each;
     * ``combine_c``: the destinations' traffic, ``sum_r nnz(W[r]) Mb Nb 4 2`` bytes (each destination
-      block read and written once) at ``bandwidth``, no dispatch of its own. An upper bound: the epilogue
-      reads and writes its tiles of C once per K block of the kernel, and they mostly hit cache; the
-      classical rate also counts one write of C per product already.
+      block read and written once) at ``bandwidth``, no dispatch of its own. An upper bound of what
+      reaches memory: the epilogue touches its tiles of C once per K block of the kernel, but they mostly
+      hit cache, and the classical rate already counts one write of C per product.
 
-    ``combine_a`` is 0: A's sums are formed in the products' packing. Temporaries: the R packed B blocks
-    (an upper bound: each product's is its own value in the module; IREE may reuse them).
+    ``combine_a`` is 0: A's sums are formed in the products' packing (their extra reads, ``nnz(U[r]) - 1``
+    blocks once per column block of the kernel, overlap the micro-kernel and are left to
+    ``kernel_products``). Temporaries: the R packed B blocks (an upper bound: each product's is its own
+    value in the module; IREE may reuse them).
     """
     p = cm.p
     st = term_stats(tuple(schemes))

@@ -27,7 +27,11 @@ predicted plan that meets the error budget, or classical:
    where the profile says so, not powers of two, ``pow2_blocks``, or with K
    blocks under ``min_block_k`` or M blocks under ``min_block_m``) at
    every level are not considered (on the x86 host IREE's microkernels lose
-   on odd blocks and peeled strips: measured, docs/benchmarks.md);
+   on odd blocks and peeled strips: measured, docs/benchmarks.md); nor are
+   kernel-form plans the target's kernels cannot run (CPU profiles: falcon's
+   CPU kernel takes f32 only, sizes that are exact multiples of the composed
+   format, at most 8 terms per product: :mod:`.cpu_kernel`), and where no plan
+   is left the reason says how many were left out and why;
 6. plans predicted to add more than ``LONG_COMPILE_SECONDS`` of IREE
    compile time (:mod:`falcon_mlir.decision.compile_cost`, a count of the
    ops the rewrite emits), or kernel-form plans whose generated combine
@@ -38,8 +42,9 @@ predicted plan that meets the error budget, or classical:
    model's measured uncertainty on that target, x86 host: 20%) and
    :data:`ALGEBRA_MIN_GAIN` faster than the best classical blocking plan.
 
-Classical plans (CPU profiles, per-product form allowed, a result of the
-accumulator's type): IREE's one GEMM and
+Classical plans (CPU profiles whose GEMMs are IREE's, per-product form
+allowed, a result of the accumulator's type; not ``x86-falcon``, whose
+classical GEMM is falcon's own kernel: :func:`_blocking_ok`): IREE's one GEMM and
 classical blocking ``<m,k,n; m*k*n>`` for every format of
 :data:`BLOCKING_FORMATS` (R = m*k*n block products accumulating into C, no
 combines; :func:`falcon_mlir.catalog.blocking_scheme`), priced with the same
@@ -60,7 +65,7 @@ Deciding takes a few milliseconds per contraction after a one-off load of
 the catalog's statistics (~0.3 s per process); results are memoized per
 (problem, profile, options).
 
-(One file of about 700 lines by choice: it is the one decision, the search
+(One file of about 750 lines by choice: it is the one decision, the search
 over plans, the classical references and the reason line that must name
 what the search left out and why; the prices are in :mod:`.cost`, the errors
 in :mod:`.numerics`, the compile times in :mod:`.compile_cost`. Split
@@ -339,8 +344,20 @@ def _decide(pb, profile, levels, forms, edges, budget, forced, min_gain, blockin
                     and f in forms), key=lambda e: (e.seconds, len(e.schemes)))
     dec.candidates = len(seen)
     _pick(dec, cands, pb, profile, budget, min_gain,
-          _narrow_sums_left_out(cm, pb, profile, levels, forms, edges, budget[0]))
+          _narrow_sums_left_out(cm, pb, profile, levels, forms, edges, budget[0]),
+          _unfit_text(search.unfit, allowed_levels, forms))
     return dec
+
+
+def _unfit_text(unfit: Dict[tuple, str], allowed_levels, forms) -> Optional[str]:
+    """``12 kernel-form plans left out; strassen+strassen: <why>``: the plans of the allowed levels and
+    forms that the target's kernels cannot run (:meth:`CostModel.unfit`), with the reason of the one with
+    the fewest products (the first found among equals), or ``None`` where there are none."""
+    out = [(s, f, why) for (s, f), why in unfit.items() if lcma_levels(s) in allowed_levels and f in forms]
+    if not out:
+        return None
+    s, f, why = min(out, key=lambda t: math.prod(scheme_stats(x).R for x in t[0]))
+    return f"{len(out)} {f}-form plan{'s' if len(out) > 1 else ''} left out; {'+'.join(s)}: {why}"
 
 
 def _narrow_sums_left_out(cm, pb, profile, levels, forms, edges, budget) -> Optional[tuple]:
@@ -377,10 +394,17 @@ def _blocking_ok(profile: Profile, forms, pb: Problem) -> bool:
     """Whether classical blocking plans are candidates: CPU profiles (where
     IREE's GEMM rate falls at large sizes) that allow the per-product form,
     on a result of the accumulator's type (a bf16/f16 result would take an
-    f32 copy of C and a rounding pass, not measured: forced only)."""
+    f32 copy of C and a rounding pass, not measured: forced only). Not on
+    profiles whose own plan forms are falcon's kernels (``x86-falcon``): their
+    GEMM rates are falcon's classical kernel's, which blocks for the caches
+    itself and holds its rate at large sizes (339-373 GFLOP/s from 1024^3 to
+    8192^3), so blocks of it gain nothing the model can resolve (4096^3 in
+    2x2x2 blocks predicted 3% faster, within its error); and a blocking
+    scheme in the kernel form, a valid CPU plan, would only add the packs of B."""
     from falcon_mlir.decision import numerics
 
-    return profile.kind == "cpu" and "per-product" in forms and not numerics.is_narrow_result(pb.acc)
+    return (profile.kind == "cpu" and "per-product" in forms and "kernel" not in profile.plan_forms
+            and not numerics.is_narrow_result(pb.acc))
 
 
 def _blocking_formats(pb: Problem, profile: Profile, inner=()) -> list:
@@ -465,7 +489,7 @@ def _settled(dec: Decision, cm: CostModel, pb: Problem, profile: Profile, forms,
         if is_float and blocking and _blocking_ok(profile, ("per-product",), pb):
             dec.blocked = _best_blocked(cm, pb, profile, min_gain)
         dec.reason = (f"scheme forced by option ({', '.join(forced)}); predicted {_ms(est)} "
-                      f"vs classical {_ms(classical)}")
+                      f"vs classical {_ms(classical)}" + (f"; {est.unfit}" if est.unfit else ""))
         return True
     if not is_float:
         dec.reason = "auto: integer contractions stay classical unless a scheme is forced"
@@ -496,13 +520,25 @@ class _Search:
         self.best: Dict[tuple, Estimate] = {}   # fastest estimate per scheme tuple
         self.rprod: Dict[tuple, int] = {}       # products of a scheme tuple
         self.blocking = False                    # also LCMA levels over a blocking base
+        self.unfit: Dict[tuple, str] = {}        # (schemes, form) the target's kernels cannot run -> why
+
+    def fits(self, schemes: tuple, form: str) -> bool:
+        """Whether the target can run ``schemes`` in ``form`` (:meth:`CostModel.unfit`); if not, the
+        reason is kept in :attr:`unfit` (the decision names it where nothing else is left)."""
+        k = (schemes, form)
+        if k not in self.unfit:
+            why = self.cm.unfit(self.pb, schemes, form)
+            if why is None:
+                return True
+            self.unfit[k] = why
+        return False
 
     def aligned(self, schemes) -> bool:
         p = self.profile
         return _aligned(self.pb, schemes, p.align, p.pow2_blocks, p.min_block_k, p.min_block_m)
 
     def consider(self, schemes: tuple, form: str, edge_list=None) -> None:
-        if not self.aligned(schemes):
+        if not self.aligned(schemes) or not self.fits(schemes, form):
             return
         for edge in edge_list or self.edges:
             k = (schemes, form, edge)
@@ -531,6 +567,8 @@ class _Search:
         if self.profile.auto_schemes is not None:
             names = [n for n in names if n in self.profile.auto_schemes]
         names = [n for n in names if self.aligned((n,))]
+        if "per-product" not in forms and "grouped" not in forms:  # kernel form only: what the kernels run
+            names = [n for n in names if self.fits((n,), "kernel")]
         if "per-product" in forms:
             for n in names:
                 self.consider((n,), "per-product", self.edges[:1])
@@ -632,12 +670,13 @@ def _gib(n: float) -> str:
 
 
 def _pick(dec: Decision, cands: list, pb: Problem, profile: Profile, budget, min_gain,
-          left_out: Optional[tuple] = None) -> None:
+          left_out: Optional[tuple] = None, unfit: Optional[str] = None) -> None:
     """Fill ``dec`` from the candidates (fastest first): the fastest within the
     error budget if it beats classical by the margin, else classical.
     ``left_out``: ``(estimate, budget)`` of a plan the budget left out before
     the candidates were formed (:func:`_narrow_sums_left_out`), named in the
-    reason like an over-budget candidate."""
+    reason like an over-budget candidate. ``unfit``: the plans the target's
+    kernels cannot run (:func:`_unfit_text`), named where no plan is left."""
     classical = dec.classical
     align = profile.align
     ok = []
@@ -670,6 +709,9 @@ def _pick(dec: Decision, cands: list, pb: Problem, profile: Profile, budget, min
     if not ok and big and not over:
         dec.reason = (f"auto: every fitting plan's temporaries exceed the {_gib(profile.memory)} "
                       f"of {profile.name} beside A, B and C ({big} plans); classical")
+        return
+    if not ok and unfit and not (over or big or slow):
+        _keep_classical(dec, f"auto: no plan runs on the kernels of {profile.name} ({unfit}); classical")
         return
     if not ok and slow and not over:
         _keep_classical(dec, f"auto: every fitting plan would compile for over "

@@ -1,7 +1,8 @@
 """Analytical cost model: predicted seconds of classical GEMM and of LCMA plans.
 
-(About 520 lines: one class, one method per emitted form - per-product,
-stacked levels, grouped, kernel - so a form's cost sits next to the others'.)
+(About 740 lines: one class, one method per emitted form - per-product,
+stacked levels, grouped, kernel - so a form's cost sits next to the others';
+the CPU kernel form's limits and price are in :mod:`.cpu_kernel`.)
 
 Source: the decision module of the FalconGEMM paper (arXiv 2605.06057): a
 contraction whose arithmetic intensity ``2MNK / (MK + KN + MN)`` (FLOP per
@@ -139,6 +140,9 @@ class Estimate:
             next to blocks read alone in the input type); ``None`` elsewhere.
         operands: a kernel-form plan: the type of its combined operands and
             stored products (``f16`` for bf16 inputs: scaled); ``None`` elsewhere.
+        unfit: why the target's kernels cannot run this plan (a kernel-form plan
+            on a CPU profile: :func:`falcon_mlir.decision.cpu_kernel.unfit`), priced
+            all the same; ``None`` where they can. ``auto`` never takes such a plan.
     """
 
     schemes: Tuple[str, ...]
@@ -153,6 +157,7 @@ class Estimate:
     sums: Optional[str] = None
     products: Optional[str] = None
     operands: Optional[str] = None
+    unfit: Optional[str] = None
 
     @property
     def is_classical(self) -> bool:
@@ -232,6 +237,9 @@ class SchemeStats:
 #: The kernels' plan blocks are rounded up to a multiple of this (``falcon_mlir.kernels.lcma.spec.BLOCK_ALIGN``;
 #: the decision does not import the kernels, test_kernel_form checks the two agree).
 KERNEL_BLOCK_ALIGN = 16
+#: Compile seconds per external dispatch of a CPU kernel-form plan (host-side ops only; a rough figure, not
+#: measured: IREE generates no code for them).
+SECONDS_PER_EXTERNAL_DISPATCH = 0.01
 #: M, N and K multiples the f32 FMA kernel serves (``falcon_mlir.kernels.fma_gemm.FmaConfig``'s tile; checked
 #: likewise): other f32 products run on the Triton kernel.
 FMA_TILE = (128, 128, 8)
@@ -410,7 +418,9 @@ class CostModel:
             schemes: per-level catalog names, outer level first.
             edge: ``peel`` or ``pad``.
             form: ``per-product``, ``grouped`` (all levels composed) or ``kernel``
-            (the grouped plan as falcon's generated CUDA kernels).
+            (all levels composed as falcon's own kernels: the generated CUDA kernels
+            on GPU profiles, the CPU kernel's ``2 R`` dispatches on CPU profiles,
+            :meth:`_cpu_kernel_plan`).
             rounding: a bf16/f16 result's ``(sums, products)``: the combined
                 operands' type (``f32`` or the input type) and ``input``,
                 ``f32`` or ``mixed`` (see :class:`Estimate`); ``None``: f32
@@ -423,6 +433,8 @@ class CostModel:
         if form != "kernel" and str(pb.acc) in ("bf16", "f16"):
             return self._narrow_plan(pb, schemes, edge, form, rounding or ("f32", "mixed"))
         est = Estimate(schemes, edge, form)
+        if form == "kernel" and self.p.kind == "cpu":
+            return self._cpu_kernel_plan(pb, schemes, est)
         if form == "kernel":
             self._kernel_plan(pb, scheme_stats("*".join(schemes)), est)
         elif form == "grouped":
@@ -658,6 +670,33 @@ class CostModel:
                   batch_rate=True)
         self.stream(B * (lc * Mb * Nb * ba + pb.M * pb.N * bc), est, "combine_c", eff)
         est.temp_bytes = max(est.temp_bytes, B * R * (Mb * Kb + Kb * Nb + Mb * Nb) * ba)
+
+    def unfit(self, pb: Problem, schemes: Sequence[str], form: str) -> Optional[str]:
+        """Why the plan ``schemes`` in ``form`` cannot run on this profile's target (one line), or ``None``:
+        only kernel-form plans on CPU profiles have such limits (falcon's CPU kernel:
+        :func:`falcon_mlir.decision.cpu_kernel.unfit`); elsewhere the rewrite or the kernels pad and peel.
+
+        Raises:
+            falcon_mlir.catalog.UnknownSchemeError: unknown scheme name.
+        """
+        if form != "kernel" or self.p.kind != "cpu":
+            return None
+        from . import cpu_kernel
+
+        return cpu_kernel.unfit(pb, tuple(schemes))
+
+    def _cpu_kernel_plan(self, pb: Problem, schemes: Tuple[str, ...], est: Estimate) -> Estimate:
+        """Kernel form on a CPU profile: the plan as falcon's CPU kernel runs it, ``2 R`` dispatches with the
+        combines fused (:func:`falcon_mlir.decision.cpu_kernel.price`); ``est.unfit`` says why the kernel
+        cannot run it, if so. Compile time: the kernel is one object for every plan (compiled once, cached),
+        and IREE compiles no code for its external dispatches; priced as the ``2 R`` dispatches' host-side
+        ops (:data:`SECONDS_PER_EXTERNAL_DISPATCH`, not measured)."""
+        from . import cpu_kernel
+
+        est.unfit = cpu_kernel.unfit(pb, schemes)
+        cpu_kernel.price(self, pb, schemes, est)
+        est.compile_seconds = est.dispatches * SECONDS_PER_EXTERNAL_DISPATCH
+        return est
 
     def _f32_products_factor(self, ops: str, Mb: int, Nb: int, Kb: int, R: int) -> float:
         """Time factor of a kernel-form plan's f32 products: 1.0 where the FMA kernel serves their blocks as

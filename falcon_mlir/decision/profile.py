@@ -52,6 +52,11 @@ Field meanings and units:
   ``kernel_products_f32_triton`` (GPU, set by hand): the time factor of a
   kernel-form plan's f32 products whose blocks the FMA kernel does not serve
   (the Triton kernel runs them; the f32 ``gemm`` rates are the FMA kernel's).
+  On CPU profiles the kernel form is falcon's CPU kernel
+  (:mod:`falcon_mlir.decision.cpu_kernel`): ``kernel_combine`` is the
+  efficiency of its packs of B (which form combine B), ``kernel_products``
+  the time factor of one of its LCMA products over its classical GEMM of the
+  same blocks (the f32 ``gemm`` rates are that classical kernel's).
 
 Presets (:data:`PRESETS`, shipped as ``profiles/*.json``): the x86
 development host (measured with ``falcon-calibrate``; cores and caches of the
@@ -61,7 +66,9 @@ ratios, see its ``provenance``; falcon-compile and the API imply it for every
 target CPU without AVX512-BF16, ``falcon_mlir.pipeline.assemble.NO_NATIVE_BF16_CPUS``), AArch64 Neoverse-N1
 and V1, NVIDIA H200, H100, A100 and H20, and ``h200-iree`` (the H200 as
 IREE's CUDA code runs on it: sm_80 PTX with falcon's tile choices, measured
-with ``falcon-calibrate --device cuda``). Presets whose ``source`` is
+with ``falcon-calibrate --device cuda``), ``h200-falcon`` (falcon's own CUDA
+kernels) and ``x86-falcon`` (the x86 host where falcon's own CPU kernel serves
+the f32 GEMMs and the kernel-form plans). Presets whose ``source`` is
 ``datasheet`` carry vendor peak figures (and a ramp for small sizes), marked
 in ``provenance``; they are starting points, to be replaced by a
 ``falcon-calibrate`` run on the machine.
@@ -91,6 +98,7 @@ PRESETS = {
     "host": "x86-dev.json",
     "x86-dev": "x86-dev.json",
     "x86-avx2": "x86-avx2.json",
+    "x86-falcon": "x86-falcon.json",
     "neoverse-n1": "neoverse-n1.json",
     "neoverse-v1": "neoverse-v1.json",
     "h200": "h200.json",
@@ -150,7 +158,8 @@ class Profile:
             = :data:`falcon_mlir.decision.MIN_GAIN`.
         plan_forms: the plan forms ``form=auto`` chooses among on this target
             (default per-product and grouped; ``h200-falcon``: kernel, the form
-            falcon's generated CUDA kernels run).
+            falcon's generated CUDA kernels run; ``x86-falcon``: kernel, on
+            falcon's CPU kernel).
         memory: the device's memory in bytes (``None``: not limited; CPU
             profiles leave it out, host memory varies). ``auto`` skips plans
             whose A, B, C and predicted temporaries exceed

@@ -1,0 +1,190 @@
+"""The kernel form on CPU profiles: falcon's CPU kernel (falcon_mlir.kernels.cpu_plan) in the decision, on
+the x86-falcon profile: its limits (mirrored from CpuPlan), its price, and what auto picks."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from falcon_mlir import decision
+from falcon_mlir.decision import cost, cpu_kernel, numerics
+
+
+def _decide(M, N, K, t="f32", levels=None, forms=None):
+    p = decision.load_profile("x86-falcon")
+    pb = decision.Problem(M, N, K, lhs=t, rhs=t, acc=t)
+    return decision.decide(pb, p, levels=levels, forms=forms, budget=numerics.default_max_error(t),
+                           kernel_budget=numerics.kernel_max_error(t))
+
+
+# ----------------------------------------------------------------------------- the profile
+
+def test_x86_falcon_profile_loads_by_name_with_the_kernels_rates():
+    p = decision.load_profile("x86-falcon")
+    dev = decision.load_profile("x86-dev")
+    assert "x86-falcon" in decision.preset_names()
+    assert (p.name, p.kind, p.device, p.plan_forms, p.max_levels, p.auto_schemes, p.min_gain) == \
+        ("x86-falcon", "cpu", "local-task", ("kernel",), 2, ("strassen",), 0.05)
+    assert "2026-12-02" in p.provenance and "Estimates, not measured: forms.kernel_products 1.05" in p.provenance
+    # from 1024 up falcon's classical kernel (measured), below it and for bf16 IREE's (x86-dev's table)
+    for n, gflops in ((1024, 339), (2048, 373), (4096, 361), (8192, 356)):
+        assert p.gemm_rate("f32", n, n, n) == pytest.approx(gflops * 1e9)
+    for n in (128, 256, 512):
+        assert p.gemm_rate("f32", n, n, n) == dev.gemm_rate("f32", n, n, n)
+    assert p.gemm["bf16"] == dev.gemm["bf16"]
+    assert (p.bandwidth, p.dispatch_overhead) == (dev.bandwidth, dev.dispatch_overhead)
+    assert p.form_efficiency("kernel") == 0.45 and p.product_factor("kernel") == 1.05
+    assert decision.Profile.from_dict(json.loads(json.dumps(p.to_dict()))) == p
+
+
+def test_lcma_rewrite_takes_the_profile_by_name():
+    """``--lcma-rewrite="profile=x86-falcon"``: the options load it by name, and the decision names it."""
+    from falcon_mlir.passes.lcma_rewrite.options import LcmaOptions
+
+    opts = LcmaOptions.parse("profile=x86-falcon")
+    assert opts.profile == "x86-falcon" and decision.load_profile(opts.profile).name == "x86-falcon"
+
+
+# ----------------------------------------------------------------------------- what auto picks
+
+def test_auto_takes_strassen_at_4096_and_strassen_squared_at_8192():
+    """Predicted (classical kernel 4096^3 361 GFLOP/s -> 381 ms): Strassen 361 ms = 7 products of 2048^3 at
+    373 GFLOP/s x 1.05 (339 ms) + the packs of B (19 blocks of 16.8 MB at 0.45 x 50.6 GB/s, 14 ms) + the
+    destinations (12 blocks read and written, 8 ms); measured 324-390 ms against the kernel's 365-385.
+    8192^3: Strassen^2 2.61 s against Strassen's 2.89 s and classical 3.09 s."""
+    d = _decide(4096, 4096, 4096)
+    c = d.choice
+    assert (c.schemes, c.form, c.dispatches) == (("strassen",), "kernel", 14)
+    assert c.seconds == pytest.approx(0.3606, rel=0.01) and d.classical.seconds == pytest.approx(0.3807, rel=0.01)
+    assert c.parts["products"] == pytest.approx(7 * 2 * 2048 ** 3 / 373e9 * 1.05 + 7 * 8.95e-6, rel=1e-3)
+    assert c.parts["combine_b"] == pytest.approx(19 * 2048 ** 2 * 4 / (0.45 * 50.593e9) + 7 * 8.95e-6, rel=1e-3)
+    assert c.parts["combine_c"] == pytest.approx(12 * 2048 ** 2 * 8 / 50.593e9, rel=1e-3)
+    assert c.error == pytest.approx(numerics.predicted_error(["strassen"], 4096, "f32"))
+    d = _decide(8192, 8192, 8192)
+    assert (d.choice.schemes, d.choice.form, d.choice.dispatches) == (("strassen", "strassen"), "kernel", 98)
+    assert d.speedup == pytest.approx(1.18, abs=0.01)
+    assert d.choice.error <= numerics.default_max_error("f32")
+
+
+@pytest.mark.parametrize("M, N, K", [(512, 512, 512), (1024, 1024, 1024), (2048, 2048, 2048),
+                                     (2048, 14336, 4096), (2048, 3584, 18944)])
+def test_auto_keeps_classical_where_the_products_do_not_pay(M, N, K):
+    """At 2048^3 Strassen's 1024^3 products run at 339 GFLOP/s against the whole GEMM's 373: predicted
+    52 ms against 46 ms; at 512^3 its 256^3 products at IREE's 300 against 412. Llama-3-8B's gate/up at
+    2048 tokens: Strassen 673 ms against 675; Qwen2.5-7B's down: Strassen^2 755 ms against 781 (3.4%,
+    below the profile's 5%: the table's own spread)."""
+    d = _decide(M, N, K)
+    assert d.choice.is_classical and "not 5% faster" in d.reason and "(kernel, pad)" in d.reason
+
+
+def test_auto_refuses_what_the_kernel_cannot_run():
+    """Not candidates, and the reason says why: 4098 rows do not split into the 4 blocks of two levels (one
+    level's 2 do: Strassen is taken there); bf16 and f16 inputs (the kernel is f32 only)."""
+    d = _decide(4098, 4096, 4096, levels=2)
+    assert d.choice.is_classical and d.alternatives == []
+    assert d.reason == ("auto: no plan runs on the kernels of x86-falcon (1 kernel-form plan left out; "
+                        "strassen+strassen: 4098x4096x4096 (MxNxK) is not a multiple of strassen*strassen's "
+                        "format <4,4,4> (falcon's CPU kernel pads nothing)); classical")
+    assert _decide(4098, 4096, 4096).choice.schemes == ("strassen",)
+    for t in ("bf16", "f16"):
+        d = _decide(4096, 4096, 4096, t)
+        assert d.choice.is_classical and d.candidates == 0
+        assert d.reason.endswith(f"strassen: falcon's CPU kernel multiplies f32 x f32 -> f32 only, not {t} x {t} -> "
+                                 f"{t}); classical")
+    mixed = decision.decide(decision.Problem(4096, 4096, 4096, lhs="bf16", rhs="bf16", acc="f32"),
+                            decision.load_profile("x86-falcon"))
+    assert mixed.choice.is_classical and "not bf16 x bf16 -> f32" in mixed.reason
+
+
+def test_no_classical_blocking_on_falcons_kernel():
+    """Blocking pays where IREE's GEMM falls off at large sizes (x86-dev); falcon's kernel holds its rate, so
+    x86-falcon has no blocking plans, not even with the per-product form asked for (4096^3 in 2x2x2 blocks
+    would be predicted 3% faster than the kernel, within the model's error)."""
+    assert _decide(4096, 4096, 4096, forms=("per-product",)).blocked is None
+    assert _decide(8192, 8192, 8192, forms=("per-product",)).blocked is None
+
+
+def test_forced_unfit_plan_is_priced_and_says_why():
+    p = decision.load_profile("x86-falcon")
+    d = decision.decide(decision.Problem(4098, 4096, 4096), p, forced=("strassen", "strassen"), forms=("kernel",),
+                        edges=("pad",))
+    assert d.choice.schemes == ("strassen", "strassen") and d.choice.seconds > 0
+    assert d.choice.unfit and d.reason.endswith("(falcon's CPU kernel pads nothing)")
+
+
+def test_cuda_kernel_form_is_unchanged():
+    """GPU profiles keep their own kernel form (four dispatches, no CPU limits)."""
+    cm = decision.CostModel(decision.load_profile("h200-falcon"))
+    pb = decision.Problem(4098, 4096, 4096, lhs="bf16", rhs="bf16", acc="bf16")
+    est = cm.plan(pb, ("strassen", "strassen"), "pad", "kernel")
+    assert est.unfit is None and cm.unfit(pb, ("strassen",) * 2, "kernel") is None and "absmax" in est.parts
+
+
+# ----------------------------------------------------------------------------- the limits mirror CpuPlan
+
+def test_the_limits_are_the_kernels():
+    """The decision mirrors the kernel's constants without importing it."""
+    from falcon_mlir.kernels import cpu_gemm, cpu_plan
+
+    from fractions import Fraction
+
+    assert cpu_kernel.MAX_TERMS == cpu_gemm.MAX_TERMS
+    last = cpu_kernel.MAX_GRID - 1
+    assert cpu_plan.encode_term(last, last, 1) > 0
+    with pytest.raises(ValueError):
+        cpu_plan.encode_term(last + 1, 0, 1)
+    n, s = cpu_kernel.MAX_COEF_NUM, cpu_kernel.MAX_COEF_SHIFT
+    for c in (1, -1, Fraction(1, 2), Fraction(-3, 4), n, -n, n + 1, Fraction(n, 2 ** s), Fraction(n + 2, 2),
+              Fraction(1, 2 ** (s + 1)), Fraction(1, 3), Fraction(2, 6), Fraction(1024, 2)):
+        try:
+            cpu_plan.encode_term(0, 0, c)
+            taken = True
+        except ValueError:
+            taken = False
+        assert cpu_kernel.coef_ok(c) == taken, c
+
+
+@pytest.mark.parametrize("schemes, shape", [
+    (("strassen",), (64, 64, 64)),
+    (("strassen",), (66, 30, 2)),                           # odd blocks: fine
+    (("strassen",), (65, 64, 64)),                          # M odd: refused
+    (("strassen",), (64, 63, 64)),                          # N odd: refused
+    (("strassen",), (64, 64, 63)),                          # K odd: refused
+    (("strassen", "strassen"), (4096, 4096, 4096)),
+    (("strassen", "strassen"), (4098, 4096, 4096)),         # not a multiple of 4
+    (("strassen",) * 3, (64, 64, 64)),                      # 8 terms: the most the kernel takes
+    (("strassen",) * 4, (64, 64, 64)),                      # 16 terms: refused
+    (("winograd",), (64, 64, 64)),                          # 4 terms
+    (("winograd", "strassen"), (64, 64, 64)),               # 8
+    (("winograd", "winograd"), (64, 64, 64)),               # 16: refused
+    (("4x4x4:48",), (64, 64, 64)),                          # 16 terms, coefficients 1/2, 1/4: refused
+    (("2x4x4:26",), (64, 128, 128)),                        # 5 terms
+    (("3x3x3:23",), (96, 96, 96)),                          # if its terms and coefficients allow
+    (("3x3x3:23",), (64, 64, 64)),                          # refused
+    (("2x2x2:8",), (64, 64, 64)),                           # classical blocking: a valid plan
+])
+def test_decisions_limits_agree_with_cpu_plan(schemes, shape):
+    """cpu_kernel.unfit is None exactly where CpuPlan constructs (f32, the scheme composed)."""
+    from falcon_mlir.kernels.cpu_plan import CpuPlan
+
+    M, N, K = shape
+    why = cpu_kernel.unfit(decision.Problem(M, N, K), schemes)
+    try:
+        CpuPlan(M, N, K, "*".join(schemes))
+        runs = True
+    except ValueError:
+        runs = False
+    assert (why is None) == runs, why
+
+
+def test_term_statistics_compose():
+    st = cpu_kernel.term_stats(("strassen", "strassen"))
+    assert (st.m, st.k, st.n, st.R, st.terms, st.most) == (4, 4, 4, 49, (144, 144, 144), (4, 4, 4))
+    from falcon_mlir.catalog import get_scheme
+    s = get_scheme("winograd*strassen")
+    w = cpu_kernel.term_stats(("winograd", "strassen"))
+    assert w.terms == tuple(int((X != 0).sum()) for X in (s.U, s.V, s.W))
+    assert w.most == tuple(max(int((X[r] != 0).sum()) for r in range(s.R)) for X in (s.U, s.V, s.W))
+    assert cost.CostModel(decision.load_profile("x86-falcon")).unfit(
+        decision.Problem(64, 64, 64), ("strassen",), "per-product") is None

@@ -3,7 +3,8 @@ private function per kernel (or plan) wrapping its ``flow.dispatch``es, and a
 call of it in place of the contraction.
 
 The executables and wrappers are parsed from the text that
-:mod:`falcon_mlir.kernels.embed` and :mod:`falcon_mlir.kernels.lcma` write and
+:mod:`falcon_mlir.kernels.embed` and :mod:`falcon_mlir.kernels.lcma` (CUDA)
+and :mod:`falcon_mlir.kernels.cpu_embed` (falcon's CPU kernel) write and
 moved into the module; the call is built with the Python bindings. Modules
 whose functions are ``util.func`` (IREE's input phase and later) get
 ``util.func``/``util.call``; plain ``func.func`` modules (falcon-opt input)
@@ -38,7 +39,8 @@ class Splicer:
 
     Args:
         module_op: the module's ``ir.Operation``.
-        target_attr: the CUDA executable target attribute (the objects' key).
+        target_attr: the executable target attribute (the objects' key): CUDA's for the CUDA
+            kernels, llvm-cpu's for the CPU kernel (one splicer serves one target).
     """
 
     def __init__(self, module_op, target_attr: str):
@@ -49,6 +51,7 @@ class Splicer:
         self.symbols = {op.operation.attributes["sym_name"].value: op.operation
                         for op in self.block.operations if "sym_name" in op.operation.attributes}
         self.wrappers: Dict[tuple, str] = {}
+        self.executables: Dict[tuple, str] = {}
 
     # -- module-level text -------------------------------------------------------
     def _insert(self, text: str) -> None:
@@ -128,6 +131,49 @@ class Splicer:
             lines, c = plan_dispatches(plan, types=types)
             self._insert(plan_executables(plan, self.target_attr) + "\n" + self._wrapper(
                 name, f"%a: {a_t}, %b: {b_t}", lines, c, c_t))
+            self.wrappers[key] = name
+        return self.wrappers[key]
+
+    def cpu_function(self, obj, config, M: int, N: int, K: int, types: Optional[tuple] = None) -> str:
+        """The wrapper function's symbol for ``C = A @ B`` (f32, ``M x K`` times ``K x N``) on falcon's
+        CPU kernel: the executable of object file ``obj`` (built for blocking ``config``,
+        :func:`falcon_mlir.kernels.cpu_gemm.compile_object`) is added once per (object, config),
+        keyed by this splicer's llvm-cpu target; the wrapper (two ``flow.dispatch``: pack B, then
+        the GEMM) once per signature.
+
+        ``types``: A, B and C's tensor types as the contraction holds them (default ``M x K``,
+        ``K x N``, ``M x N``; any shapes of those buffers, e.g. with unit dimensions: C is
+        reshaped from ``M x N``).
+
+        Raises:
+            ValueError: the object's path cannot be linked by IREE (see
+                :func:`falcon_mlir.kernels.cpu_embed.executable_text`).
+            SymbolClashError: the module holds another op under the executable's or wrapper's name.
+        """
+        from falcon_mlir.kernels import cpu_embed
+
+        canonical = (type_text((M, K), "f32"), type_text((K, N), "f32"), type_text((M, N), "f32"))
+        types = tuple(types or canonical)
+        exe_key = ("cpu", str(obj), config)
+        exe = self.executables.get(exe_key)
+        if exe is None:
+            # Named by the blocking and a hash of the executable's text (object path, target, blocking).
+            digest = hashlib.sha256(cpu_embed.executable_text("falcon_cpu_sgemm", obj, self.target_attr,
+                                                              config).encode()).hexdigest()[:8]
+            c = config
+            exe = f"falcon_cpu_sgemm_{c.mr}x{c.nr}_k{c.kc}_{c.mc}x{c.nc}_p{c.pack_rows}_{digest}"
+            self._insert(cpu_embed.executable_text(exe, obj, self.target_attr, config))
+            self.executables[exe_key] = exe
+        key = (exe, M, N, K, types)
+        if key not in self.wrappers:
+            name = self._name(f"{exe}_{M}x{N}x{K}_call", types, canonical)
+            a_t, b_t, c_t = types
+            lines = cpu_embed.dispatch_lines(exe, M, N, K, config, types=(a_t, b_t))
+            result = "%r#0"
+            if c_t != canonical[2]:  # the op's C has unit dimensions: the same buffer, reshaped
+                lines.append(f"%c = flow.tensor.reshape %r#0 : {canonical[2]} -> {c_t}")
+                result = "%c"
+            self._insert(self._wrapper(name, f"%a: {a_t}, %b: {b_t}", lines, result, c_t))
             self.wrappers[key] = name
         return self.wrappers[key]
 

@@ -34,6 +34,30 @@ class SymbolClashError(PassError):
     an equal op is the same kernel, e.g. from an earlier run of the pass)."""
 
 
+def _own_entry_functions(text: str, exe: str, context) -> tuple:
+    """``(text, renamed)``: ``stream.executable`` text with each export and its function renamed
+    ``{exe}_{name}``, and ``{old: new}``. IREE links the executables of one llvm-cpu target into one,
+    whose functions must differ: two blockings of falcon's CPU kernel in one module each had a public
+    ``@pack_b`` ("multiple public symbols with the name: pack_b"); an export under another name than
+    its function (``@f as("pack_b")``) crashed iree-compile 3.13 (SpecializeEncodings)."""
+    parsed = ir.Module.parse("module {\n" + text + "\n}", context=context)
+    renamed = {}
+    for exe_op in parsed.body.operations:
+        ops = list(exe_op.regions[0].blocks[0].operations)
+        funcs = {f.operation.attributes["sym_name"].value: f.operation
+                 for m in ops if m.operation.name == "builtin.module"
+                 for f in m.regions[0].blocks[0].operations if "sym_name" in f.operation.attributes}
+        for op in ops:
+            if op.operation.name != "stream.executable.export":
+                continue
+            old = ir.FlatSymbolRefAttr(op.operation.attributes["function_ref"]).value
+            new = renamed[old] = f"{exe}_{old}"
+            op.operation.attributes["function_ref"] = ir.FlatSymbolRefAttr.get(new, context=context)
+            op.operation.attributes["sym_name"] = ir.StringAttr.get(new, context=context)
+            funcs[old].attributes["sym_name"] = ir.StringAttr.get(new, context=context)
+    return "\n".join(str(op) for op in parsed.body.operations), renamed
+
+
 class Splicer:
     """Adds kernels to one module and replaces contractions by calls.
 
@@ -155,20 +179,26 @@ class Splicer:
         canonical = (type_text((M, K), "f32"), type_text((K, N), "f32"), type_text((M, N), "f32"))
         types = tuple(types or canonical)
         exe_key = ("cpu", str(obj), config)
-        exe = self.executables.get(exe_key)
-        if exe is None:
+        if exe_key not in self.executables:
             # Named by the blocking and a hash of the executable's text (object path, target, blocking).
             digest = hashlib.sha256(cpu_embed.executable_text("falcon_cpu_sgemm", obj, self.target_attr,
                                                               config).encode()).hexdigest()[:8]
             c = config
-            exe = f"falcon_cpu_sgemm_{c.mr}x{c.nr}_k{c.kc}_{c.mc}x{c.nc}_p{c.pack_rows}_{digest}"
-            self._insert(cpu_embed.executable_text(exe, obj, self.target_attr, config))
-            self.executables[exe_key] = exe
+            name = f"falcon_cpu_sgemm_{c.mr}x{c.nr}_k{c.kc}_{c.mc}x{c.nc}_p{c.pack_rows}_{digest}"
+            text, renamed = _own_entry_functions(cpu_embed.executable_text(name, obj, self.target_attr, config),
+                                                 name, self.module.context)
+            self._insert(text)
+            self.executables[exe_key] = name, renamed
+        exe, renamed = self.executables[exe_key]
         key = (exe, M, N, K, types)
         if key not in self.wrappers:
             name = self._name(f"{exe}_{M}x{N}x{K}_call", types, canonical)
             a_t, b_t, c_t = types
             lines = cpu_embed.dispatch_lines(exe, M, N, K, config, types=(a_t, b_t))
+            for old, new in renamed.items():  # the exports' own names (see _own_entry_functions)
+                calls = f"@{exe}::@{old}["
+                assert any(calls in ln for ln in lines), f"no dispatch of {calls} in cpu_embed.dispatch_lines"
+                lines = [ln.replace(calls, f"@{exe}::@{new}[") for ln in lines]
             result = "%r#0"
             if c_t != canonical[2]:  # the op's C has unit dimensions: the same buffer, reshaped
                 lines.append(f"%c = flow.tensor.reshape %r#0 : {canonical[2]} -> {c_t}")

@@ -102,18 +102,20 @@ def analyze_only(module_op) -> List[dict]:
     return report
 
 
-def compile_falcon(mlir_text: str, lcma, flags: Sequence[str]) -> Tuple[bytes, List[dict]]:
+def compile_falcon(mlir_text: str, lcma, flags: Sequence[str], kernels="auto") -> Tuple[bytes, List[dict]]:
     """falcon's build: ``(vmfb, report)``; the report has one dict per
     contraction found (location, kind, M, N, K, batch, plan, reason).
     ``lcma``: an option string for ``falcon_mlir.api.compile_str``, None (no
-    rewrite), or ``"analyze"`` (report only, see :func:`analyze_only`)."""
+    rewrite), or ``"analyze"`` (report only, see :func:`analyze_only`).
+    ``kernels``: ``falcon_mlir.api.compile_str``'s (``"auto"``: on the host
+    CPU with AVX-512, f32 GEMMs run on falcon's CPU kernel; None: IREE's)."""
     from falcon_mlir.api import compile_str
 
     if lcma == "analyze":
         lcma = analyze_only
     vmfb, report = compile_str(mlir_text, target_backends=(), extra_args=list(flags),
                                input_type="stablehlo", lcma=lcma, return_report=True,
-                               input_name="llama_block.mlir")
+                               input_name="llama_block.mlir", kernels=kernels)
     return vmfb, list(report or [])
 
 
@@ -133,10 +135,10 @@ def tile_flags(tile_bytes: int) -> Tuple[str, ...]:
 
 
 def compile_split(text: str, flags: Sequence[str], lcma=None, *, falcon: bool = True,
-                  extra_flags: Sequence[str] = ()) -> Tuple[bytes, List[dict]]:
+                  extra_flags: Sequence[str] = (), kernels="auto") -> Tuple[bytes, List[dict]]:
     """Compiles the exported StableHLO ``text`` to a vmfb in two halves: to
-    :data:`SPLIT_PHASE` (``falcon``: by :func:`compile_falcon` with ``lcma``,
-    whose rewrite runs there; else by plain iree-compile,
+    :data:`SPLIT_PHASE` (``falcon``: by :func:`compile_falcon` with ``lcma``
+    and ``kernels``, whose rewrite and falcon-kernels run there; else by plain iree-compile,
     :func:`compile_classical`), then from there to the end by one
     iree-compile process with ``flags`` plus ``extra_flags`` (global LLVM
     options such as :func:`tile_flags` included: they stay in that process,
@@ -155,7 +157,7 @@ def compile_split(text: str, flags: Sequence[str], lcma=None, *, falcon: bool = 
 
     to = [f"--compile-to={SPLIT_PHASE}"]
     if falcon:
-        mid, report = compile_falcon(text, lcma, list(flags) + to)
+        mid, report = compile_falcon(text, lcma, list(flags) + to, kernels)
     else:
         mid, report = compile_classical(text, list(flags) + to), []
     vmfb = compile_str(mid, extra_args=list(flags) + list(extra_flags) + [f"--compile-from={SPLIT_PHASE}"])

@@ -103,14 +103,14 @@ def _choose(contractions, options: KernelsOptions) -> list:
             entry["reason"] = f"left to IREE: {kind}"
         elif kind == "classical" and plan is None and not options.classical:
             served, entry["reason"] = None, "left to IREE: classical=false"
-        elif kind == "classical" and plan is None and served.spec.flops < options.min_flops:
+        elif kind == "classical" and plan is None and served.spec.flops < options.flops_threshold():
             entry["reason"] = (f"left to IREE: {served.spec.flops:.3g} FLOP < min-flops "
-                               f"{options.min_flops:.3g}")
+                               f"{options.flops_threshold():.3g}")
             served = None
         elif kind == "classical" and plan is None and not iree_cannot(c) and \
-                intensity(served.spec) < options.min_intensity:
+                intensity(served.spec) < options.intensity_threshold():
             entry["reason"] = (f"left to IREE: memory-bound ({intensity(served.spec):.0f} FLOP/byte "
-                               f"< min-intensity {options.min_intensity:.0f}); IREE fuses its "
+                               f"< min-intensity {options.intensity_threshold():.0f}); IREE fuses its "
                                "elementwise neighbours")
             served = None
         else:
@@ -163,6 +163,8 @@ def run_falcon_kernels(module_op, options: Optional[KernelsOptions] = None) -> l
     contractions = find_contractions(root)
     if options.arch == "none":
         return []
+    if options.on_cpu:
+        return _run_cpu(root, contractions, options)
     arch = "sm_90a" if options.arch == "auto" else options.arch
     if not triton_available():
         report = []
@@ -178,10 +180,117 @@ def run_falcon_kernels(module_op, options: Optional[KernelsOptions] = None) -> l
     return [entry for _, _, entry in items]
 
 
+def _splicer(op, root, splicers: dict, target: str):
+    """The :class:`~.splice.Splicer` (made once, kept in ``splicers``) of the module ``op`` is in
+    (its symbol table: a nested module's functions cannot call symbols of the module around it)."""
+    from .splice import Splicer
+
+    m = op.parent
+    while m is not None and m.name != "builtin.module":
+        m = m.parent
+    m = (m or root).operation
+    for known, sp in splicers.items():
+        if known == m:
+            return sp
+    splicers[m] = Splicer(m, target)
+    return splicers[m]
+
+
+def _left(entry: dict, why: str) -> dict:
+    entry["reason"] = f"left to IREE: {why}"
+    return entry
+
+
+def _choose_cpu(contractions, options: KernelsOptions) -> list:
+    """``(contraction, CpuServed or None, entry)`` for each contraction (``arch=x86-avx512``)."""
+    from .serve_cpu import serve_cpu
+
+    out = []
+    for c in contractions:
+        entry = _entry(c, options)
+        served, why = serve_cpu(c)
+        if PLAN_ATTR in c.op.attributes:  # lcma-rewrite's to emit (a kernel-form plan is CUDA's)
+            served, why = None, f"{PLAN_ATTR} is lcma-rewrite's to emit (kernel-form plans run on sm_90a only)"
+        if served is None:
+            _left(entry, why)
+        elif not options.classical:
+            served = None
+            _left(entry, "classical=false")
+        elif served.flops < options.flops_threshold():
+            _left(entry, f"{served.flops:.3g} FLOP < min-flops {options.flops_threshold():.3g}")
+            served = None
+        elif served.intensity < options.intensity_threshold():
+            _left(entry, f"memory-bound ({served.intensity:.0f} FLOP/byte < min-intensity "
+                         f"{options.intensity_threshold():.0f})")
+            served = None
+        else:
+            entry["kernel"] = why
+            entry["reason"] = "falcon's CPU GEMM kernel"
+        out.append((c, served, entry))
+    return out
+
+
+def _cpu_target(options: KernelsOptions) -> str:
+    """The llvm-cpu executable target attribute of ``options.cpu_flags`` (the objects' key).
+
+    Raises:
+        PassError: IREE rejects the flags, they give no llvm-cpu target, or the target CPU lacks
+            the AVX-512 subsets the kernel needs.
+    """
+    from falcon_mlir.kernels import cpu_embed, cpu_gemm
+
+    flags = options.cpu_flags or cpu_embed.DEFAULT_CPU_FLAGS
+    try:
+        target = cpu_embed.cpu_target_attribute(flags)
+    except Exception as e:  # CompilerToolError (IREE's tool failed), ValueError (no llvm-cpu target)
+        lines = [ln.strip() for ln in str(e).splitlines() if "error:" in ln]
+        why = lines[0].split("error:", 1)[1].strip() if lines else " ".join(str(e).split())[:200]
+        raise PassError(f"falcon-kernels: no llvm-cpu target for cpu-flags={','.join(flags)}: {why}") from None
+    missing = cpu_gemm.missing_target_features(target) if 'cpu_features = "' in target else \
+        [f"+{f}" for f in cpu_gemm.REQUIRED_FEATURES]
+    if missing:
+        raise PassError(f"falcon-kernels: arch={options.arch} needs AVX-512 F/BW/DQ/VL on the target CPU; "
+                        f"the llvm-cpu target of cpu-flags={','.join(flags)} lacks {', '.join(missing)}")
+    return target
+
+
+def _run_cpu(root, contractions, options: KernelsOptions) -> list:
+    """``arch=x86-avx512``: serve the chosen contractions with falcon's CPU kernel; the report.
+
+    Raises:
+        PassError: see :func:`_cpu_target`; the C compiler failed on the kernel.
+    """
+    from falcon_mlir.kernels import cpu_gemm
+
+    try:
+        cpu_gemm.compiler()
+    except RuntimeError as e:  # no C compiler: nothing is served, each entry says why
+        return [_left(_entry(c, options), str(e)) for c in contractions]
+    items = _choose_cpu(contractions, options)
+    chosen = [it for it in items if it[1] is not None]
+    if not chosen:
+        return [entry for _, _, entry in items]
+    target = _cpu_target(options)
+    objects: dict = {}
+    splicers: dict = {}
+    for c, served, entry in chosen:
+        config = served.config
+        if config not in objects:
+            try:
+                objects[config] = cpu_gemm.compile_object(config)
+            except RuntimeError as e:
+                raise PassError(f"falcon-kernels: {e}", location=entry["location"]) from None
+        sp = _splicer(c.op, root, splicers, target)
+        types = tuple(str(v.type) for v in (c.op.operands[0], c.op.operands[1], c.op.results[0]))
+        fn = sp.cpu_function(objects[config], config, served.M, served.N, served.K, types)
+        entry.update(config=config.label, arch=options.arch, accumulate=served.accumulate)
+        sp.replace(c.op, fn, served.accumulate)
+    return [entry for _, _, entry in items]
+
+
 def _splice(root, chosen: list, compiled: list, options: KernelsOptions, arch: str) -> None:
     from falcon_mlir.kernels.embed import cuda_target_attribute
 
-    from .splice import Splicer
     from falcon_mlir.ir.transposed import find_transposed, materialize
 
     flags = ("--iree-hal-target-device=cuda",) + (
@@ -194,24 +303,10 @@ def _splice(root, chosen: list, compiled: list, options: KernelsOptions, arch: s
         raise PassError(f"falcon-kernels: IREE rejects cuda-target={options.cuda_target or '(its default)'}"
                         f": {why}") from None
     splicers: dict = {}
-
-    def splicer(op) -> Splicer:
-        """The splicer of the module ``op`` is in (its symbol table: a nested
-        module's functions cannot call symbols of the module around it)."""
-        m = op.parent
-        while m is not None and m.name != "builtin.module":
-            m = m.parent
-        m = (m or root).operation
-        for known, sp in splicers.items():
-            if known == m:
-                return sp
-        splicers[m] = Splicer(m, target)
-        return splicers[m]
-
     for (c, served, entry), k in zip(chosen, compiled):
         if isinstance(k, Exception):
             raise PassError(f"falcon-kernels: {k}", location=entry["location"])
-        sp = splicer(c.op)
+        sp = _splicer(c.op, root, splicers, target)
         # The call takes A, B and C as the op holds them (a batch of 1 keeps its
         # unit dimension there, which the kernel's spec drops: same buffers), or
         # an operand's transpose source viewed as the kernel reads it.

@@ -3,7 +3,8 @@ private function per kernel (or plan) wrapping its ``flow.dispatch``es, and a
 call of it in place of the contraction.
 
 The executables and wrappers are parsed from the text that
-:mod:`falcon_mlir.kernels.embed` and :mod:`falcon_mlir.kernels.lcma` write and
+:mod:`falcon_mlir.kernels.embed` and :mod:`falcon_mlir.kernels.lcma` (CUDA)
+and :mod:`falcon_mlir.kernels.cpu_embed` (falcon's CPU kernel) write and
 moved into the module; the call is built with the Python bindings. Modules
 whose functions are ``util.func`` (IREE's input phase and later) get
 ``util.func``/``util.call``; plain ``func.func`` modules (falcon-opt input)
@@ -33,12 +34,37 @@ class SymbolClashError(PassError):
     an equal op is the same kernel, e.g. from an earlier run of the pass)."""
 
 
+def _own_entry_functions(text: str, exe: str, context) -> tuple:
+    """``(text, renamed)``: ``stream.executable`` text with each export and its function renamed
+    ``{exe}_{name}``, and ``{old: new}``. IREE links the executables of one llvm-cpu target into one,
+    whose functions must differ: two blockings of falcon's CPU kernel in one module each had a public
+    ``@pack_b`` ("multiple public symbols with the name: pack_b"); an export under another name than
+    its function (``@f as("pack_b")``) crashed iree-compile 3.13 (SpecializeEncodings)."""
+    parsed = ir.Module.parse("module {\n" + text + "\n}", context=context)
+    renamed = {}
+    for exe_op in parsed.body.operations:
+        ops = list(exe_op.regions[0].blocks[0].operations)
+        funcs = {f.operation.attributes["sym_name"].value: f.operation
+                 for m in ops if m.operation.name == "builtin.module"
+                 for f in m.regions[0].blocks[0].operations if "sym_name" in f.operation.attributes}
+        for op in ops:
+            if op.operation.name != "stream.executable.export":
+                continue
+            old = ir.FlatSymbolRefAttr(op.operation.attributes["function_ref"]).value
+            new = renamed[old] = f"{exe}_{old}"
+            op.operation.attributes["function_ref"] = ir.FlatSymbolRefAttr.get(new, context=context)
+            op.operation.attributes["sym_name"] = ir.StringAttr.get(new, context=context)
+            funcs[old].attributes["sym_name"] = ir.StringAttr.get(new, context=context)
+    return "\n".join(str(op) for op in parsed.body.operations), renamed
+
+
 class Splicer:
     """Adds kernels to one module and replaces contractions by calls.
 
     Args:
         module_op: the module's ``ir.Operation``.
-        target_attr: the CUDA executable target attribute (the objects' key).
+        target_attr: the executable target attribute (the objects' key): CUDA's for the CUDA
+            kernels, llvm-cpu's for the CPU kernel (one splicer serves one target).
     """
 
     def __init__(self, module_op, target_attr: str):
@@ -49,6 +75,7 @@ class Splicer:
         self.symbols = {op.operation.attributes["sym_name"].value: op.operation
                         for op in self.block.operations if "sym_name" in op.operation.attributes}
         self.wrappers: Dict[tuple, str] = {}
+        self.executables: Dict[tuple, str] = {}
 
     # -- module-level text -------------------------------------------------------
     def _insert(self, text: str) -> None:
@@ -128,6 +155,55 @@ class Splicer:
             lines, c = plan_dispatches(plan, types=types)
             self._insert(plan_executables(plan, self.target_attr) + "\n" + self._wrapper(
                 name, f"%a: {a_t}, %b: {b_t}", lines, c, c_t))
+            self.wrappers[key] = name
+        return self.wrappers[key]
+
+    def cpu_function(self, obj, config, M: int, N: int, K: int, types: Optional[tuple] = None) -> str:
+        """The wrapper function's symbol for ``C = A @ B`` (f32, ``M x K`` times ``K x N``) on falcon's
+        CPU kernel: the executable of object file ``obj`` (built for blocking ``config``,
+        :func:`falcon_mlir.kernels.cpu_gemm.compile_object`) is added once per (object, config),
+        keyed by this splicer's llvm-cpu target; the wrapper (two ``flow.dispatch``: pack B, then
+        the GEMM) once per signature.
+
+        ``types``: A, B and C's tensor types as the contraction holds them (default ``M x K``,
+        ``K x N``, ``M x N``; any shapes of those buffers, e.g. with unit dimensions: C is
+        reshaped from ``M x N``).
+
+        Raises:
+            ValueError: the object's path cannot be linked by IREE (see
+                :func:`falcon_mlir.kernels.cpu_embed.executable_text`).
+            SymbolClashError: the module holds another op under the executable's or wrapper's name.
+        """
+        from falcon_mlir.kernels import cpu_embed
+
+        canonical = (type_text((M, K), "f32"), type_text((K, N), "f32"), type_text((M, N), "f32"))
+        types = tuple(types or canonical)
+        exe_key = ("cpu", str(obj), config)
+        if exe_key not in self.executables:
+            # Named by the blocking and a hash of the executable's text (object path, target, blocking).
+            digest = hashlib.sha256(cpu_embed.executable_text("falcon_cpu_sgemm", obj, self.target_attr,
+                                                              config).encode()).hexdigest()[:8]
+            c = config
+            name = f"falcon_cpu_sgemm_{c.mr}x{c.nr}_k{c.kc}_{c.mc}x{c.nc}_p{c.pack_rows}_{digest}"
+            text, renamed = _own_entry_functions(cpu_embed.executable_text(name, obj, self.target_attr, config),
+                                                 name, self.module.context)
+            self._insert(text)
+            self.executables[exe_key] = name, renamed
+        exe, renamed = self.executables[exe_key]
+        key = (exe, M, N, K, types)
+        if key not in self.wrappers:
+            name = self._name(f"{exe}_{M}x{N}x{K}_call", types, canonical)
+            a_t, b_t, c_t = types
+            lines = cpu_embed.dispatch_lines(exe, M, N, K, config, types=(a_t, b_t))
+            for old, new in renamed.items():  # the exports' own names (see _own_entry_functions)
+                calls = f"@{exe}::@{old}["
+                assert any(calls in ln for ln in lines), f"no dispatch of {calls} in cpu_embed.dispatch_lines"
+                lines = [ln.replace(calls, f"@{exe}::@{new}[") for ln in lines]
+            result = "%r#0"
+            if c_t != canonical[2]:  # the op's C has unit dimensions: the same buffer, reshaped
+                lines.append(f"%c = flow.tensor.reshape %r#0 : {canonical[2]} -> {c_t}")
+                result = "%c"
+            self._insert(self._wrapper(name, f"%a: {a_t}, %b: {b_t}", lines, result, c_t))
             self.wrappers[key] = name
         return self.wrappers[key]
 

@@ -24,6 +24,16 @@ import importlib.util  # noqa: E402
 if importlib.util.find_spec("triton") is not None:
     config.available_features.add("triton")
 
+# `REQUIRES: cpu-kernel-cc`: tests that build falcon's CPU kernel (an x86-64 machine with gcc or
+# $FALCON_CC; the kernel is not run, so AVX-512 is not needed).
+import platform  # noqa: E402
+
+if platform.machine().lower() in ("x86_64", "amd64") and shutil.which(os.environ.get("FALCON_CC") or "gcc"):
+    config.available_features.add("cpu-kernel-cc")
+for var in ("FALCON_CC", "FALCON_KERNEL_CACHE"):
+    if var in os.environ:
+        config.environment[var] = os.environ[var]
+
 # FileCheck comes from the `filecheck` package (a Python port of LLVM's FileCheck).
 filecheck = shutil.which("filecheck") or "filecheck"
 config.substitutions.append(("FileCheck", filecheck))

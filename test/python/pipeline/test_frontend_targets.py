@@ -226,7 +226,7 @@ def test_jax_export_bytecode_is_vhlo():
 
 def test_jax_export_bytecode_host_rewrite_matches_classical_and_jax():
     c = _jax_case()
-    classical, creport = falcon_mlir.compile_str(c["bytecode"], extra_args=HOST, lcma=None,
+    classical, creport = falcon_mlir.compile_str(c["bytecode"], extra_args=HOST, lcma=None, kernels=None,
                                                  return_report=True)
     assert creport == []
     falcon, report = falcon_mlir.compile_str(c["bytecode"], extra_args=HOST, lcma=STRASSEN,

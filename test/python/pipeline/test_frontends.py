@@ -43,8 +43,9 @@ BF16_TOL = 2e-2  # bf16 results (one rounding to bf16 = 2^-8 relative)
 
 
 def _compile_both(text):
-    """(classical vmfb, falcon vmfb, falcon report) for MLIR text."""
-    classic, classic_report = falcon_mlir.compile_str(text, extra_args=CPU, lcma=None,
+    """(classical vmfb, falcon vmfb, falcon report) for MLIR text (classical: plain IREE, no rewrite
+    and none of falcon's kernels)."""
+    classic, classic_report = falcon_mlir.compile_str(text, extra_args=CPU, lcma=None, kernels=None,
                                                       return_report=True)
     assert classic_report == []
     falcon, report = falcon_mlir.compile_str(text, extra_args=CPU, lcma=STRASSEN,

@@ -1,0 +1,262 @@
+"""falcon-kernels with arch=x86-avx512: which contractions falcon's CPU kernel serves, the module the
+pass builds, its report, and the numerics of falcon-compile'd modules against float64.
+
+The tests that build the kernel's object need an x86-64 machine with gcc (or ``$FALCON_CC``); those
+that run it need AVX-512 F/BW/DQ/VL too (skipped otherwise)."""
+
+from __future__ import annotations
+
+import platform
+
+import numpy as np
+import pytest
+from iree.compiler import ir
+
+import falcon_mlir
+from falcon_mlir.ir.contraction import find_contractions
+from falcon_mlir.kernels import cpu_gemm
+from falcon_mlir.options import OptionError
+from falcon_mlir.passes import PassError
+from falcon_mlir.passes.falcon_kernels import KernelsOptions, run_falcon_kernels
+from falcon_mlir.passes.falcon_kernels.options import CPU_MIN_FLOPS, MIN_FLOPS, MIN_INTENSITY
+from falcon_mlir.passes.falcon_kernels.serve_cpu import serve_cpu
+from falcon_mlir.pipeline import assemble
+from falcon_mlir.runner import Module
+
+
+def _have_cc() -> bool:
+    try:
+        cpu_gemm.compiler()
+    except RuntimeError:
+        return False
+    return platform.machine().lower() in ("x86_64", "amd64")
+
+
+needs_cc = pytest.mark.skipif(not _have_cc(), reason="needs an x86-64 machine with gcc")
+needs_avx512 = pytest.mark.skipif(not (_have_cc() and cpu_gemm.host_has_avx512()),
+                                  reason="needs gcc and an AVX-512 F/BW/DQ/VL CPU")
+
+#: A named AVX-512 CPU: the pass's object key without depending on this machine's CPU.
+ZNVER4 = ("--iree-hal-target-device=local", "--iree-hal-local-target-device-backends=llvm-cpu",
+          "--iree-llvmcpu-target-cpu=znver4")
+
+MM = """func.func @{fn}(%a: tensor<{M}x{K}x{t}>, %b: tensor<{K}x{N}x{t}>) -> tensor<{M}x{N}x{t}> {{
+  %cst = arith.constant 0.0 : {t}
+  %e = tensor.empty() : tensor<{M}x{N}x{t}>
+  %f = linalg.fill ins(%cst : {t}) outs(%e : tensor<{M}x{N}x{t}>) -> tensor<{M}x{N}x{t}>
+  %0 = linalg.matmul ins(%a, %b : tensor<{M}x{K}x{t}>, tensor<{K}x{N}x{t}>) outs(%f : tensor<{M}x{N}x{t}>) -> tensor<{M}x{N}x{t}>
+  return %0 : tensor<{M}x{N}x{t}>
+}}
+"""
+
+MM_ACC = """func.func @{fn}(%a: tensor<{M}x{K}xf32>, %b: tensor<{K}x{N}xf32>, %c: tensor<{M}x{N}xf32>) -> tensor<{M}x{N}xf32> {{
+  %0 = linalg.matmul ins(%a, %b : tensor<{M}x{K}xf32>, tensor<{K}x{N}xf32>) outs(%c : tensor<{M}x{N}xf32>) -> tensor<{M}x{N}xf32>
+  return %0 : tensor<{M}x{N}xf32>
+}}
+"""
+
+MM_TB = """func.func @{fn}(%a: tensor<{M}x{K}xf32>, %b: tensor<{N}x{K}xf32>, %c: tensor<{M}x{N}xf32>) -> tensor<{M}x{N}xf32> {{
+  %0 = linalg.matmul indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d2)>, affine_map<(d0, d1, d2) -> (d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>] ins(%a, %b : tensor<{M}x{K}xf32>, tensor<{N}x{K}xf32>) outs(%c : tensor<{M}x{N}xf32>) -> tensor<{M}x{N}xf32>
+  return %0 : tensor<{M}x{N}xf32>
+}}
+"""
+
+MM_TA = """func.func @{fn}(%a: tensor<{K}x{M}xf32>, %b: tensor<{K}x{N}xf32>, %c: tensor<{M}x{N}xf32>) -> tensor<{M}x{N}xf32> {{
+  %0 = linalg.matmul indexing_maps = [affine_map<(d0, d1, d2) -> (d2, d0)>, affine_map<(d0, d1, d2) -> (d2, d1)>, affine_map<(d0, d1, d2) -> (d0, d1)>] ins(%a, %b : tensor<{K}x{M}xf32>, tensor<{K}x{N}xf32>) outs(%c : tensor<{M}x{N}xf32>) -> tensor<{M}x{N}xf32>
+  return %0 : tensor<{M}x{N}xf32>
+}}
+"""
+
+BMM = """func.func @{fn}(%a: tensor<{B}x{M}x{K}xf32>, %b: tensor<{B}x{K}x{N}xf32>, %c: tensor<{B}x{M}x{N}xf32>) -> tensor<{B}x{M}x{N}xf32> {{
+  %0 = linalg.batch_matmul ins(%a, %b : tensor<{B}x{M}x{K}xf32>, tensor<{B}x{K}x{N}xf32>) outs(%c : tensor<{B}x{M}x{N}xf32>) -> tensor<{B}x{M}x{N}xf32>
+  return %0 : tensor<{B}x{M}x{N}xf32>
+}}
+"""
+
+# A 3-D x 2-D projection (x @ W over batch x tokens): M is two adjacent loop dimensions.
+PROJ = """func.func @{fn}(%a: tensor<{B}x{M}x{K}xf32>, %b: tensor<{K}x{N}xf32>, %c: tensor<{B}x{M}x{N}xf32>) -> tensor<{B}x{M}x{N}xf32> {{
+  %0 = linalg.generic {{indexing_maps = [affine_map<(b, m, n, k) -> (b, m, k)>, affine_map<(b, m, n, k) -> (k, n)>, affine_map<(b, m, n, k) -> (b, m, n)>], iterator_types = ["parallel", "parallel", "parallel", "reduction"]}} ins(%a, %b : tensor<{B}x{M}x{K}xf32>, tensor<{K}x{N}xf32>) outs(%c : tensor<{B}x{M}x{N}xf32>) {{
+  ^bb0(%x: f32, %y: f32, %z: f32):
+    %p = arith.mulf %x, %y : f32
+    %s = arith.addf %z, %p : f32
+    linalg.yield %s : f32
+  }} -> tensor<{B}x{M}x{N}xf32>
+  return %0 : tensor<{B}x{M}x{N}xf32>
+}}
+"""
+
+DYN = """func.func @dyn(%a: tensor<?x64xf32>, %b: tensor<64x32xf32>, %c: tensor<?x32xf32>) -> tensor<?x32xf32> {
+  %0 = linalg.matmul ins(%a, %b : tensor<?x64xf32>, tensor<64x32xf32>) outs(%c : tensor<?x32xf32>) -> tensor<?x32xf32>
+  return %0 : tensor<?x32xf32>
+}
+"""
+
+
+def _served(text: str):
+    with ir.Context():
+        m = ir.Module.parse(text)  # alive while serve_cpu reads the op
+        return serve_cpu(find_contractions(m.operation)[0])
+
+
+def test_serves_row_major_f32_with_unit_batch_and_folded_m():
+    s, kind = _served(MM.format(fn="mm", M=67, N=45, K=83, t="f32"))
+    assert kind == "classical" and (s.M, s.N, s.K, s.accumulate) == (67, 45, 83, False)
+    assert s.config == cpu_gemm.choose_config(67, 45, 83) and s.flops == 2 * 67 * 45 * 83
+    s, _ = _served(BMM.format(fn="bmm", B=1, M=40, N=24, K=56))
+    assert (s.M, s.N, s.K, s.accumulate) == (40, 24, 56, True)  # C is an argument: accumulated
+    s, _ = _served(PROJ.format(fn="proj", B=3, M=20, N=24, K=56))
+    assert (s.M, s.N, s.K) == (60, 24, 56)  # batch x tokens rows of one row-major A
+
+
+@pytest.mark.parametrize("text, why", [
+    (MM_TB.format(fn="tb", M=64, N=48, K=32), "B is transposed (stored N x K): falcon's CPU kernel reads A as M x K"),
+    (MM_TA.format(fn="ta", M=64, N=48, K=32), "A is transposed (stored K x M)"),
+    (BMM.format(fn="bmm", B=3, M=64, N=48, K=32), "batch 3: falcon's CPU kernel runs one GEMM (batch 1 only)"),
+    (MM.format(fn="mm", M=64, N=48, K=32, t="f64"), "f64 x f64 -> f64: falcon's CPU kernel takes f32 x f32 -> f32"),
+    (MM.format(fn="mm", M=64, N=48, K=32, t="bf16"), "bf16 x bf16 -> bf16: falcon's CPU kernel takes f32"),
+    (DYN, "dynamic M: falcon's CPU kernel is built for static sizes"),
+])
+def test_what_is_left_to_iree_says_why(text, why):
+    s, reason = _served(text)
+    assert s is None and reason.startswith(why)
+
+
+def test_options_arch_cpu_flags_and_per_arch_thresholds():
+    o = KernelsOptions.parse("x86-avx512 cpu-flags=--iree-llvmcpu-target-cpu=znver4,"
+                             "--iree-llvmcpu-target-cpu-features=+avx512f,+avx512bw")
+    assert o.arch == "x86-avx512" and o.on_cpu
+    assert o.cpu_flags == ("--iree-llvmcpu-target-cpu=znver4", "--iree-llvmcpu-target-cpu-features=+avx512f,+avx512bw")
+    from falcon_mlir.options import to_text
+
+    assert KernelsOptions.parse(to_text(o)) == o  # the text form reads back
+    assert (o.flops_threshold(), o.intensity_threshold()) == (CPU_MIN_FLOPS, 0.0)
+    cuda = KernelsOptions.parse("sm_90a")
+    assert (cuda.flops_threshold(), cuda.intensity_threshold()) == (MIN_FLOPS, MIN_INTENSITY)
+    assert KernelsOptions.parse("x86-avx512 min-flops=5 min-intensity=2").flops_threshold() == 5
+    with pytest.raises(OptionError, match="cpu-flags: 'znver4' is not an iree-compile flag"):
+        KernelsOptions.parse("cpu-flags=znver4")
+
+
+def _run_pass(text: str, options: str = "x86-avx512 min-flops=0"):
+    opts = KernelsOptions.parse(options + " cpu-flags=" + ",".join(ZNVER4))
+    with ir.Context():
+        m = ir.Module.parse(text)
+        rep = run_falcon_kernels(m.operation, opts)
+        out = str(m)
+        ir.Module.parse(out)  # the printed module parses back
+    return rep, out
+
+
+@needs_cc
+def test_pass_report_and_one_executable_per_blocking():
+    """Two blockings (a small shape and one of >= 40 blocks of 112 x 512) in one module: two
+    executables with their own export names (IREE links them into one); a transposed B left to IREE."""
+    text = MM.format(fn="small", M=67, N=45, K=83, t="f32") + MM.format(fn="big", M=1200, N=2100, K=64, t="f32") \
+        + MM.format(fn="small2", M=67, N=45, K=83, t="f32") + MM_TB.format(fn="tb", M=64, N=48, K=32)
+    rep, out = _run_pass(text)
+    assert [e["kernel"] for e in rep] == ["classical", "classical", "classical", None]
+    assert [e.get("config") for e in rep] == ["cpu14x32,k256,28x256", "cpu14x32,k256,112x512",
+                                              "cpu14x32,k256,28x256", None]
+    assert rep[0]["arch"] == "x86-avx512" and rep[0]["reason"] == "falcon's CPU GEMM kernel"
+    assert rep[0]["accumulate"] is False
+    assert rep[3]["reason"].startswith("left to IREE: B is transposed")
+    assert out.count("stream.executable private @falcon_cpu_sgemm_") == 2
+    wrappers = [ln for ln in out.splitlines() if ln.strip().startswith("func.func private @falcon_cpu_sgemm_")]
+    assert len(wrappers) == 2 and out.count("_67x45x83_call(%arg0, %arg1)") == 2  # one wrapper, two calls
+    assert out.count("flow.dispatch") == 4 and out.count("linalg.matmul") == 1
+    for exe in ("falcon_cpu_sgemm_14x32_k256_28x256_p16_", "falcon_cpu_sgemm_14x32_k256_112x512_p16_"):
+        name = out.split(f"stream.executable private @{exe}")[1].split()[0]
+        assert f"stream.executable.export public @{exe}{name}_pack_b workgroups" in out
+        assert f'cpu = "znver4"' in out
+
+
+@needs_cc
+def test_default_min_flops_and_intensity():
+    rep, out = _run_pass(MM.format(fn="mm", M=128, N=128, K=128, t="f32") +
+                         MM.format(fn="mm2", M=256, N=256, K=256, t="f32"), "x86-avx512")
+    assert rep[0]["reason"] == "left to IREE: 4.19e+06 FLOP < min-flops 3.36e+07"
+    assert rep[1]["kernel"] == "classical"  # 2 x 256^3: the threshold itself is served
+    rep, _ = _run_pass(MM.format(fn="mm", M=16, N=512, K=512, t="f32"), "x86-avx512 min-flops=0 min-intensity=20")
+    assert rep[0]["reason"] == "left to IREE: memory-bound (8 FLOP/byte < min-intensity 20)"
+
+
+@needs_cc
+def test_target_without_avx512_is_one_pass_error():
+    opts = KernelsOptions.parse("x86-avx512 min-flops=0 cpu-flags=--iree-hal-target-device=local,"
+                                "--iree-hal-local-target-device-backends=llvm-cpu,--iree-llvmcpu-target-cpu=haswell")
+    with ir.Context():
+        m = ir.Module.parse(MM.format(fn="mm", M=67, N=45, K=83, t="f32"))
+        with pytest.raises(PassError, match=r"^falcon-kernels: arch=x86-avx512 needs AVX-512 F/BW/DQ/VL .* "
+                                            r"lacks \+avx512f, \+avx512bw, \+avx512dq, \+avx512vl$"):
+            run_falcon_kernels(m.operation, opts)
+
+
+def test_no_compiler_leaves_every_contraction_to_iree(monkeypatch):
+    monkeypatch.setenv("FALCON_CC", "no-such-cc-falcon")
+    rep, out = _run_pass(MM.format(fn="mm", M=67, N=45, K=83, t="f32"))
+    assert rep[0]["kernel"] is None and "linalg.matmul" in out
+    assert rep[0]["reason"] == ("left to IREE: no C compiler 'no-such-cc-falcon' for falcon's CPU kernel: "
+                                "install gcc or set FALCON_CC")
+
+
+# -- falcon-compile / the API -------------------------------------------------------------------------
+def _inputs(*shapes, seed=0):
+    rng = np.random.default_rng([seed, *[d for s in shapes for d in s]])
+    return [rng.standard_normal(s, dtype=np.float32) for s in shapes]
+
+
+def _check(out, ref, K):
+    """Max-norm relative error within a classical f32 bound that grows with K."""
+    err = float(np.abs(out - ref).max() / np.abs(ref).max())
+    assert err < 2 * K * 2.0 ** -24, err
+
+
+@needs_avx512
+@pytest.mark.parametrize("M, N, K", [(67, 45, 83), (130, 260, 70)])
+def test_falcon_compile_numerics_and_report(M, N, K):
+    text = MM.format(fn="mm", M=M, N=N, K=K, t="f32") + MM_ACC.format(fn="acc", M=M, N=N, K=K)
+    vmfb, rep = falcon_mlir.compile_str(text, kernels="min-flops=0", return_report=True)
+    ks = [e["kernels"][0] for e in rep]
+    assert [k["kernel"] for k in ks] == ["classical", "classical"]
+    assert [k["accumulate"] for k in ks] == [False, True]
+    assert ks[0]["config"] == cpu_gemm.choose_config(M, N, K).label
+    assert ks[0]["defaults"]["arch"].startswith("x86-avx512 (llvm-cpu target CPU with AVX-512")
+    assert "profile" not in rep[0].get("defaults", {})  # the CPU kernel implies no lcma-rewrite profile
+    a, b, c = _inputs((M, K), (K, N), (M, N))
+    mod = Module(vmfb)
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    _check(mod("mm", a, b), ref, K)
+    _check(mod("acc", a, b, c), ref + c, K)
+
+
+@needs_avx512
+def test_kernels_none_leaves_iree_code():
+    text = MM.format(fn="mm", M=67, N=45, K=83, t="f32")
+    with_kernel = falcon_mlir.compile_str(text, kernels="min-flops=0")
+    plain, rep = falcon_mlir.compile_str(text, kernels="none", return_report=True)
+    assert b"falcon_cpu_sgemm" in with_kernel and b"falcon_cpu_sgemm" not in plain
+    assert all("kernels" not in e for e in rep)
+
+
+def test_target_defaults_for_cpus(monkeypatch):
+    """An x86 CPU without AVX-512 states why the kernel is off; no C compiler likewise; the kernel
+    never sets lcma-rewrite's profile; a form=kernel plan still needs CUDA."""
+    haswell = list(ZNVER4[:2]) + ["--iree-llvmcpu-target-cpu=haswell"]
+    assert assemble.kernels_options("auto", haswell) is None
+    text = MM.format(fn="mm", M=64, N=48, K=32, t="f32")
+    _, rep = falcon_mlir.compile_str(text, extra_args=haswell, target_backends=(), return_report=True)
+    k = rep[0]["kernels"][0]
+    assert k["kernel"] is None and k["reason"] == ("left to IREE: llvm-cpu target, an x86-64 CPU without "
+                                                  "AVX-512 F/BW/DQ/VL: falcon's CPU kernel needs them")
+    assert k["defaults"]["arch"].startswith("none (llvm-cpu target, an x86-64 CPU without AVX-512")
+    if _have_cc() and cpu_gemm.host_has_avx512():
+        host = assemble.with_default_target([])
+        stages = assemble.rewrite_stages("auto", "auto", host)
+        assert stages[-1].text.startswith("falcon-kernels{arch=x86-avx512 cpu-flags=--iree-hal-target-device=local")
+        assert "profile" not in stages[0].report_extra.get("defaults", {})
+        with pytest.raises(OptionError, match="form=kernel needs the falcon-kernels pass, which does not run "
+                                              r"here: the target is not cuda \(falcon's CPU kernel runs "):
+            assemble.rewrite_stages("scheme=strassen form=kernel", "auto", host)
+        monkeypatch.setenv("FALCON_CC", "no-such-cc-falcon")
+        assert assemble.kernels_options("auto", host) is None
+        assert assemble.cpu_kernel_blocker(tuple(host)) == "compiler"

@@ -170,14 +170,24 @@ CPU_DEFAULTS = {
     for cpu in NO_NATIVE_BF16_CPUS
 }
 
-#: What falcon-kernels running on CUDA (arch sm_90a) implies for the other passes;
-#: its CPU kernel (x86-avx512) implies nothing: the lcma-rewrite profile stays the CPU's.
+#: What falcon-kernels running implies for the other passes, by where its kernels run: on CUDA
+#: (arch sm_90a) the profile of falcon's generated CUDA kernels; on the CPU (x86-avx512) the
+#: profile of falcon's CPU kernel, whose kernel form runs LCMA plans with the combines inside it.
 KERNEL_DEFAULTS = {
-    "lcma-rewrite": (
-        Default("profile", "h200-falcon", "falcon-kernels on: the profile of falcon's generated "
-                                          "kernels (classical and kernel-form plans), measured "
-                                          "on the H200"),
-    ),
+    "cuda": {
+        "lcma-rewrite": (
+            Default("profile", "h200-falcon", "falcon-kernels on: the profile of falcon's generated "
+                                              "kernels (classical and kernel-form plans), measured "
+                                              "on the H200"),
+        ),
+    },
+    "cpu": {
+        "lcma-rewrite": (
+            Default("profile", "x86-falcon", "falcon-kernels on (x86-avx512): the profile of falcon's "
+                                             "CPU kernel (classical and kernel-form plans, the "
+                                             "combines inside the kernel), measured on this machine"),
+        ),
+    },
 }
 
 #: The compile target (:data:`falcon_mlir.targets.TARGETS`) when the flags name
@@ -334,14 +344,14 @@ def _apply(options, defaults, applied: dict):
     return options
 
 
-def _with_defaults(options, pass_name: str, flags: Sequence[str], kernels: bool = False):
+def _with_defaults(options, pass_name: str, flags: Sequence[str], kernels: Optional[str] = None):
     """``(options, applied)``: :data:`PIPELINE_DEFAULTS`, :data:`KERNEL_DEFAULTS`
-    (when falcon-kernels runs) and the :data:`TARGET_DEFAULTS` of every device
-    ``flags`` select, for ``pass_name``."""
+    (when falcon-kernels runs: ``kernels`` is ``"cuda"`` or ``"cpu"``, where its kernels run) and the
+    :data:`TARGET_DEFAULTS` of every device ``flags`` select, for ``pass_name``."""
     applied: dict = {}
     options = _apply(options, PIPELINE_DEFAULTS.get(pass_name, ()), applied)
     if kernels:
-        options = _apply(options, KERNEL_DEFAULTS.get(pass_name, ()), applied)
+        options = _apply(options, KERNEL_DEFAULTS[kernels].get(pass_name, ()), applied)
     devices = {d.split(":")[0] for d in target_devices(flags)}
     for device, per_pass in TARGET_DEFAULTS.items():
         if any(d.startswith(device) for d in devices):
@@ -557,17 +567,15 @@ def rewrite_stages(lcma, tiles, flags: Sequence[str], kernels="auto") -> list:
     stages = []
     kopts, kapplied = _kernels(kernels, flags)
     options = lcma_options(lcma)
-    if options is not None and options.form == "kernel" and (kopts is None or kopts.on_cpu):
+    if options is not None and options.form == "kernel" and kopts is None:
         from falcon_mlir.options import OptionError
 
-        why = ("the target is not cuda" + (" (falcon's CPU kernel runs classical GEMMs only)"
-                                           if kopts is not None else "")
-               if not targets_cuda(flags) else kapplied.get("arch", "falcon-kernels is off (kernels=none)"))
+        why = kapplied.get("arch", "falcon-kernels is off (kernels=none)")
         raise OptionError(f"form=kernel needs the falcon-kernels pass, which does not run here: {why} "
                           "(the contractions would stay classical under a report that says rewritten)")
     if options is not None:
         options, applied = _with_defaults(options, "lcma-rewrite", flags,
-                                          kernels=kopts is not None and not kopts.on_cpu)
+                                          kernels=None if kopts is None else "cpu" if kopts.on_cpu else "cuda")
         extra = {"defaults": applied} if applied else {}
         mismatch = profile_mismatch(options, flags)
         if mismatch:

@@ -208,11 +208,13 @@ def _choose_cpu(contractions, options: KernelsOptions) -> list:
     out = []
     for c in contractions:
         entry = _entry(c, options)
-        served, why = serve_cpu(c)
-        if PLAN_ATTR in c.op.attributes:  # lcma-rewrite's to emit (a kernel-form plan is CUDA's)
-            served, why = None, f"{PLAN_ATTR} is lcma-rewrite's to emit (kernel-form plans run on sm_90a only)"
+        plan, why = _kernel_plan(c)
+        served, kind = serve_cpu(c, plan) if why is None else (None, why.removeprefix("left to IREE: "))
         if served is None:
-            _left(entry, why)
+            _left(entry, kind)
+        elif kind == "plan" or (plan is not None and served.note):
+            entry["kernel"] = kind
+            entry["reason"] = served.note or "kernel-form plan on falcon's CPU kernel (combines inside it)"
         elif not options.classical:
             served = None
             _left(entry, "classical=false")
@@ -224,7 +226,7 @@ def _choose_cpu(contractions, options: KernelsOptions) -> list:
                          f"{options.intensity_threshold():.0f})")
             served = None
         else:
-            entry["kernel"] = why
+            entry["kernel"] = kind
             entry["reason"] = "falcon's CPU GEMM kernel"
         out.append((c, served, entry))
     return out
@@ -282,7 +284,13 @@ def _run_cpu(root, contractions, options: KernelsOptions) -> list:
                 raise PassError(f"falcon-kernels: {e}", location=entry["location"]) from None
         sp = _splicer(c.op, root, splicers, target)
         types = tuple(str(v.type) for v in (c.op.operands[0], c.op.operands[1], c.op.results[0]))
-        fn = sp.cpu_function(objects[config], config, served.M, served.N, served.K, types)
+        if served.plan is not None:
+            p = served.plan
+            fn = sp.cpu_plan_function(objects[config], p, types)
+            entry["plan"] = {"scheme": p.scheme, "R": p.R, "dispatches": 2 * p.R,
+                             "blocks": [p.Mb, p.Nb, p.Kb]}
+        else:
+            fn = sp.cpu_function(objects[config], config, served.M, served.N, served.K, types)
         entry.update(config=config.label, arch=options.arch, accumulate=served.accumulate)
         sp.replace(c.op, fn, served.accumulate)
     return [entry for _, _, entry in items]

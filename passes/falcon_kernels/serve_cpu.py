@@ -40,6 +40,10 @@ class CpuServed:
         M, N, K: the GEMM's sizes (elements; M and N may fold several unit or adjacent dimensions).
         config: the kernel's blocking for this shape.
         accumulate: C's initial value is not a zero fill: the kernel's result is added to it.
+        plan: the kernel-form LCMA plan it runs (:class:`~falcon_mlir.kernels.cpu_plan.CpuPlan`; its
+            ``config`` is then the plan's products' blocking), or None: the classical kernel.
+        note: what was changed from what was asked (a kernel-form plan the kernel cannot run, served
+            by the classical kernel), or ``""``.
     """
 
     M: int
@@ -47,6 +51,8 @@ class CpuServed:
     K: int
     config: CpuGemmConfig
     accumulate: bool
+    plan: Optional[object] = None
+    note: str = ""
 
     @property
     def flops(self) -> int:
@@ -96,9 +102,14 @@ def _layout_reason(c: Contraction) -> str:
     return "indexing maps other than (b,)m,k x (b,)k,n -> (b,)m,n: falcon's CPU kernel reads row-major A, B, C"
 
 
-def serve_cpu(c: Contraction) -> tuple:
-    """``(CpuServed, "classical")`` when falcon's CPU kernel serves contraction ``c``, else
-    ``(None, why)`` (one phrase, as report reasons say it after ``left to IREE:``)."""
+def serve_cpu(c: Contraction, plan=None) -> tuple:
+    """``(CpuServed, "classical" or "plan")`` when falcon's CPU kernel serves contraction ``c``, else
+    ``(None, why)`` (one phrase, as report reasons say it after ``left to IREE:``).
+
+    ``plan``: the kernel-form :class:`~falcon_mlir.dialects.plan.Plan` ``c`` carries, if any: run as a
+    :class:`~falcon_mlir.kernels.cpu_plan.CpuPlan` of its schemes composed where the kernel can
+    (sizes multiples of the composed format, at most ``MAX_TERMS`` terms), else by the classical
+    kernel with a note saying why."""
     if c.dynamic:
         return None, f"dynamic {', '.join(c.dynamic)}: falcon's CPU kernel is built for static sizes"
     if c.unsupported and c.unsupported != FOLD_REASON:
@@ -114,4 +125,19 @@ def serve_cpu(c: Contraction) -> tuple:
         return None, "empty contraction (a size of 0)"
     if not _row_major(c):
         return None, _layout_reason(c)
-    return CpuServed(c.M, c.N, c.K, choose_config(c.M, c.N, c.K), not zero_init(c.op.operands[2])), "classical"
+    accumulate = not zero_init(c.op.operands[2])
+    if plan is not None:
+        from falcon_mlir.catalog import UnknownSchemeError
+        from falcon_mlir.kernels.cpu_plan import CpuPlan
+
+        name = "*".join(plan.schemes)
+        try:
+            p = CpuPlan(c.M, c.N, c.K, name)
+        except UnknownSchemeError as e:
+            return None, f"{e} (falcon.plan)"
+        except ValueError as e:
+            return CpuServed(c.M, c.N, c.K, choose_config(c.M, c.N, c.K), accumulate,
+                             note=f"kernel-form plan {name} does not run on falcon's CPU kernel ({e}); "
+                                  "classical kernel"), "classical"
+        return CpuServed(c.M, c.N, c.K, p.config, accumulate, plan=p), "plan"
+    return CpuServed(c.M, c.N, c.K, choose_config(c.M, c.N, c.K), accumulate), "classical"

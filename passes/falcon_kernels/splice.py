@@ -158,6 +158,42 @@ class Splicer:
             self.wrappers[key] = name
         return self.wrappers[key]
 
+    def _cpu_executable(self, obj, config) -> tuple:
+        """``(symbol, renamed exports)`` of the executable of CPU kernel object ``obj`` (blocking ``config``),
+        added once per (object, config), keyed by this splicer's llvm-cpu target."""
+        from falcon_mlir.kernels import cpu_embed
+
+        exe_key = ("cpu", str(obj), config)
+        if exe_key not in self.executables:
+            # Named by the blocking and a hash of the executable's text (object path, target, blocking).
+            digest = hashlib.sha256(cpu_embed.executable_text("falcon_cpu_sgemm", obj, self.target_attr,
+                                                              config).encode()).hexdigest()[:8]
+            c = config
+            name = f"falcon_cpu_sgemm_{c.mr}x{c.nr}_k{c.kc}_{c.mc}x{c.nc}_p{c.pack_rows}_{digest}"
+            text, renamed = _own_entry_functions(cpu_embed.executable_text(name, obj, self.target_attr, config),
+                                                 name, self.module.context)
+            self._insert(text)
+            self.executables[exe_key] = name, renamed
+        return self.executables[exe_key]
+
+    def _cpu_wrapper(self, key: tuple, base: str, exe: str, renamed: dict, lines: list, result: str,
+                     types: tuple, canonical: tuple) -> str:
+        """Add (once per ``key``) the wrapper running ``lines`` (dispatches of ``@exe``'s exports by their
+        generic names, renamed here) whose C is ``result``; its symbol."""
+        if key not in self.wrappers:
+            name = self._name(base, types, canonical)
+            a_t, b_t, c_t = types
+            called = [old for old in renamed if any(f"@{exe}::@{old}[" in ln for ln in lines)]
+            assert called, f"no dispatch of @{exe}'s exports in the wrapper's lines"
+            for old in called:  # the exports' own names (see _own_entry_functions)
+                lines = [ln.replace(f"@{exe}::@{old}[", f"@{exe}::@{renamed[old]}[") for ln in lines]
+            if c_t != canonical[2]:  # the op's C has unit dimensions: the same buffer, reshaped
+                lines = lines + [f"%c = flow.tensor.reshape {result} : {canonical[2]} -> {c_t}"]
+                result = "%c"
+            self._insert(self._wrapper(name, f"%a: {a_t}, %b: {b_t}", lines, result, c_t))
+            self.wrappers[key] = name
+        return self.wrappers[key]
+
     def cpu_function(self, obj, config, M: int, N: int, K: int, types: Optional[tuple] = None) -> str:
         """The wrapper function's symbol for ``C = A @ B`` (f32, ``M x K`` times ``K x N``) on falcon's
         CPU kernel: the executable of object file ``obj`` (built for blocking ``config``,
@@ -178,34 +214,30 @@ class Splicer:
 
         canonical = (type_text((M, K), "f32"), type_text((K, N), "f32"), type_text((M, N), "f32"))
         types = tuple(types or canonical)
-        exe_key = ("cpu", str(obj), config)
-        if exe_key not in self.executables:
-            # Named by the blocking and a hash of the executable's text (object path, target, blocking).
-            digest = hashlib.sha256(cpu_embed.executable_text("falcon_cpu_sgemm", obj, self.target_attr,
-                                                              config).encode()).hexdigest()[:8]
-            c = config
-            name = f"falcon_cpu_sgemm_{c.mr}x{c.nr}_k{c.kc}_{c.mc}x{c.nc}_p{c.pack_rows}_{digest}"
-            text, renamed = _own_entry_functions(cpu_embed.executable_text(name, obj, self.target_attr, config),
-                                                 name, self.module.context)
-            self._insert(text)
-            self.executables[exe_key] = name, renamed
-        exe, renamed = self.executables[exe_key]
-        key = (exe, M, N, K, types)
-        if key not in self.wrappers:
-            name = self._name(f"{exe}_{M}x{N}x{K}_call", types, canonical)
-            a_t, b_t, c_t = types
-            lines = cpu_embed.dispatch_lines(exe, M, N, K, config, types=(a_t, b_t))
-            for old, new in renamed.items():  # the exports' own names (see _own_entry_functions)
-                calls = f"@{exe}::@{old}["
-                assert any(calls in ln for ln in lines), f"no dispatch of {calls} in cpu_embed.dispatch_lines"
-                lines = [ln.replace(calls, f"@{exe}::@{new}[") for ln in lines]
-            result = "%r#0"
-            if c_t != canonical[2]:  # the op's C has unit dimensions: the same buffer, reshaped
-                lines.append(f"%c = flow.tensor.reshape %r#0 : {canonical[2]} -> {c_t}")
-                result = "%c"
-            self._insert(self._wrapper(name, f"%a: {a_t}, %b: {b_t}", lines, result, c_t))
-            self.wrappers[key] = name
-        return self.wrappers[key]
+        exe, renamed = self._cpu_executable(obj, config)
+        lines = cpu_embed.dispatch_lines(exe, M, N, K, config, types=types[:2])
+        return self._cpu_wrapper((exe, M, N, K, types), f"{exe}_{M}x{N}x{K}_call", exe, renamed, lines, "%r#0",
+                                 types, canonical)
+
+    def cpu_plan_function(self, obj, plan, types: Optional[tuple] = None) -> str:
+        """The wrapper function's symbol for ``C = A @ B`` by LCMA plan ``plan``
+        (:class:`falcon_mlir.kernels.cpu_plan.CpuPlan`: ``2 R`` dispatches, the combines inside the
+        kernel) on falcon's CPU kernel object ``obj`` (built for ``plan.config``); ``types`` as for
+        :meth:`cpu_function`.
+
+        Raises:
+            as :meth:`cpu_function`.
+        """
+        from falcon_mlir.kernels import cpu_plan
+
+        p = plan
+        canonical = (type_text((p.M, p.K), "f32"), type_text((p.K, p.N), "f32"), type_text((p.M, p.N), "f32"))
+        types = tuple(types or canonical)
+        exe, renamed = self._cpu_executable(obj, p.config)
+        lines, result = cpu_plan.plan_dispatch_lines(exe, p, types=types[:2])
+        base = f"{exe}_{p.scheme.replace('^', 'p').replace('*', '_').replace(':', '_')}_{p.M}x{p.N}x{p.K}_call"
+        return self._cpu_wrapper((exe, p.scheme, p.M, p.N, p.K, types), base, exe, renamed, lines, result,
+                                 types, canonical)
 
     # -- the call ----------------------------------------------------------------
     def replace(self, op, function: str, accumulate: bool, operands: Optional[tuple] = None) -> None:

@@ -221,7 +221,7 @@ def test_falcon_compile_numerics_and_report(M, N, K):
     assert [k["accumulate"] for k in ks] == [False, True]
     assert ks[0]["config"] == cpu_gemm.choose_config(M, N, K).label
     assert ks[0]["defaults"]["arch"].startswith("x86-avx512 (llvm-cpu target CPU with AVX-512")
-    assert "profile" not in rep[0].get("defaults", {})  # the CPU kernel implies no lcma-rewrite profile
+    assert rep[0]["defaults"]["profile"].startswith("x86-falcon (falcon-kernels on (x86-avx512)")
     a, b, c = _inputs((M, K), (K, N), (M, N))
     mod = Module(vmfb)
     ref = a.astype(np.float64) @ b.astype(np.float64)
@@ -240,7 +240,7 @@ def test_kernels_none_leaves_iree_code():
 
 def test_target_defaults_for_cpus(monkeypatch):
     """An x86 CPU without AVX-512 states why the kernel is off; no C compiler likewise; the kernel
-    never sets lcma-rewrite's profile; a form=kernel plan still needs CUDA."""
+    sets lcma-rewrite's profile to x86-falcon; a form=kernel plan needs the kernels to run."""
     haswell = list(ZNVER4[:2]) + ["--iree-llvmcpu-target-cpu=haswell"]
     assert assemble.kernels_options("auto", haswell) is None
     text = MM.format(fn="mm", M=64, N=48, K=32, t="f32")
@@ -253,10 +253,38 @@ def test_target_defaults_for_cpus(monkeypatch):
         host = assemble.with_default_target([])
         stages = assemble.rewrite_stages("auto", "auto", host)
         assert stages[-1].text.startswith("falcon-kernels{arch=x86-avx512 cpu-flags=--iree-hal-target-device=local")
-        assert "profile" not in stages[0].report_extra.get("defaults", {})
+        assert stages[0].report_extra["defaults"]["profile"].startswith("x86-falcon")
+        forced = assemble.rewrite_stages("scheme=strassen form=kernel", "auto", host)
+        assert forced[-1].name == "falcon-kernels"  # the CPU kernel runs kernel-form plans
         with pytest.raises(OptionError, match="form=kernel needs the falcon-kernels pass, which does not run "
-                                              r"here: the target is not cuda \(falcon's CPU kernel runs "):
-            assemble.rewrite_stages("scheme=strassen form=kernel", "auto", host)
+                                              "here"):
+            assemble.rewrite_stages("scheme=strassen form=kernel", "auto", haswell)
         monkeypatch.setenv("FALCON_CC", "no-such-cc-falcon")
         assert assemble.kernels_options("auto", host) is None
         assert assemble.cpu_kernel_blocker(tuple(host)) == "compiler"
+
+
+@needs_avx512
+@pytest.mark.parametrize("lcma, M, N, K, kernel", [
+    ("scheme=strassen form=kernel", 2 * 67, 2 * 45, 2 * 150, "plan"),          # several K blocks
+    ("scheme=strassen levels=2 form=kernel", 4 * 33, 4 * 17, 4 * 40, "plan"),  # four terms per operand
+    ("scheme=strassen levels=2 form=kernel", 130, 4 * 17, 4 * 40, "classical"),  # 130 rows: no 4 blocks
+])
+def test_kernel_form_plans_on_the_cpu_kernel(lcma, M, N, K, kernel):
+    """falcon-compile with a forced kernel-form plan on the host: the plan runs on falcon's CPU kernel
+    (combines inside it) where its format divides the sizes, else on the classical kernel with the
+    reason; the result against float64 within a bound that allows the plan's growth."""
+    text = MM.format(fn="mm", M=M, N=N, K=K, t="f32")
+    vmfb, rep = falcon_mlir.compile_str(text, lcma=lcma, return_report=True)
+    k = rep[0]["kernels"][0]
+    assert k["kernel"] == kernel, k
+    assert rep[0]["defaults"]["profile"].startswith("x86-falcon")
+    if kernel == "plan":
+        assert k["plan"]["dispatches"] == 2 * k["plan"]["R"] and k["reason"].startswith("kernel-form plan on")
+    else:
+        assert "does not run on falcon's CPU kernel" in k["reason"]
+    a, b = _inputs((M, K), (K, N), seed=3)
+    out = Module(vmfb)("mm", a, b)
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    err = float(np.abs(out - ref).max() / np.abs(ref).max())
+    assert err < 16 * K * 2.0 ** -24, err

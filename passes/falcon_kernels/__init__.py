@@ -19,14 +19,21 @@ the module needs nothing but IREE's runtime:
   (:mod:`falcon_mlir.kernels.fma_gemm`), else the Triton kernel with its tile
   configuration from the measured table (:mod:`falcon_mlir.kernels.configs`).
 
+With ``arch=x86-avx512`` (an llvm-cpu module) the pass serves classical f32
+GEMMs with falcon's own CPU kernel instead (:mod:`falcon_mlir.kernels.cpu_gemm`:
+generated AVX-512 C compiled by gcc, embedded by
+:mod:`falcon_mlir.kernels.cpu_embed`): which ones, :mod:`.serve_cpu`
+(row-major f32, batch 1, static; at least ``min-flops``, auto 2 x 256^3);
+the executable's object key is the llvm-cpu target of ``cpu-flags``.
+
 Everything else stays IREE's. A C operand that is not a zero fill is added to
 the kernel's result by an elementwise op. All kernels of a module are
 compiled in one Triton child process (cached on disk by content hash; Triton
 is never imported here: after TensorFlow it aborts the process).
 
 Options: :class:`KernelsOptions` (``--falcon-kernels="arch=sm_90a ..."``).
-Needs the ``cuda`` extra (Triton); without it the pass reports every
-contraction as left to IREE. Report entries: ``location``, ``op``, ``M``,
+sm_90a needs the ``cuda`` extra (Triton), x86-avx512 a C compiler; without
+it the pass reports every contraction as left to IREE. Report entries: ``location``, ``op``, ``M``,
 ``N``, ``K``, ``batch``, ``element_types``, ``kernel`` (``"classical"``,
 ``"plan"`` or ``None``), ``config``/``plan`` details, ``reason``.
 """

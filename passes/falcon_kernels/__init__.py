@@ -45,11 +45,12 @@ from typing import Optional
 from iree.compiler import ir
 
 from falcon_mlir.dialects.plan import PLAN_ATTR, Plan, PlanError
-from falcon_mlir.ir.contraction import find_contractions, format_location
+from falcon_mlir.ir.contraction import find_contractions
 from falcon_mlir.options import OptionError
 from falcon_mlir.passes import PassError
 
 from .options import ARCHS, KernelsOptions
+from .report import entry as _entry
 from .serve import Served, intensity, iree_cannot, serve
 
 __all__ = ["KernelsOptions", "run_falcon_kernels", "OptionError", "PassError", "ARCHS", "triton_available"]
@@ -64,16 +65,6 @@ def triton_available() -> bool:
     except ImportError:
         return False
     return True
-
-
-def _entry(c, options: KernelsOptions) -> dict:
-    def size(x):  # dynamic sizes are null, as in lcma-rewrite's entries
-        return None if x == ir.ShapedType.get_dynamic_size() else x
-    return {"location": format_location(c.op.location, options.filename), "op": c.op.name,
-            "M": size(c.M), "N": size(c.N), "K": size(c.K), "batch": [size(b) for b in c.batch],
-            "element_types": {"lhs": str(c.lhs_type), "rhs": str(c.rhs_type),
-                              "acc": str(c.acc_type)},
-            "kernel": None}
 
 
 def _kernel_plan(c) -> tuple:
@@ -171,7 +162,9 @@ def run_falcon_kernels(module_op, options: Optional[KernelsOptions] = None) -> l
     if options.arch == "none":
         return []
     if options.on_cpu:
-        return _run_cpu(root, contractions, options)
+        from .cpu import run_cpu
+
+        return run_cpu(root, contractions, options)
     arch = "sm_90a" if options.arch == "auto" else options.arch
     if not triton_available():
         report = []
@@ -187,118 +180,12 @@ def run_falcon_kernels(module_op, options: Optional[KernelsOptions] = None) -> l
     return [entry for _, _, entry in items]
 
 
-def _splicer(op, root, splicers: dict, target: str):
-    """The :class:`~.splice.Splicer` (made once, kept in ``splicers``) of the module ``op`` is in
-    (its symbol table: a nested module's functions cannot call symbols of the module around it)."""
-    from .splice import Splicer
-
-    m = op.parent
-    while m is not None and m.name != "builtin.module":
-        m = m.parent
-    m = (m or root).operation
-    for known, sp in splicers.items():
-        if known == m:
-            return sp
-    splicers[m] = Splicer(m, target)
-    return splicers[m]
-
-
-def _left(entry: dict, why: str) -> dict:
-    entry["reason"] = f"left to IREE: {why}"
-    return entry
-
-
-def _choose_cpu(contractions, options: KernelsOptions) -> list:
-    """``(contraction, CpuServed or None, entry)`` for each contraction (``arch=x86-avx512``)."""
-    from .serve_cpu import serve_cpu
-
-    out = []
-    for c in contractions:
-        entry = _entry(c, options)
-        served, why = serve_cpu(c)
-        if PLAN_ATTR in c.op.attributes:  # lcma-rewrite's to emit (a kernel-form plan is CUDA's)
-            served, why = None, f"{PLAN_ATTR} is lcma-rewrite's to emit (kernel-form plans run on sm_90a only)"
-        if served is None:
-            _left(entry, why)
-        elif not options.classical:
-            served = None
-            _left(entry, "classical=false")
-        elif served.flops < options.flops_threshold():
-            _left(entry, f"{served.flops:.3g} FLOP < min-flops {options.flops_threshold():.3g}")
-            served = None
-        elif served.intensity < options.intensity_threshold():
-            _left(entry, f"memory-bound ({served.intensity:.0f} FLOP/byte < min-intensity "
-                         f"{options.intensity_threshold():.0f})")
-            served = None
-        else:
-            entry["kernel"] = why
-            entry["reason"] = "falcon's CPU GEMM kernel"
-        out.append((c, served, entry))
-    return out
-
-
-def _cpu_target(options: KernelsOptions) -> str:
-    """The llvm-cpu executable target attribute of ``options.cpu_flags`` (the objects' key).
-
-    Raises:
-        PassError: IREE rejects the flags, they give no llvm-cpu target, or the target CPU lacks
-            the AVX-512 subsets the kernel needs.
-    """
-    from falcon_mlir.kernels import cpu_embed, cpu_gemm
-
-    flags = options.cpu_flags or cpu_embed.DEFAULT_CPU_FLAGS
-    try:
-        target = cpu_embed.cpu_target_attribute(flags)
-    except Exception as e:  # CompilerToolError (IREE's tool failed), ValueError (no llvm-cpu target)
-        lines = [ln.strip() for ln in str(e).splitlines() if "error:" in ln]
-        why = lines[0].split("error:", 1)[1].strip() if lines else " ".join(str(e).split())[:200]
-        raise PassError(f"falcon-kernels: no llvm-cpu target for cpu-flags={','.join(flags)}: {why}") from None
-    missing = cpu_gemm.missing_target_features(target) if 'cpu_features = "' in target else \
-        [f"+{f}" for f in cpu_gemm.REQUIRED_FEATURES]
-    if missing:
-        raise PassError(f"falcon-kernels: arch={options.arch} needs AVX-512 F/BW/DQ/VL on the target CPU; "
-                        f"the llvm-cpu target of cpu-flags={','.join(flags)} lacks {', '.join(missing)}")
-    return target
-
-
-def _run_cpu(root, contractions, options: KernelsOptions) -> list:
-    """``arch=x86-avx512``: serve the chosen contractions with falcon's CPU kernel; the report.
-
-    Raises:
-        PassError: see :func:`_cpu_target`; the C compiler failed on the kernel.
-    """
-    from falcon_mlir.kernels import cpu_gemm
-
-    try:
-        cpu_gemm.compiler()
-    except RuntimeError as e:  # no C compiler: nothing is served, each entry says why
-        return [_left(_entry(c, options), str(e)) for c in contractions]
-    items = _choose_cpu(contractions, options)
-    chosen = [it for it in items if it[1] is not None]
-    if not chosen:
-        return [entry for _, _, entry in items]
-    target = _cpu_target(options)
-    objects: dict = {}
-    splicers: dict = {}
-    for c, served, entry in chosen:
-        config = served.config
-        if config not in objects:
-            try:
-                objects[config] = cpu_gemm.compile_object(config)
-            except RuntimeError as e:
-                raise PassError(f"falcon-kernels: {e}", location=entry["location"]) from None
-        sp = _splicer(c.op, root, splicers, target)
-        types = tuple(str(v.type) for v in (c.op.operands[0], c.op.operands[1], c.op.results[0]))
-        fn = sp.cpu_function(objects[config], config, served.M, served.N, served.K, types)
-        entry.update(config=config.label, arch=options.arch, accumulate=served.accumulate)
-        sp.replace(c.op, fn, served.accumulate)
-    return [entry for _, _, entry in items]
-
-
 def _splice(root, chosen: list, compiled: list, options: KernelsOptions, arch: str) -> None:
     from falcon_mlir.kernels.embed import cuda_target_attribute
 
     from falcon_mlir.ir.transposed import find_transposed, materialize
+
+    from .splice import module_splicer
 
     flags = ("--iree-hal-target-device=cuda",) + (
         (f"--iree-cuda-target={options.cuda_target}",) if options.cuda_target else ())
@@ -313,7 +200,7 @@ def _splice(root, chosen: list, compiled: list, options: KernelsOptions, arch: s
     for (c, served, entry), k in zip(chosen, compiled):
         if isinstance(k, Exception):
             raise PassError(f"falcon-kernels: {k}", location=entry["location"])
-        sp = _splicer(c.op, root, splicers, target)
+        sp = module_splicer(c.op, root, splicers, target)
         # The call takes A, B and C as the op holds them (a batch of 1 keeps its
         # unit dimension there, which the kernel's spec drops: same buffers), or
         # an operand's transpose source viewed as the kernel reads it.

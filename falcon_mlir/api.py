@@ -42,7 +42,8 @@ LcmaSpec = Union[None, bool, str, Any]
 TilesSpec = Union[None, bool, str, Any]
 
 # "auto": falcon-kernels (sm_90a) when the flags select the cuda device and Triton
-# is installed; None/False/"none": off; falcon-kernels options ("arch=sm_90a f32-mode=ieee").
+# is installed, (x86-avx512) for an llvm-cpu target CPU with AVX-512 and a C compiler;
+# None/False/"none": off; falcon-kernels options ("arch=sm_90a f32-mode=ieee").
 KernelsSpec = Union[None, bool, str, Any]
 
 
@@ -187,10 +188,13 @@ def compile_str(
             (one dict per contraction: tile choice or why none).
         kernels: ``"auto"`` (default: the ``falcon-kernels`` pass runs for a
             ``cuda`` target when Triton is installed: contractions and
-            kernel-form plans become falcon's generated sm_90a kernels; each
-            report entry lists them under ``kernels``), ``"none"``/None to
-            keep IREE's code, or falcon-kernels options (``"arch=sm_90a
-            f32-mode=ieee"``).
+            kernel-form plans become falcon's generated sm_90a kernels; and
+            for an llvm-cpu target whose CPU has AVX-512 F/BW/DQ/VL when a C
+            compiler is found: classical f32 GEMMs become falcon's CPU
+            kernel, ``arch=x86-avx512``; each report entry lists them under
+            ``kernels``), ``"none"``/None to keep IREE's code (with
+            ``lcma=None``: plain IREE), or falcon-kernels options
+            (``"arch=sm_90a f32-mode=ieee"``, ``"min-flops=0"``).
 
     Returns:
         The vmfb bytes (or MLIR text bytes with ``--compile-to``), None when

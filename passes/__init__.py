@@ -2,7 +2,8 @@
 (:mod:`falcon_mlir.options`) and registered by name (:mod:`.registry`):
 
 * ``lcma-rewrite`` (:mod:`.lcma_rewrite`): contractions through LCMA plans;
-* ``falcon-kernels`` (:mod:`.falcon_kernels`): contractions as falcon's own CUDA kernels;
+* ``falcon-kernels`` (:mod:`.falcon_kernels`): contractions as falcon's own CUDA kernels, or
+  (``arch=x86-avx512``) f32 GEMMs as its CPU kernel;
 * ``falcon-tiles`` (:mod:`.falcon_tiles`): CUDA tile choices.
 
 A pass that cannot do what its input or environment asks raises

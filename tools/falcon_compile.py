@@ -34,18 +34,21 @@ Ours:
                             choices), cuda-sm80 (or table=cuda-sm80); add
                             prefer=CHOICE (e.g. "cuda-sm80 prefer=simt64x64")
                             to try one table entry first
-  --falcon-kernels=VALUE    falcon's own CUDA kernels (falcon-kernels pass,
-                            after the rewrite): auto (default: for
+  --falcon-kernels=VALUE    falcon's own kernels (falcon-kernels pass, after
+                            the rewrite): auto (default: sm_90a for
                             --iree-hal-target-device=cuda when Triton is
-                            installed, the cuda extra), none (IREE's code for
-                            every contraction), or options such as
-                            "arch=sm_90a f32-mode=ieee min-flops=0"; the
-                            report lists each contraction's kernel.
+                            installed, the cuda extra; x86-avx512, falcon's
+                            CPU f32 GEMM, for an llvm-cpu target CPU with
+                            AVX-512 when gcc or $FALCON_CC is found), none
+                            (IREE's code for every contraction), or options
+                            such as "arch=sm_90a f32-mode=ieee min-flops=0";
+                            the report lists each contraction's kernel.
                             --falcon-tiles and --falcon-kernels alone mean auto
 
-Defaults inside IREE's pipeline (barriers=true) and for a cuda target (the
+Defaults inside IREE's pipeline (barriers=true), for a cuda target (the
 h200-iree profile, or h200-falcon with falcon's kernels, padding for a forced
 scheme, no run-time dispatch, the cuda-sm80 tile table, the kernels' sm_90a)
+and for an llvm-cpu target (the kernels' x86-avx512 where the CPU has AVX-512)
 apply to options left at auto and are listed in the report
 (falcon_mlir.pipeline.assemble).
 

@@ -120,6 +120,9 @@ def _kernel_line(k: dict) -> str:
         return (f"  kernels: plan {p.get('scheme')} (R = {p.get('R')}, operands {p.get('operands')}, products in "
                 f"{p.get('products')}, GEMM {p.get('gemm_config')}) as {6 if scaled else 4} {k.get('arch')} "
                 "dispatches")
+    if k.get("kernel") == "classical" and "programs" not in k:  # the CPU kernel: pack B, then the GEMM
+        return (f"  kernels: falcon's CPU GEMM {k.get('config')} ({k.get('arch')}, pack B and GEMM dispatches"
+                f"{', C added' if k.get('accumulate') else ''})")
     if k.get("kernel") == "classical":
         # What the reason adds to the plain kernel: a kernel-form plan served classically, an
         # operand read through the transpose that made it.

@@ -117,8 +117,7 @@ TARGET_DEFAULTS = {
     **{device: {
         "falcon-kernels": (
             Default("arch", "x86-avx512", "llvm-cpu target CPU with AVX-512 F/BW/DQ/VL and a C "
-                                          "compiler: falcon's CPU f32 GEMM kernel for classical "
-                                          "f32 GEMMs (1.1-1.3x IREE's best code at 2048-8192)",
+                                          "compiler: classical f32 GEMMs run on falcon's CPU kernel",
                     when=lambda o: cpu_kernel_blocker(o.cpu_flags) is None),
             Default("arch", "none", "llvm-cpu target, an x86-64 CPU without AVX-512 F/BW/DQ/VL: "
                                     "falcon's CPU kernel needs them",

@@ -19,14 +19,21 @@ the module needs nothing but IREE's runtime:
   (:mod:`falcon_mlir.kernels.fma_gemm`), else the Triton kernel with its tile
   configuration from the measured table (:mod:`falcon_mlir.kernels.configs`).
 
+With ``arch=x86-avx512`` (an llvm-cpu module) the pass serves classical f32
+GEMMs with falcon's own CPU kernel instead (:mod:`falcon_mlir.kernels.cpu_gemm`:
+generated AVX-512 C compiled by gcc, embedded by
+:mod:`falcon_mlir.kernels.cpu_embed`): which ones, :mod:`.serve_cpu`
+(row-major f32, batch 1, static; at least ``min-flops``, auto 2 x 256^3);
+the executable's object key is the llvm-cpu target of ``cpu-flags``.
+
 Everything else stays IREE's. A C operand that is not a zero fill is added to
 the kernel's result by an elementwise op. All kernels of a module are
 compiled in one Triton child process (cached on disk by content hash; Triton
 is never imported here: after TensorFlow it aborts the process).
 
 Options: :class:`KernelsOptions` (``--falcon-kernels="arch=sm_90a ..."``).
-Needs the ``cuda`` extra (Triton); without it the pass reports every
-contraction as left to IREE. Report entries: ``location``, ``op``, ``M``,
+sm_90a needs the ``cuda`` extra (Triton), x86-avx512 a C compiler; without
+it the pass reports every contraction as left to IREE. Report entries: ``location``, ``op``, ``M``,
 ``N``, ``K``, ``batch``, ``element_types``, ``kernel`` (``"classical"``,
 ``"plan"`` or ``None``), ``config``/``plan`` details, ``reason``.
 """
@@ -38,11 +45,13 @@ from typing import Optional
 from iree.compiler import ir
 
 from falcon_mlir.dialects.plan import PLAN_ATTR, Plan, PlanError
-from falcon_mlir.ir.contraction import find_contractions, format_location
+from falcon_mlir.ir.contraction import find_contractions
 from falcon_mlir.options import OptionError
 from falcon_mlir.passes import PassError
 
 from .options import ARCHS, KernelsOptions
+from .attached import kernel_plan as _kernel_plan
+from .report import entry as _entry
 from .serve import Served, intensity, iree_cannot, serve
 
 __all__ = ["KernelsOptions", "run_falcon_kernels", "OptionError", "PassError", "ARCHS", "triton_available"]
@@ -59,35 +68,6 @@ def triton_available() -> bool:
     return True
 
 
-def _entry(c, options: KernelsOptions) -> dict:
-    def size(x):  # dynamic sizes are null, as in lcma-rewrite's entries
-        return None if x == ir.ShapedType.get_dynamic_size() else x
-    return {"location": format_location(c.op.location, options.filename), "op": c.op.name,
-            "M": size(c.M), "N": size(c.N), "K": size(c.K), "batch": [size(b) for b in c.batch],
-            "element_types": {"lhs": str(c.lhs_type), "rhs": str(c.rhs_type),
-                              "acc": str(c.acc_type)},
-            "kernel": None}
-
-
-def _kernel_plan(c) -> tuple:
-    """``(Plan or None, why not)``: the op's ``falcon.plan`` if it is in the kernel form.
-
-    A kernel-form plan is taken off the op (this pass serves it); a plan of
-    another form stays on it for lcma-rewrite (which may run later), and so
-    does a malformed one (lcma-rewrite reports it).
-    """
-    if PLAN_ATTR not in c.op.attributes:
-        return None, None
-    try:
-        plan = Plan.from_attribute(c.op.attributes[PLAN_ATTR])
-    except PlanError as e:
-        return None, f"left to IREE: {e}"
-    if plan.form != "kernel":
-        return None, f"left to IREE: {PLAN_ATTR} form {plan.form} is lcma-rewrite's to emit"
-    del c.op.attributes[PLAN_ATTR]
-    return plan, None
-
-
 def _choose(contractions, options: KernelsOptions) -> list:
     """``(contraction, Served or None, entry)`` for each contraction."""
     out = []
@@ -95,7 +75,7 @@ def _choose(contractions, options: KernelsOptions) -> list:
         entry = _entry(c, options)
         plan, why = _kernel_plan(c)
         if why:
-            entry["reason"] = why
+            entry["reason"] = f"left to IREE: {why}"
             out.append((c, None, entry))
             continue
         served, kind = serve(c, options.f32_mode, plan)
@@ -164,7 +144,9 @@ def run_falcon_kernels(module_op, options: Optional[KernelsOptions] = None) -> l
     if options.arch == "none":
         return []
     if options.on_cpu:
-        return _run_cpu(root, contractions, options)
+        from .cpu import run_cpu
+
+        return run_cpu(root, contractions, options)
     arch = "sm_90a" if options.arch == "auto" else options.arch
     if not triton_available():
         report = []
@@ -180,126 +162,12 @@ def run_falcon_kernels(module_op, options: Optional[KernelsOptions] = None) -> l
     return [entry for _, _, entry in items]
 
 
-def _splicer(op, root, splicers: dict, target: str):
-    """The :class:`~.splice.Splicer` (made once, kept in ``splicers``) of the module ``op`` is in
-    (its symbol table: a nested module's functions cannot call symbols of the module around it)."""
-    from .splice import Splicer
-
-    m = op.parent
-    while m is not None and m.name != "builtin.module":
-        m = m.parent
-    m = (m or root).operation
-    for known, sp in splicers.items():
-        if known == m:
-            return sp
-    splicers[m] = Splicer(m, target)
-    return splicers[m]
-
-
-def _left(entry: dict, why: str) -> dict:
-    entry["reason"] = f"left to IREE: {why}"
-    return entry
-
-
-def _choose_cpu(contractions, options: KernelsOptions) -> list:
-    """``(contraction, CpuServed or None, entry)`` for each contraction (``arch=x86-avx512``)."""
-    from .serve_cpu import serve_cpu
-
-    out = []
-    for c in contractions:
-        entry = _entry(c, options)
-        plan, why = _kernel_plan(c)
-        served, kind = serve_cpu(c, plan) if why is None else (None, why.removeprefix("left to IREE: "))
-        if served is None:
-            _left(entry, kind)
-        elif kind == "plan" or (plan is not None and served.note):
-            entry["kernel"] = kind
-            entry["reason"] = served.note or "kernel-form plan on falcon's CPU kernel (combines inside it)"
-        elif not options.classical:
-            served = None
-            _left(entry, "classical=false")
-        elif served.flops < options.flops_threshold():
-            _left(entry, f"{served.flops:.3g} FLOP < min-flops {options.flops_threshold():.3g}")
-            served = None
-        elif served.intensity < options.intensity_threshold():
-            _left(entry, f"memory-bound ({served.intensity:.0f} FLOP/byte < min-intensity "
-                         f"{options.intensity_threshold():.0f})")
-            served = None
-        else:
-            entry["kernel"] = kind
-            entry["reason"] = "falcon's CPU GEMM kernel"
-        out.append((c, served, entry))
-    return out
-
-
-def _cpu_target(options: KernelsOptions) -> str:
-    """The llvm-cpu executable target attribute of ``options.cpu_flags`` (the objects' key).
-
-    Raises:
-        PassError: IREE rejects the flags, they give no llvm-cpu target, or the target CPU lacks
-            the AVX-512 subsets the kernel needs.
-    """
-    from falcon_mlir.kernels import cpu_embed, cpu_gemm
-
-    flags = options.cpu_flags or cpu_embed.DEFAULT_CPU_FLAGS
-    try:
-        target = cpu_embed.cpu_target_attribute(flags)
-    except Exception as e:  # CompilerToolError (IREE's tool failed), ValueError (no llvm-cpu target)
-        lines = [ln.strip() for ln in str(e).splitlines() if "error:" in ln]
-        why = lines[0].split("error:", 1)[1].strip() if lines else " ".join(str(e).split())[:200]
-        raise PassError(f"falcon-kernels: no llvm-cpu target for cpu-flags={','.join(flags)}: {why}") from None
-    missing = cpu_gemm.missing_target_features(target) if 'cpu_features = "' in target else \
-        [f"+{f}" for f in cpu_gemm.REQUIRED_FEATURES]
-    if missing:
-        raise PassError(f"falcon-kernels: arch={options.arch} needs AVX-512 F/BW/DQ/VL on the target CPU; "
-                        f"the llvm-cpu target of cpu-flags={','.join(flags)} lacks {', '.join(missing)}")
-    return target
-
-
-def _run_cpu(root, contractions, options: KernelsOptions) -> list:
-    """``arch=x86-avx512``: serve the chosen contractions with falcon's CPU kernel; the report.
-
-    Raises:
-        PassError: see :func:`_cpu_target`; the C compiler failed on the kernel.
-    """
-    from falcon_mlir.kernels import cpu_gemm
-
-    try:
-        cpu_gemm.compiler()
-    except RuntimeError as e:  # no C compiler: nothing is served, each entry says why
-        return [_left(_entry(c, options), str(e)) for c in contractions]
-    items = _choose_cpu(contractions, options)
-    chosen = [it for it in items if it[1] is not None]
-    if not chosen:
-        return [entry for _, _, entry in items]
-    target = _cpu_target(options)
-    objects: dict = {}
-    splicers: dict = {}
-    for c, served, entry in chosen:
-        config = served.config
-        if config not in objects:
-            try:
-                objects[config] = cpu_gemm.compile_object(config)
-            except RuntimeError as e:
-                raise PassError(f"falcon-kernels: {e}", location=entry["location"]) from None
-        sp = _splicer(c.op, root, splicers, target)
-        types = tuple(str(v.type) for v in (c.op.operands[0], c.op.operands[1], c.op.results[0]))
-        if served.plan is not None:
-            p = served.plan
-            fn = sp.cpu_plan_function(objects[config], p, types)
-            entry["plan"] = {"scheme": p.scheme, "R": p.R, "dispatches": 2 * p.R,
-                             "blocks": [p.Mb, p.Nb, p.Kb]}
-        else:
-            fn = sp.cpu_function(objects[config], config, served.M, served.N, served.K, types)
-        entry.update(config=config.label, arch=options.arch, accumulate=served.accumulate)
-        sp.replace(c.op, fn, served.accumulate)
-    return [entry for _, _, entry in items]
-
-
 def _splice(root, chosen: list, compiled: list, options: KernelsOptions, arch: str) -> None:
     from falcon_mlir.kernels.embed import cuda_target_attribute
 
     from falcon_mlir.ir.transposed import find_transposed, materialize
+
+    from .splice import module_splicer
 
     flags = ("--iree-hal-target-device=cuda",) + (
         (f"--iree-cuda-target={options.cuda_target}",) if options.cuda_target else ())
@@ -314,7 +182,7 @@ def _splice(root, chosen: list, compiled: list, options: KernelsOptions, arch: s
     for (c, served, entry), k in zip(chosen, compiled):
         if isinstance(k, Exception):
             raise PassError(f"falcon-kernels: {k}", location=entry["location"])
-        sp = _splicer(c.op, root, splicers, target)
+        sp = module_splicer(c.op, root, splicers, target)
         # The call takes A, B and C as the op holds them (a batch of 1 keeps its
         # unit dimension there, which the kernel's spec drops: same buffers), or
         # an operand's transpose source viewed as the kernel reads it.

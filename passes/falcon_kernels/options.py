@@ -40,18 +40,18 @@ MIN_INTENSITY = 100.0
 #: module ("no objects defined for external variant").
 DEFAULT_CUDA_TARGET = "sm_80"
 #: x86-avx512: classical contractions below this many FLOP (256^3 multiply-adds)
-#: stay IREE's. Measured on the 2-core Zen 5 (2026-12-03, f32 A @ B through the
-#: pass against IREE in one module each, same flags: data tiling, ukernels and
-#: 8 MiB matmul tiles; medians of 3 x 21 calls, three runs, load 0.9-1.4): at
-#: 128^3-192^3 the kernel ran at 0.87-1.25x of IREE, a few microseconds either
-#: way, within the noise; from 256^3 up 1.0-1.4x (512^3 0.94-0.96x, 288^3
-#: 0.67-0.89x: K = 288 leaves a 32-deep K block), 768^3 1.3-1.7x, 1024^3 and
-#: 1024 x 4096 x 4096 1.2-1.3x. With falcon-compile's default host flags (no
-#: data tiling) IREE is slower still (1024^3: 3.7x).
+#: stay IREE's. Measured on the 2-core Zen 5 (2026-12-02, f32 A @ B through the
+#: pass against IREE, same flags: data tiling, ukernels, 8 MiB matmul tiles;
+#: ``scripts/cpu_kernel_pass_bench.py``, docs/benchmarks.md "falcon-kernels on the
+#: CPU"): at 128^3-192^3 the kernel ran at 0.87-1.33x of IREE, a few
+#: microseconds either way, within the noise; from 256^3 up mostly 1.0-1.4x
+#: (512^3 0.94-1.09x, 288^3 0.67-0.89x: K = 288 leaves a 32-deep K block),
+#: 1024 x 4096 x 4096 1.16x. With falcon-compile's default host flags (no data
+#: tiling) IREE is slower still (1024^3: 2.2x, 1024 x 4096 x 4096: 3.3x).
 CPU_MIN_FLOPS = 2 * 256 ** 3
 #: x86-avx512: no intensity threshold. Memory-bound shapes measured no slower
-#: through the kernel (same run as :data:`CPU_MIN_FLOPS`: 16 x 1024 x 1024
-#: 1.9x, 16 x 4096 x 4096 1.08x, 64-256 x 4096 x 4096 1.04-1.09x).
+#: through the kernel (same runs: 16 x 1024 x 1024 1.03-1.9x, 16 x 4096 x 4096
+#: 1.03-1.08x, 64-256 x 4096 x 4096 1.02-1.09x).
 CPU_MIN_INTENSITY = 0.0
 
 

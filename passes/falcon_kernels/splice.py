@@ -25,7 +25,7 @@ from falcon_mlir.kernels.lcma import plan_dispatches, plan_executables
 from falcon_mlir.kernels.embed import dispatch_text, tensor_type as type_text
 from falcon_mlir.passes import PassError
 
-__all__ = ["Splicer", "SymbolClashError"]
+__all__ = ["Splicer", "SymbolClashError", "module_splicer"]
 
 
 class SymbolClashError(PassError):
@@ -260,3 +260,18 @@ class Splicer:
                 new = parallel_generic([new], init, lambda args: add(args[1], cast(args[0], elem)))
         op.results[0].replace_all_uses_with(new)
         op.erase()
+
+
+def module_splicer(op, root, splicers: dict, target_attr: str) -> Splicer:
+    """The :class:`Splicer` of the module ``op`` is in (made once, kept in ``splicers``; ``root`` where
+    ``op`` has no module around it): a nested module's functions cannot call symbols of the module
+    around it, so each module gets its own executables and wrappers."""
+    m = op.parent
+    while m is not None and m.name != "builtin.module":
+        m = m.parent
+    m = (m or root).operation
+    for known, sp in splicers.items():
+        if known == m:
+            return sp
+    splicers[m] = Splicer(m, target_attr)
+    return splicers[m]

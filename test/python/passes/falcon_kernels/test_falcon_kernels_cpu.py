@@ -160,6 +160,10 @@ def test_pass_report_and_one_executable_per_blocking():
     assert rep[0]["arch"] == "x86-avx512" and rep[0]["reason"] == "falcon's CPU GEMM kernel"
     assert rep[0]["accumulate"] is False
     assert rep[3]["reason"].startswith("left to IREE: B is transposed")
+    from falcon_mlir.decision.explain import explain
+
+    assert "kernels: falcon's CPU GEMM cpu14x32,k256,112x512 (x86-avx512, pack B and GEMM dispatches)" \
+        in explain(rep)
     assert out.count("stream.executable private @falcon_cpu_sgemm_") == 2
     wrappers = [ln for ln in out.splitlines() if ln.strip().startswith("func.func private @falcon_cpu_sgemm_")]
     assert len(wrappers) == 2 and out.count("_67x45x83_call(%arg0, %arg1)") == 2  # one wrapper, two calls

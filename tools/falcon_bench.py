@@ -12,8 +12,12 @@ For every shape (M, N, K) it builds ``C = A @ B`` (A: M x K, B: K x N, C: M x N,
 ``linalg.matmul`` on a zero-filled C) and compiles it once per candidate with
 :func:`falcon_mlir.compile_str` and the same IREE flags:
 
-* ``classical``: the rewrite off (``lcma=None``), plain IREE; always run, since
-  every ratio is taken against it;
+* ``classical``: the rewrite off (``lcma=None``); always run, since every
+  ratio is taken against it. On a host with AVX-512 and a C compiler
+  falcon-kernels still runs (its default there), so this is falcon's own
+  classical CPU kernel above its min-flops (the report's plan says
+  ``classical (falcon's CPU kernel)``), IREE's code elsewhere;
+* ``iree``: plain IREE (``lcma=None, kernels=None``): IREE's own GEMM;
 * ``auto``: falcon's decision rule (``lcma="auto"``);
 * ``scheme=S levels=L ...``: any ``lcma-rewrite`` option string, as is;
 * ``numpy``: ``numpy.matmul`` (OpenBLAS) on the host arrays, as a peer.

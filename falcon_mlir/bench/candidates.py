@@ -15,18 +15,22 @@ __all__ = ["Candidate", "parse_candidates", "split_candidates", "expand_top", "p
 @dataclass
 class Candidate:
     """A way to compute the product: ``kind`` is ``iree`` (with ``lcma``, the
-    option string handed to :func:`falcon_mlir.compile_str`; None: classical),
-    ``numpy`` or ``torch`` (the CPU peers: ``numpy.matmul`` on OpenBLAS,
-    ``torch.matmul`` on oneDNN/MKL) or ``top`` (expanded per shape by
-    :func:`expand_top`)."""
+    option string handed to :func:`falcon_mlir.compile_str`; None: classical;
+    ``kernels``: its ``kernels`` argument, ``"auto"``: falcon's own kernels
+    where the target has them, e.g. the CPU kernel on an AVX-512 host, so
+    ``classical`` is falcon's classical kernel there; None: IREE's code,
+    the ``iree`` candidate), ``numpy`` or ``torch`` (the CPU peers:
+    ``numpy.matmul`` on OpenBLAS, ``torch.matmul`` on oneDNN/MKL) or
+    ``top`` (expanded per shape by :func:`expand_top`)."""
 
     name: str
     kind: str
     lcma: Optional[str] = None
+    kernels: Optional[str] = "auto"
 
 
 #: Candidate names that are not lcma option strings.
-KEYWORDS = ("classical", "none", "off", "auto", "numpy", "torch", "top", "blocked")
+KEYWORDS = ("classical", "none", "off", "iree", "auto", "numpy", "torch", "top", "blocked")
 
 
 def split_candidates(text: str) -> List[str]:
@@ -47,7 +51,7 @@ def split_candidates(text: str) -> List[str]:
 
 
 def parse_candidates(text: str, numpy_peer: bool = False, torch_peer: bool = False) -> List[Candidate]:
-    """Comma-separated candidates (``classical``, ``auto``, ``numpy``, ``torch``,
+    """Comma-separated candidates (``classical``, ``iree``, ``auto``, ``numpy``, ``torch``,
     ``top``, ``blocked``, lcma option strings, whose ``scheme=`` may list one name per level with
     commas: :func:`split_candidates`) -> list, ``classical`` first (added when
     absent), then ``numpy`` with ``numpy_peer`` and ``torch`` with
@@ -73,6 +77,8 @@ def parse_candidates(text: str, numpy_peer: bool = False, torch_peer: bool = Fal
             if "classical" in [c.name for c in cands]:
                 continue
             cands.append(Candidate("classical", "iree", None))
+        elif name == "iree":
+            cands.append(Candidate("iree", "iree", None, kernels=None))
         elif name == "numpy":
             cands.append(Candidate("numpy", "numpy"))
         elif name == "torch":
@@ -132,14 +138,18 @@ def expand_top(shape: Shape, cands: List[Candidate], *, dtype: str, acc: str,
 
 def plan_text(report: list) -> str:
     """One-line plan from falcon's report (a list of per-contraction dicts):
-    ``classical`` or ``strassen x1 (7 products)``; entries joined by ``; ``."""
+    ``classical``, ``classical (falcon's kernel)`` (falcon-kernels served it) or
+    ``strassen x1 (7 products)``, ``strassen x2 (kernel)``; entries joined by ``; ``."""
     if not report:
         return "classical"
     parts = []
     for e in report:
         p = e.get("plan")
-        if not isinstance(p, dict):
-            parts.append("classical")
+        # falcon-kernels' entries: joined to lcma-rewrite's (``kernels``), or alone without the rewrite
+        kernels = e.get("kernels") or ([e] if "kernel" in e else [])
+        if not isinstance(p, dict) or "schemes" not in p:
+            own = any(k.get("kernel") == "classical" for k in kernels)
+            parts.append("classical (falcon's kernel)" if own else "classical")
             continue
         schemes = p.get("schemes") or []
         levels = p.get("levels", len(schemes))
@@ -150,9 +160,9 @@ def plan_text(report: list) -> str:
         extra = []
         if e.get("products"):
             extra.append(f"{e['products']} products")
-        if p.get("form") == "grouped":
-            extra.append("grouped")
-        if p.get("edge") and p.get("edge") != "peel":
+        if p.get("form") in ("grouped", "kernel"):
+            extra.append(p["form"])
+        if p.get("edge") and p.get("edge") != "peel" and p.get("form") != "kernel":
             extra.append(p["edge"])
         parts.append(s + (f" ({', '.join(extra)})" if extra else ""))
     return "; ".join(parts)

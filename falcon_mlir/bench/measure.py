@@ -245,7 +245,7 @@ def _iree_runner(source, a, b, c: Candidate, config: BenchConfig, r: Result,
     t0 = time.perf_counter()
     try:
         vmfb, report = compile_str(source, target_backends=["llvm-cpu"], extra_args=config.compile_flags(),
-                                   lcma=c.lcma, return_report=True)
+                                   lcma=c.lcma, kernels=c.kernels, return_report=True)
     except Exception as e:  # CompileError, RewriteError: keep going
         r.compile_s = time.perf_counter() - t0
         r.status = "compile failed: " + error_line(e, 200)

@@ -146,6 +146,21 @@ def choose_config(M: int, N: int, K: int) -> CpuGemmConfig:
     return big if _ceil(M, big.mc) * _ceil(N, big.nc) >= MIN_BLOCKS else SMALL_CONFIG
 
 
+#: The blocking of an LCMA plan's products (:mod:`.cpu_plan`) where :func:`choose_config` takes the
+#: default: a longer K block and shorter row blocks. Each K block of a product re-reads its A terms and
+#: adds into its destinations (through the private tile), so fewer, longer K blocks pay there; 4096^3
+#: Strassen (7 products of 2048^3) ran 316-322 ms against 332-360 ms on the default blocking, the
+#: classical kernel itself no faster with it (374 against 377 ms), 2026-12-02 (docs/kernels.md).
+PLAN_CONFIG = CpuGemmConfig(kc=384, mc=56)
+
+
+def choose_plan_config(M: int, N: int, K: int) -> CpuGemmConfig:
+    """The blocking for an LCMA plan's ``M x N x K`` products: :data:`PLAN_CONFIG` where
+    :func:`choose_config` takes the default blocking, else its small one."""
+    c = choose_config(M, N, K)
+    return PLAN_CONFIG if c == CpuGemmConfig() else c
+
+
 def packed_b_floats(N: int, K: int, config: CpuGemmConfig = CpuGemmConfig()) -> int:
     """Floats of packed B for a ``K x N`` B: ``ceil(N/nr) * K * nr``."""
     return _ceil(N, config.nr) * K * config.nr

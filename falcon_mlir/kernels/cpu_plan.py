@@ -88,7 +88,7 @@ class CpuPlan:
     Attributes:
         M, N, K: the GEMM's sizes, multiples of the scheme's ``m``, ``n``, ``k``.
         scheme: a catalog name (``strassen``, ``strassen^2``, ``winograd*strassen`` ...).
-        config: the kernel's blocking (default :func:`cpu_gemm.choose_config` of the product's blocks).
+        config: the kernel's blocking (default :func:`cpu_gemm.choose_plan_config` of the product's blocks).
 
     Raises:
         ValueError: a size is not a positive multiple of the format; a product needs more than
@@ -112,7 +112,7 @@ class CpuPlan:
             raise ValueError(f"CpuPlan: {self.M}x{self.N}x{self.K} (MxNxK) is not a multiple of "
                              f"{self.scheme}'s format <{s.m},{s.k},{s.n}>")
         if self.config is None:
-            object.__setattr__(self, "config", cpu_gemm.choose_config(self.Mb, self.Nb, self.Kb))
+            object.__setattr__(self, "config", cpu_gemm.choose_plan_config(self.Mb, self.Nb, self.Kb))
         self.products  # noqa: B018 - checks the terms now
 
     @cached_property

@@ -458,6 +458,12 @@ def _falcon_compile_flags(args) -> list:
     return list(CPU_FLAGS) if args.cpu else ["--iree-hal-target-device=cuda", "--iree-cuda-target=sm_80"]
 
 
+def _falcon_compile_kernels(args):
+    """falcon-compile's ``kernels``: the target's default, except in ``--cpu`` (dry-run) bundles, whose
+    modules are IREE's own code (falcon's CPU kernel would stand in for what the GPU runs)."""
+    return None if args.cpu else "auto"
+
+
 def check_falcon_compile(args) -> None:
     """Check ``--falcon-compile``'s options before anything is built (a typo found after the GEMM modules,
     once per shape and dtype, left a bundle without them).
@@ -475,7 +481,7 @@ def check_falcon_compile(args) -> None:
             raise ValueError(f"--falcon-compile {options!r} names the module of {seen[tag]!r} again")
         seen[tag] = options
         try:
-            rewrite_stages(options, "auto", _falcon_compile_flags(args))
+            rewrite_stages(options, "auto", _falcon_compile_flags(args), kernels=_falcon_compile_kernels(args))
         except ValueError as e:
             raise ValueError(f"--falcon-compile {options!r}: {e}") from None
 
@@ -494,7 +500,7 @@ def _falcon_compile_module(out, args, entries, failures, label, spec, options: s
         t0 = time.perf_counter()
         report: list = []
         vmfb = falcon_mlir.compile_str(matmul_mlir(spec), extra_args=_falcon_compile_flags(args), lcma=options,
-                                       report=report)
+                                       kernels=_falcon_compile_kernels(args), report=report)
         write_atomic(out / "modules" / f"{name}.vmfb", vmfb)
         plan = report[0].get("plan") if report else None
         entries.append({"name": name, "label": label, "kind": "falcon-compile", "file": f"modules/{name}.vmfb",

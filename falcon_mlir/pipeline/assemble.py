@@ -36,6 +36,7 @@ The compile target itself defaults to this machine's CPU
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
@@ -171,7 +172,8 @@ CPU_DEFAULTS = {
 
 #: What falcon-kernels running implies for the other passes, by where its kernels run: on CUDA
 #: (arch sm_90a) the profile of falcon's generated CUDA kernels; on the CPU (x86-avx512) the
-#: profile of falcon's CPU kernel, whose kernel form runs LCMA plans with the combines inside it.
+#: profile of falcon's CPU kernel, whose kernel form runs LCMA plans with the combines inside it
+#: (unless ``$FALCON_PROFILE`` names one: the user's choice, as without the kernels).
 KERNEL_DEFAULTS = {
     "cuda": {
         "lcma-rewrite": (
@@ -184,7 +186,8 @@ KERNEL_DEFAULTS = {
         "lcma-rewrite": (
             Default("profile", "x86-falcon", "falcon-kernels on (x86-avx512): the profile of falcon's "
                                              "CPU kernel (classical and kernel-form plans, the "
-                                             "combines inside the kernel), measured on this machine"),
+                                             "combines inside the kernel), measured on this machine",
+                    when=lambda o: not os.environ.get("FALCON_PROFILE")),  # the user's profile wins
         ),
     },
 }

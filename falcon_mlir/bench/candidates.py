@@ -139,7 +139,10 @@ def expand_top(shape: Shape, cands: List[Candidate], *, dtype: str, acc: str,
 def plan_text(report: list) -> str:
     """One-line plan from falcon's report (a list of per-contraction dicts):
     ``classical``, ``classical (falcon's kernel)`` (falcon-kernels served it) or
-    ``strassen x1 (7 products)``, ``strassen x2 (kernel)``; entries joined by ``; ``."""
+    ``strassen x1 (7 products)``, ``strassen x2 (kernel)``; a kernel-form plan that falcon-kernels
+    did not build (it ran classical: a format that does not divide the sizes on the CPU kernel, or
+    the pass off) is ``classical (falcon's kernel; kernel-form 3x3x3:23 x1 not built)``; entries
+    joined by ``; ``."""
     if not report:
         return "classical"
     parts = []
@@ -157,6 +160,10 @@ def plan_text(report: list) -> str:
             s = f"{schemes[0]} x{levels}"
         else:
             s = "+".join(schemes)
+        if p.get("form") == "kernel" and not any(k.get("kernel") == "plan" for k in kernels):
+            own = "falcon's kernel; " if any(k.get("kernel") == "classical" for k in kernels) else ""
+            parts.append(f"classical ({own}kernel-form {s} not built)")
+            continue
         extra = []
         if e.get("products"):
             extra.append(f"{e['products']} products")

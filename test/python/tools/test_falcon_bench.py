@@ -197,3 +197,26 @@ def test_candidates_keep_per_level_scheme_lists_whole():
     assert [(c.name, c.kind, c.lcma) for c in cands] == [
         ("classical", "iree", None), ("auto", "iree", "auto"),
         ("scheme=strassen,2x2x2:8", "iree", "scheme=strassen,2x2x2:8"), ("numpy", "numpy", None)]
+
+
+def test_plan_text_says_classical_for_a_kernel_form_plan_the_kernels_did_not_build():
+    """Were: a forced kernel-form plan that falcon-kernels left classical (3x3x3:23 on 256x512x384,
+    not a multiple of <3,3,3>: the CPU kernel ran it classically) was labelled "3x3x3:23 x1 (23
+    products, kernel)", so the bench put the classical kernel's time under the plan's name. The
+    entries are the report's as falcon-compile wrote them (the lcma-rewrite entry, falcon-kernels'
+    joined under ``kernels``)."""
+    from falcon_mlir.bench import plan_text
+
+    def entry(schemes, kernel):
+        return {"plan": {"schemes": schemes, "levels": len(schemes), "edge": "pad", "form": "kernel"},
+                "products": 7 ** len(schemes) if schemes[0] == "strassen" else 23,
+                "kernels": [{"kernel": kernel}] if kernel != "off" else []}
+
+    assert plan_text([entry(["strassen"], "plan")]) == "strassen x1 (7 products, kernel)"
+    assert plan_text([entry(["3x3x3:23"], "classical")]) == \
+        "classical (falcon's kernel; kernel-form 3x3x3:23 x1 not built)"
+    assert plan_text([entry(["strassen", "strassen"], None)]) == \
+        "classical (kernel-form strassen x2 not built)"
+    assert plan_text([entry(["strassen"], "off")]) == "classical (kernel-form strassen x1 not built)"
+    assert plan_text([{"plan": "classical", "kernels": [{"kernel": "classical"}]}]) == \
+        "classical (falcon's kernel)"

@@ -16,7 +16,7 @@ For every shape (M, N, K) it builds ``C = A @ B`` (A: M x K, B: K x N, C: M x N,
   ratio is taken against it. On a host with AVX-512 and a C compiler
   falcon-kernels still runs (its default there), so this is falcon's own
   classical CPU kernel above its min-flops (the report's plan says
-  ``classical (falcon's CPU kernel)``), IREE's code elsewhere;
+  ``classical (falcon's kernel)``), IREE's code elsewhere;
 * ``iree``: plain IREE (``lcma=None, kernels=None``): IREE's own GEMM;
 * ``auto``: falcon's decision rule (``lcma="auto"``);
 * ``scheme=S levels=L ...``: any ``lcma-rewrite`` option string, as is;

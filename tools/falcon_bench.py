@@ -185,8 +185,11 @@ def _parse(argv) -> tuple:
                   _option("--workloads", parse_workloads, args.workloads, args.model) for M in ms]
     cpu = args.device in CPU_DEVICES
     torch_peer = args.torch or (args.peers and cpu and importlib.util.find_spec("torch") is not None)
+    # Checked against the compile's own flags: form=kernel needs falcon's kernels, which the llvm-cpu
+    # target has on an AVX-512 host (were: checked without a target, so refused there).
+    flags = BenchConfig(flags=args.flags, iree_flags=tuple(args.iree_flag or ())).target_flags()
     cands = _option("--candidates", parse_candidates, args.candidates, args.numpy or (args.peers and cpu),
-                    torch_peer)
+                    torch_peer, flags)
     if args.csv and args.append:
         why = csv_mismatch(args.csv)
         if why:

@@ -50,18 +50,24 @@ def split_candidates(text: str) -> List[str]:
     return out
 
 
-def parse_candidates(text: str, numpy_peer: bool = False, torch_peer: bool = False) -> List[Candidate]:
+def parse_candidates(text: str, numpy_peer: bool = False, torch_peer: bool = False,
+                     flags: Optional[List[str]] = None) -> List[Candidate]:
     """Comma-separated candidates (``classical``, ``iree``, ``auto``, ``numpy``, ``torch``,
     ``top``, ``blocked``, lcma option strings, whose ``scheme=`` may list one name per level with
     commas: :func:`split_candidates`) -> list, ``classical`` first (added when
     absent), then ``numpy`` with ``numpy_peer`` and ``torch`` with
     ``torch_peer`` last; duplicates dropped.
 
+    ``flags``: the iree-compile flags the candidates will be compiled with (target included): an
+    option string is checked as that compile takes it, with falcon's kernels where the target has
+    them (``form=kernel`` on an AVX-512 host); ``None``: checked without target flags (no kernels).
+
     Raises:
         ValueError: an empty list, an lcma option string falcon rejects, or
             ``torch`` where torch is not installed.
     """
     from falcon_mlir.api import make_lcma_rewrite
+    from falcon_mlir.pipeline.assemble import make_rewrite
 
     names = split_candidates(text)
     if not names:
@@ -93,7 +99,7 @@ def parse_candidates(text: str, numpy_peer: bool = False, torch_peer: bool = Fal
             cands.append(Candidate("blocked", "blocked"))
         else:
             try:
-                make_lcma_rewrite(name)
+                make_lcma_rewrite(name) if flags is None else make_rewrite(name, tiles=None, flags=flags)
             except (ValueError, TypeError) as e:
                 msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
                 raise ValueError(f"bad lcma option {name!r}: {msg}") from None

@@ -220,3 +220,29 @@ def test_plan_text_says_classical_for_a_kernel_form_plan_the_kernels_did_not_bui
     assert plan_text([entry(["strassen"], "off")]) == "classical (kernel-form strassen x1 not built)"
     assert plan_text([{"plan": "classical", "kernels": [{"kernel": "classical"}]}]) == \
         "classical (falcon's kernel)"
+
+
+def _cpu_kernel_host() -> bool:
+    from falcon_mlir.kernels import cpu_gemm
+
+    try:
+        cpu_gemm.compiler()
+    except RuntimeError:
+        return False
+    return cpu_gemm.host_has_avx512()
+
+
+@pytest.mark.skipif(not _cpu_kernel_host(), reason="needs gcc and an AVX-512 F/BW/DQ/VL CPU")
+def test_bench_kernel_form_candidate_on_the_cpu_kernel(tmp_path):
+    """Were: --candidates "scheme=strassen form=kernel" was refused before any work ("form=kernel needs
+    the falcon-kernels pass, which does not run here"): candidates were checked without the bench's
+    target flags, so without falcon's CPU kernel, which the compile itself runs on an AVX-512 host."""
+    from falcon_mlir.bench import BenchConfig, parse_candidates
+
+    with pytest.raises(ValueError, match="form=kernel needs the falcon-kernels pass"):
+        parse_candidates("scheme=strassen form=kernel")  # no target: no kernels
+    assert [c.lcma for c in parse_candidates("scheme=strassen form=kernel", flags=BenchConfig().target_flags())] \
+        == [None, "scheme=strassen form=kernel"]
+    _, rows, _ = _run(tmp_path, "--candidates", "classical,scheme=strassen form=kernel", "--no-peers")
+    plan = next(r for r in rows if r["candidate"] == "scheme=strassen form=kernel")
+    assert plan["plan"] == "strassen x1 (7 products, kernel)" and float(plan["rel_err_f64"]) < 1e-5

@@ -34,8 +34,9 @@ run with their libraries' own thread counts (every core here), which the
 environment paragraph states with the OpenBLAS/OpenMP/MKL variables set or
 unset.
 * ``top``: per shape, the cost model's best plans (``--top N``, default 2,
-  the choice's runners-up on the host profile, or the best ones when the
-  choice is classical) as forced option strings, so falcon's choice is
+  the choice's runners-up on the profile ``auto`` decides on, ``x86-falcon``
+  where falcon's CPU kernel runs, else the host profile; or the best ones when
+  the choice is classical) as forced option strings, so falcon's choice is
   compared with the other top candidates in the same run.
 * ``blocked``: per shape, the cost model's best classical blocking plan
   (``scheme=MxKxN:R``, R = M*K*N block products accumulating into C, no

@@ -108,10 +108,11 @@ def parse_candidates(text: str, numpy_peer: bool = False, torch_peer: bool = Fal
 
 
 def expand_top(shape: Shape, cands: List[Candidate], *, dtype: str, acc: str,
-               const_weights: bool, top: int) -> List[Candidate]:
+               const_weights: bool, top: int, profile: Optional[str] = None) -> List[Candidate]:
     """``cands`` with the ``top`` candidate replaced by the cost model's best
-    plans for ``shape`` on the host profile (at most ``top`` of them, forced
-    option strings): the choice's runners-up, or the best plans when the
+    plans for ``shape`` on ``profile`` (the one ``auto`` decides on when the candidates are compiled,
+    :meth:`~falcon_mlir.bench.measure.BenchConfig.auto_profile`; ``None``: the host profile) (at most
+    ``top`` of them, forced option strings): the choice's runners-up, or the best plans when the
     choice is classical; and the ``blocked`` candidate by the best classical
     blocking plan (``blocked scheme=2x2x2:8``: the decision's classical
     reference where it beats IREE's GEMM; left out where none does, IREE's
@@ -123,7 +124,7 @@ def expand_top(shape: Shape, cands: List[Candidate], *, dtype: str, acc: str,
 
     pb = decision.Problem(shape.M, shape.N, shape.K, lhs=dtype, rhs=dtype, acc=acc,
                           const_rhs=bool(const_weights))
-    d = decision.decide(pb, decision.load_profile(None), budget=numerics.default_max_error(acc))
+    d = decision.decide(pb, decision.load_profile(profile), budget=numerics.default_max_error(acc))
     plans = ([] if d.choice.is_classical else [d.choice]) + list(d.alternatives)
     extra, seen = [], {c.lcma for c in cands}
     for e in plans[1:] if not d.choice.is_classical else plans:

@@ -87,6 +87,15 @@ class BenchConfig:
 
         return backend_flags(list(TARGET_BACKENDS)) + self.compile_flags()
 
+    def auto_profile(self) -> Optional[str]:
+        """The profile ``auto`` decides on when the candidates are compiled (falcon-compile's defaults
+        for :meth:`target_flags`: ``x86-falcon`` where falcon's CPU kernel runs), or ``None``: the host
+        profile (``$FALCON_PROFILE`` where set)."""
+        from falcon_mlir.pipeline.assemble import make_rewrite
+
+        rewrite = make_rewrite("auto", tiles=None, flags=self.target_flags())
+        return rewrite.options.profile if rewrite is not None and rewrite.options is not None else None
+
     def runtime_config(self):
         """One ``iree.runtime.Config`` for every module of the run: a device per
         module keeps its own pool of transient buffers (the 2048 x 8192 x 8192
@@ -312,8 +321,9 @@ def bench_shape(shape: Shape, cands: List[Candidate], config: BenchConfig,
                        b_const=f"dense_resource<{WEIGHT_BLOB}>" if config.const_weights else None)
     source = attach_weight(text, b, config.dtype) if config.const_weights else text
 
-    cands = expand_top(shape, cands, dtype=config.dtype, acc=config.acc_type,
-                       const_weights=config.const_weights, top=config.top)
+    if any(c.kind in ("top", "blocked") for c in cands):  # the plans of auto's profile
+        cands = expand_top(shape, cands, dtype=config.dtype, acc=config.acc_type,
+                           const_weights=config.const_weights, top=config.top, profile=config.auto_profile())
     results = [Result(shape, c) for c in cands]
     runners: Dict[int, Callable] = {}  # index -> zero-arg callable returning a host array
     for i, (c, r) in enumerate(zip(cands, results)):

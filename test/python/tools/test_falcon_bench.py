@@ -246,3 +246,20 @@ def test_bench_kernel_form_candidate_on_the_cpu_kernel(tmp_path):
     _, rows, _ = _run(tmp_path, "--candidates", "classical,scheme=strassen form=kernel", "--no-peers")
     plan = next(r for r in rows if r["candidate"] == "scheme=strassen form=kernel")
     assert plan["plan"] == "strassen x1 (7 products, kernel)" and float(plan["rel_err_f64"]) < 1e-5
+
+
+def test_top_candidates_are_the_runners_up_on_autos_profile(monkeypatch):
+    """Were: ``top`` took the host profile's plans (4096^3: winograd and 2x4x4:26 per-product) while
+    ``auto`` decided on x86-falcon where falcon's CPU kernel runs (Strassen, kernel form): they were not
+    auto's runners-up. Now the profile the compile gives auto (BenchConfig.auto_profile)."""
+    from falcon_mlir.bench import BenchConfig, Shape, expand_top, parse_candidates
+
+    monkeypatch.delenv("FALCON_PROFILE", raising=False)
+    cands = parse_candidates("auto,top")
+    top = expand_top(Shape(4096, 4096, 4096), cands, dtype="f32", acc="f32", const_weights=False, top=2,
+                     profile="x86-falcon")
+    assert [c.lcma for c in top] == [None, "auto", "scheme=strassen,strassen levels=2 form=kernel edge=pad"]
+    if _cpu_kernel_host():
+        assert BenchConfig().auto_profile() == "x86-falcon"
+    monkeypatch.setenv("FALCON_PROFILE", "x86-dev")
+    assert BenchConfig().auto_profile() is None  # the user's profile: load_profile(None) reads it

@@ -263,3 +263,14 @@ def test_top_candidates_are_the_runners_up_on_autos_profile(monkeypatch):
         assert BenchConfig().auto_profile() == "x86-falcon"
     monkeypatch.setenv("FALCON_PROFILE", "x86-dev")
     assert BenchConfig().auto_profile() is None  # the user's profile: load_profile(None) reads it
+
+
+def test_quality_counts_an_unbuilt_kernel_form_plan_as_the_module_it_ran():
+    """A forced kernel-form plan the kernels left classical ran the classical module: the quality table's
+    "same code" test takes it as that (not as another candidate that could be 'best' by noise)."""
+    same = report._same_code
+    assert same("classical (falcon's kernel; kernel-form 3x3x3:23 x1 not built)", "classical (falcon's kernel)",
+                256, 512, 384)
+    assert same("classical (kernel-form strassen x1 not built)", "classical", 4, 4, 4)
+    assert not same("classical (kernel-form strassen x1 not built)", "classical (falcon's kernel)", 4, 4, 4)
+    assert not same("strassen x1 (7 products, kernel)", "classical (falcon's kernel)", 4, 4, 4)

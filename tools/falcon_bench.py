@@ -16,7 +16,7 @@ For every shape (M, N, K) it builds ``C = A @ B`` (A: M x K, B: K x N, C: M x N,
   ratio is taken against it. On a host with AVX-512 and a C compiler
   falcon-kernels still runs (its default there), so this is falcon's own
   classical CPU kernel above its min-flops (the report's plan says
-  ``classical (falcon's CPU kernel)``), IREE's code elsewhere;
+  ``classical (falcon's kernel)``), IREE's code elsewhere;
 * ``iree``: plain IREE (``lcma=None, kernels=None``): IREE's own GEMM;
 * ``auto``: falcon's decision rule (``lcma="auto"``);
 * ``scheme=S levels=L ...``: any ``lcma-rewrite`` option string, as is;
@@ -34,8 +34,9 @@ run with their libraries' own thread counts (every core here), which the
 environment paragraph states with the OpenBLAS/OpenMP/MKL variables set or
 unset.
 * ``top``: per shape, the cost model's best plans (``--top N``, default 2,
-  the choice's runners-up on the host profile, or the best ones when the
-  choice is classical) as forced option strings, so falcon's choice is
+  the choice's runners-up on the profile ``auto`` decides on, ``x86-falcon``
+  where falcon's CPU kernel runs, else the host profile; or the best ones when
+  the choice is classical) as forced option strings, so falcon's choice is
   compared with the other top candidates in the same run.
 * ``blocked``: per shape, the cost model's best classical blocking plan
   (``scheme=MxKxN:R``, R = M*K*N block products accumulating into C, no
@@ -185,8 +186,11 @@ def _parse(argv) -> tuple:
                   _option("--workloads", parse_workloads, args.workloads, args.model) for M in ms]
     cpu = args.device in CPU_DEVICES
     torch_peer = args.torch or (args.peers and cpu and importlib.util.find_spec("torch") is not None)
+    # Checked against the compile's own flags: form=kernel needs falcon's kernels, which the llvm-cpu
+    # target has on an AVX-512 host (were: checked without a target, so refused there).
+    flags = BenchConfig(flags=args.flags, iree_flags=tuple(args.iree_flag or ())).target_flags()
     cands = _option("--candidates", parse_candidates, args.candidates, args.numpy or (args.peers and cpu),
-                    torch_peer)
+                    torch_peer, flags)
     if args.csv and args.append:
         why = csv_mismatch(args.csv)
         if why:

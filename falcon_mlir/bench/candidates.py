@@ -50,18 +50,24 @@ def split_candidates(text: str) -> List[str]:
     return out
 
 
-def parse_candidates(text: str, numpy_peer: bool = False, torch_peer: bool = False) -> List[Candidate]:
+def parse_candidates(text: str, numpy_peer: bool = False, torch_peer: bool = False,
+                     flags: Optional[List[str]] = None) -> List[Candidate]:
     """Comma-separated candidates (``classical``, ``iree``, ``auto``, ``numpy``, ``torch``,
     ``top``, ``blocked``, lcma option strings, whose ``scheme=`` may list one name per level with
     commas: :func:`split_candidates`) -> list, ``classical`` first (added when
     absent), then ``numpy`` with ``numpy_peer`` and ``torch`` with
     ``torch_peer`` last; duplicates dropped.
 
+    ``flags``: the iree-compile flags the candidates will be compiled with (target included): an
+    option string is checked as that compile takes it, with falcon's kernels where the target has
+    them (``form=kernel`` on an AVX-512 host); ``None``: checked without target flags (no kernels).
+
     Raises:
         ValueError: an empty list, an lcma option string falcon rejects, or
             ``torch`` where torch is not installed.
     """
     from falcon_mlir.api import make_lcma_rewrite
+    from falcon_mlir.pipeline.assemble import make_rewrite
 
     names = split_candidates(text)
     if not names:
@@ -93,7 +99,7 @@ def parse_candidates(text: str, numpy_peer: bool = False, torch_peer: bool = Fal
             cands.append(Candidate("blocked", "blocked"))
         else:
             try:
-                make_lcma_rewrite(name)
+                make_lcma_rewrite(name) if flags is None else make_rewrite(name, tiles=None, flags=flags)
             except (ValueError, TypeError) as e:
                 msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
                 raise ValueError(f"bad lcma option {name!r}: {msg}") from None
@@ -102,10 +108,11 @@ def parse_candidates(text: str, numpy_peer: bool = False, torch_peer: bool = Fal
 
 
 def expand_top(shape: Shape, cands: List[Candidate], *, dtype: str, acc: str,
-               const_weights: bool, top: int) -> List[Candidate]:
+               const_weights: bool, top: int, profile: Optional[str] = None) -> List[Candidate]:
     """``cands`` with the ``top`` candidate replaced by the cost model's best
-    plans for ``shape`` on the host profile (at most ``top`` of them, forced
-    option strings): the choice's runners-up, or the best plans when the
+    plans for ``shape`` on ``profile`` (the one ``auto`` decides on when the candidates are compiled,
+    :meth:`~falcon_mlir.bench.measure.BenchConfig.auto_profile`; ``None``: the host profile) (at most
+    ``top`` of them, forced option strings): the choice's runners-up, or the best plans when the
     choice is classical; and the ``blocked`` candidate by the best classical
     blocking plan (``blocked scheme=2x2x2:8``: the decision's classical
     reference where it beats IREE's GEMM; left out where none does, IREE's
@@ -117,7 +124,7 @@ def expand_top(shape: Shape, cands: List[Candidate], *, dtype: str, acc: str,
 
     pb = decision.Problem(shape.M, shape.N, shape.K, lhs=dtype, rhs=dtype, acc=acc,
                           const_rhs=bool(const_weights))
-    d = decision.decide(pb, decision.load_profile(None), budget=numerics.default_max_error(acc))
+    d = decision.decide(pb, decision.load_profile(profile), budget=numerics.default_max_error(acc))
     plans = ([] if d.choice.is_classical else [d.choice]) + list(d.alternatives)
     extra, seen = [], {c.lcma for c in cands}
     for e in plans[1:] if not d.choice.is_classical else plans:
@@ -139,7 +146,10 @@ def expand_top(shape: Shape, cands: List[Candidate], *, dtype: str, acc: str,
 def plan_text(report: list) -> str:
     """One-line plan from falcon's report (a list of per-contraction dicts):
     ``classical``, ``classical (falcon's kernel)`` (falcon-kernels served it) or
-    ``strassen x1 (7 products)``, ``strassen x2 (kernel)``; entries joined by ``; ``."""
+    ``strassen x1 (7 products)``, ``strassen x2 (kernel)``; a kernel-form plan that falcon-kernels
+    did not build (it ran classical: a format that does not divide the sizes on the CPU kernel, or
+    the pass off) is ``classical (falcon's kernel; kernel-form 3x3x3:23 x1 not built)``; entries
+    joined by ``; ``."""
     if not report:
         return "classical"
     parts = []
@@ -157,6 +167,10 @@ def plan_text(report: list) -> str:
             s = f"{schemes[0]} x{levels}"
         else:
             s = "+".join(schemes)
+        if p.get("form") == "kernel" and not any(k.get("kernel") == "plan" for k in kernels):
+            own = "falcon's kernel; " if any(k.get("kernel") == "classical" for k in kernels) else ""
+            parts.append(f"classical ({own}kernel-form {s} not built)")
+            continue
         extra = []
         if e.get("products"):
             extra.append(f"{e['products']} products")

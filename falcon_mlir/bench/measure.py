@@ -25,11 +25,11 @@ from falcon_mlir.dtypes import np_type
 from falcon_mlir.ir.matmul_text import matmul_mlir
 from falcon_mlir.runner import BEST_CPU_FLAGS
 
-__all__ = ["FLAG_SETS", "PEERS", "BenchConfig", "Result", "bench_shape", "attach_weight", "openblas_core",
+__all__ = ["FLAG_SETS", "TARGET_BACKENDS", "PEERS", "BenchConfig", "Result", "bench_shape", "attach_weight", "openblas_core",
            "openblas_threads", "torch_info"]
 
 #: iree-compile flags per ``--flags`` choice (the target backend comes from
-#: ``compile_str(target_backends=["llvm-cpu"])``).
+#: ``compile_str(target_backends=TARGET_BACKENDS)``).
 FLAG_SETS = {
     "default": ["--iree-llvmcpu-target-cpu=host"],
     "best": list(BEST_CPU_FLAGS),
@@ -37,6 +37,8 @@ FLAG_SETS = {
 #: The CPU libraries timed beside IREE (candidate kinds that are not IREE
 #: modules): numpy (OpenBLAS) and torch (oneDNN/MKL), in this order.
 PEERS = ("numpy", "torch")
+#: IREE target backends every IREE candidate is compiled for.
+TARGET_BACKENDS = ("llvm-cpu",)
 #: Name of the ``dense_resource`` blob that holds B with ``const_weights``.
 WEIGHT_BLOB = "falcon_bench_B"
 
@@ -77,6 +79,22 @@ class BenchConfig:
     def compile_flags(self) -> List[str]:
         """The iree-compile flags of every candidate."""
         return FLAG_SETS[self.flags] + list(self.iree_flags)
+
+    def target_flags(self) -> List[str]:
+        """:meth:`compile_flags` with the target's (:data:`TARGET_BACKENDS`): what falcon compiles the
+        candidates for, so what decides its defaults (falcon's CPU kernel on an AVX-512 host)."""
+        from falcon_mlir.api import backend_flags
+
+        return backend_flags(list(TARGET_BACKENDS)) + self.compile_flags()
+
+    def auto_profile(self) -> Optional[str]:
+        """The profile ``auto`` decides on when the candidates are compiled (falcon-compile's defaults
+        for :meth:`target_flags`: ``x86-falcon`` where falcon's CPU kernel runs), or ``None``: the host
+        profile (``$FALCON_PROFILE`` where set)."""
+        from falcon_mlir.pipeline.assemble import make_rewrite
+
+        rewrite = make_rewrite("auto", tiles=None, flags=self.target_flags())
+        return rewrite.options.profile if rewrite is not None and rewrite.options is not None else None
 
     def runtime_config(self):
         """One ``iree.runtime.Config`` for every module of the run: a device per
@@ -244,7 +262,7 @@ def _iree_runner(source, a, b, c: Candidate, config: BenchConfig, r: Result,
 
     t0 = time.perf_counter()
     try:
-        vmfb, report = compile_str(source, target_backends=["llvm-cpu"], extra_args=config.compile_flags(),
+        vmfb, report = compile_str(source, target_backends=list(TARGET_BACKENDS), extra_args=config.compile_flags(),
                                    lcma=c.lcma, kernels=c.kernels, return_report=True)
     except Exception as e:  # CompileError, RewriteError: keep going
         r.compile_s = time.perf_counter() - t0
@@ -303,8 +321,9 @@ def bench_shape(shape: Shape, cands: List[Candidate], config: BenchConfig,
                        b_const=f"dense_resource<{WEIGHT_BLOB}>" if config.const_weights else None)
     source = attach_weight(text, b, config.dtype) if config.const_weights else text
 
-    cands = expand_top(shape, cands, dtype=config.dtype, acc=config.acc_type,
-                       const_weights=config.const_weights, top=config.top)
+    if any(c.kind in ("top", "blocked") for c in cands):  # the plans of auto's profile
+        cands = expand_top(shape, cands, dtype=config.dtype, acc=config.acc_type,
+                           const_weights=config.const_weights, top=config.top, profile=config.auto_profile())
     results = [Result(shape, c) for c in cands]
     runners: Dict[int, Callable] = {}  # index -> zero-arg callable returning a host array
     for i, (c, r) in enumerate(zip(cands, results)):

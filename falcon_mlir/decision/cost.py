@@ -82,6 +82,10 @@ class Problem:
             ``f16``): the type kernel-form plans form their combined operands
             in (:func:`falcon_mlir.decision.numerics.kernel_operands`; auto:
             scaled f16 for bf16 inputs).
+        transposed: the operands stored transposed (``"lhs"``: A as K x M,
+            ``"rhs"``: B as N x K, ``"out"``: C as N x M):
+            falcon's CPU kernel runs no kernel-form plan on them
+            (:func:`falcon_mlir.decision.cpu_kernel.unfit`).
     """
 
     M: int
@@ -95,6 +99,7 @@ class Problem:
     sums: str = "auto"
     products: str = "auto"
     operands: str = "auto"
+    transposed: Tuple[str, ...] = ()
 
     @property
     def flops(self) -> float:

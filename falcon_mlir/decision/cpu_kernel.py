@@ -97,11 +97,12 @@ def coef_ok(c) -> bool:
 
 def unfit(pb, schemes: Sequence[str]) -> Optional[str]:
     """Why falcon's CPU kernel cannot run the plan ``schemes`` (levels composed) on the contraction ``pb``
-    (:class:`~falcon_mlir.decision.cost.Problem`), or ``None`` where it can. What ``CpuPlan`` refuses:
-    other than f32 x f32 -> f32, a batch, sizes that are not exact multiples of the composed format (the
-    kernel pads nothing), a format over 64 blocks per dimension, a product with more than
-    :data:`MAX_TERMS` blocks in its A sum, B sum or destinations, a coefficient not ``num / 2^s`` with
-    ``|num| <= 511``, ``s <= 15``. One line, naming the numbers.
+    (:class:`~falcon_mlir.decision.cost.Problem`), or ``None`` where it can. What ``CpuPlan`` and
+    falcon-kernels refuse: other than f32 x f32 -> f32, a batch, A or B stored transposed (the kernel reads
+    row-major A and B, C likewise; falcon-kernels would leave the contraction to IREE), sizes that are not exact
+    multiples of the composed format (the kernel pads nothing), a format over 64 blocks per dimension, a
+    product with more than :data:`MAX_TERMS` blocks in its A sum, B sum or destinations, a coefficient not
+    ``num / 2^s`` with ``|num| <= 511``, ``s <= 15``. One line, naming the numbers.
 
     Raises:
         falcon_mlir.catalog.UnknownSchemeError: an unknown name.
@@ -111,6 +112,10 @@ def unfit(pb, schemes: Sequence[str]) -> Optional[str]:
         return f"falcon's CPU kernel multiplies f32 x f32 -> f32 only, not {types[0]} x {types[1]} -> {types[2]}"
     if pb.batch != 1:
         return f"falcon's CPU kernel takes no batch (batch {pb.batch})"
+    if pb.transposed:
+        which = " and ".join({"lhs": "A", "rhs": "B", "out": "C"}.get(t, t) for t in pb.transposed)
+        return (f"falcon's CPU kernel reads A as M x K, B as K x N and C as M x N, row-major; {which} "
+                f"{'is' if len(pb.transposed) == 1 else 'are'} stored transposed")
     name = "*".join(schemes)
     st = term_stats(tuple(schemes))
     if max(st.m, st.k, st.n) > MAX_GRID:

@@ -10,9 +10,11 @@ The pieces (forms checked with ``iree-compile`` 3.13):
   .vmfb is self-contained; the text needs the file). Inline ``data =
   dense<...>`` objects fail on llvm-cpu in 3.13: with a path too, the
   link misses the symbols; without one, iree-compile crashes;
-  two exports, ``pack_b`` and ``gemm``, each a small function that takes the
-  bindings as ``memref<?xf32>`` (``stream.binding.subspan``) and calls the C
-  entry point declared ``hal.import.static``, with the workgroup ids
+  four exports, ``pack_b`` and ``gemm`` (the classical GEMM) and ``lcma_pack_b``
+  and ``lcma_gemm`` (one product of an LCMA plan, :mod:`.cpu_plan`), each a
+  small function that takes the bindings as ``memref<?xf32>``
+  (``stream.binding.subspan``) and calls the C entry point declared
+  ``hal.import.static``, with the workgroup ids
   (``hal.interface.workgroup.id``) as the last arguments.
 * :func:`dispatch_lines`: the two ``flow.dispatch`` ops: B to packed B, then
   ``(A, packed B) -> (C, scratch)``; the scratch (one packed-A slot per

@@ -28,7 +28,9 @@ themselves: the pack of B reads ``nnz(V[r])`` blocks instead of one; the
 destinations' tiles are read and written once per K block per destination.
 
 Blocks: ``Mb = M / m``, ``Kb = K / k``, ``Nb = N / n`` exactly (the sizes must
-be multiples of the format; peeling the rest is the rewrite's job).
+be multiples of the format: nothing pads or peels a kernel-form plan on the CPU,
+so falcon-kernels runs one on other sizes with the classical kernel, and the
+x86-falcon profile's auto takes none there).
 Coefficients must be ``num / 2^s`` with ``|num| <= 511``, ``s <= 15`` (every
 scheme of the catalog's 2x2 family; :func:`encode_term` refuses others), and
 a product may sum at most :data:`~.cpu_gemm.MAX_TERMS` blocks per operand and

@@ -23,11 +23,13 @@ only to an option the user left at ``auto``, and each report entry of the
 pass it changed lists it under ``"defaults"`` (``--lcma-explain`` shows it).
 
 * :data:`PIPELINE_DEFAULTS`: inside IREE's pipeline, whatever the target.
-* :data:`KERNEL_DEFAULTS`: what falcon-kernels running on CUDA implies
-  (applied before the target's, so they win); its CPU kernel implies nothing.
-* :data:`TARGET_DEFAULTS`: what a compile target implies.
 * :data:`CPU_DEFAULTS`: what an llvm-cpu target CPU implies (the CPUs without
-  native bf16, :data:`NO_NATIVE_BF16_CPUS`: the ``x86-avx2`` profile).
+  native bf16, :data:`NO_NATIVE_BF16_CPUS`: the ``x86-avx2`` profile); applied
+  first, so it wins over the CPU kernel's profile (whose bf16 is native).
+* :data:`KERNEL_DEFAULTS`: what falcon-kernels running implies (the profile of
+  its kernels: ``h200-falcon`` on CUDA, ``x86-falcon`` on the CPU unless
+  ``$FALCON_PROFILE`` is set), applied before the target's, so they win.
+* :data:`TARGET_DEFAULTS`: what a compile target implies.
 
 The compile target itself defaults to this machine's CPU
 (:data:`DEFAULT_TARGET`) when the flags name no device.
@@ -347,20 +349,25 @@ def _apply(options, defaults, applied: dict):
 
 
 def _with_defaults(options, pass_name: str, flags: Sequence[str], kernels: Optional[str] = None):
-    """``(options, applied)``: :data:`PIPELINE_DEFAULTS`, :data:`KERNEL_DEFAULTS`
-    (when falcon-kernels runs: ``kernels`` is ``"cuda"`` or ``"cpu"``, where its kernels run) and the
-    :data:`TARGET_DEFAULTS` of every device ``flags`` select, for ``pass_name``."""
+    """``(options, applied)``: :data:`PIPELINE_DEFAULTS`, the :data:`CPU_DEFAULTS` of the target CPU,
+    :data:`KERNEL_DEFAULTS` (when falcon-kernels runs: ``kernels`` is ``"cuda"`` or ``"cpu"``, where its
+    kernels run) and the :data:`TARGET_DEFAULTS` of every device ``flags`` select, for ``pass_name``, in
+    that order (the first to set an option wins)."""
     applied: dict = {}
     options = _apply(options, PIPELINE_DEFAULTS.get(pass_name, ()), applied)
+    # The target CPU's before the CPU kernel's: x86-falcon's bf16 table is a native-bf16 CPU's, and on
+    # an AVX-512 CPU without AVX512-BF16 (skylake-avx512, x86-64-v4, icelake-server ...) it kept a
+    # 2048^3 bf16 GEMM classical (predicted 17 ms) where x86-avx2 knows IREE's emulated bf16 GEMM
+    # (3.6 s) and takes Strassen with f32 products (55 ms).
+    cpu = _target_cpu(flags)
+    if cpu in CPU_DEFAULTS and not targets_cuda(flags):
+        options = _apply(options, CPU_DEFAULTS[cpu].get(pass_name, ()), applied)
     if kernels:
         options = _apply(options, KERNEL_DEFAULTS[kernels].get(pass_name, ()), applied)
     devices = {d.split(":")[0] for d in target_devices(flags)}
     for device, per_pass in TARGET_DEFAULTS.items():
         if any(d.startswith(device) for d in devices):
             options = _apply(options, per_pass.get(pass_name, ()), applied)
-    cpu = _target_cpu(flags)
-    if cpu in CPU_DEFAULTS and not targets_cuda(flags):
-        options = _apply(options, CPU_DEFAULTS[cpu].get(pass_name, ()), applied)
     return options, applied
 
 

@@ -19,11 +19,13 @@ the module needs nothing but IREE's runtime:
   (:mod:`falcon_mlir.kernels.fma_gemm`), else the Triton kernel with its tile
   configuration from the measured table (:mod:`falcon_mlir.kernels.configs`).
 
-With ``arch=x86-avx512`` (an llvm-cpu module) the pass serves classical f32
-GEMMs with falcon's own CPU kernel instead (:mod:`falcon_mlir.kernels.cpu_gemm`:
+With ``arch=x86-avx512`` (an llvm-cpu module) the pass serves f32 GEMMs with
+falcon's own CPU kernel instead (:mod:`falcon_mlir.kernels.cpu_gemm`:
 generated AVX-512 C compiled by gcc, embedded by
 :mod:`falcon_mlir.kernels.cpu_embed`): which ones, :mod:`.serve_cpu`
-(row-major f32, batch 1, static; at least ``min-flops``, auto 2 x 256^3);
+(row-major f32, batch 1, static; classical ones of at least ``min-flops``,
+auto 2 x 256^3; kernel-form plans as ``2 R`` dispatches with the combines
+inside the kernel, :mod:`falcon_mlir.kernels.cpu_plan`; :mod:`.cpu`);
 the executable's object key is the llvm-cpu target of ``cpu-flags``.
 
 Everything else stays IREE's. A C operand that is not a zero fill is added to

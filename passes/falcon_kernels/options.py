@@ -13,7 +13,7 @@ from falcon_mlir.options import option, parse_options
 #: with AVX-512 when a C compiler is found, else none). ``sm_90a``: falcon's
 #: generated CUDA kernels (Triton, H100/H200); ``x86-avx512``: falcon's CPU
 #: f32 GEMM (:mod:`falcon_mlir.kernels.cpu_gemm`, x86-64 with AVX-512
-#: F/BW/DQ/VL; classical f32 GEMMs only).
+#: F/BW/DQ/VL; classical f32 GEMMs and kernel-form plans, :mod:`falcon_mlir.kernels.cpu_plan`).
 ARCHS = ("auto", "sm_90a", "x86-avx512", "none")
 #: The ``arch=`` values that run on the CPU (an llvm-cpu module).
 CPU_ARCHS = ("x86-avx512",)

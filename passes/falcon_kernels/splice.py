@@ -34,6 +34,16 @@ class SymbolClashError(PassError):
     an equal op is the same kernel, e.g. from an earlier run of the pass)."""
 
 
+def _symbol_part(scheme: str) -> str:
+    """A scheme name as part of an MLIR symbol (a bare identifier: letters, digits, ``_$.``):
+    ``strassen^2`` -> ``strassenp2``, ``strassen*2x2x3:11`` -> ``strassen_2x2x3_11``, whitespace
+    dropped, any other character ``_``. Were: only ``^*:`` replaced, so the catalog's own name of
+    Winograd's scheme, ``2x2x2:7-winograd``, or a plan written ``strassen * winograd``, made a wrapper
+    name IREE's parser rejects (falcon-kernels: internal error, nothing written)."""
+    s = "".join(scheme.split()).replace("^", "p").replace("*", "_")
+    return "".join(c if c.isascii() and (c.isalnum() or c == "_") else "_" for c in s)
+
+
 def _own_entry_functions(text: str, exe: str, context) -> tuple:
     """``(text, renamed)``: ``stream.executable`` text with each export and its function renamed
     ``{exe}_{name}``, and ``{old: new}``. IREE links the executables of one llvm-cpu target into one,
@@ -235,7 +245,7 @@ class Splicer:
         types = tuple(types or canonical)
         exe, renamed = self._cpu_executable(obj, p.config)
         lines, result = cpu_plan.plan_dispatch_lines(exe, p, types=types[:2])
-        base = f"{exe}_{p.scheme.replace('^', 'p').replace('*', '_').replace(':', '_')}_{p.M}x{p.N}x{p.K}_call"
+        base = f"{exe}_{_symbol_part(p.scheme)}_{p.M}x{p.N}x{p.K}_call"
         return self._cpu_wrapper((exe, p.scheme, p.M, p.N, p.K, types), base, exe, renamed, lines, result,
                                  types, canonical)
 

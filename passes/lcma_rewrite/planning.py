@@ -25,7 +25,7 @@ from .options import LcmaOptions
 __all__ = ["plan_for", "decision_for", "problem_of", "schemes_fit", "numerics_check",
            "predicted_time", "predicted_errors", "grouped_terms", "default_budget", "sums_type",
            "plan_error", "rounding_entry", "sum_roundings", "products_type", "operands_of",
-           "operands_entry"]
+           "operands_entry", "transposed_operands"]
 
 
 def schemes_fit(c: Contraction, schemes: tuple, form: str = "per-product") -> Optional[str]:
@@ -82,15 +82,22 @@ def numerics_check(c: Contraction, schemes: tuple, budget: Optional[float],
 
 
 def problem_of(c: Contraction, options: Optional[LcmaOptions] = None) -> "decision.Problem":
-    """The cost model's view of contraction ``c`` (sizes, element types, constant B;
-    with ``options`` their ``sums`` and ``products`` for a bf16/f16 result)."""
+    """The cost model's view of contraction ``c`` (sizes, element types, constant B, transposed
+    operands; with ``options`` their ``sums`` and ``products`` for a bf16/f16 result)."""
     const_rhs = defining_op_name(c.op.operands[1]) in (
         "arith.constant", "util.global.load", "flow.tensor.constant")
     extra = {} if options is None else {"sums": options.sums, "products": options.products,
                                         "operands": options.operands}
     return decision.Problem(M=c.M, N=c.N, K=c.K, batch=math.prod(c.batch) if c.batch else 1,
                             lhs=str(c.lhs_type), rhs=str(c.rhs_type), acc=str(c.acc_type),
-                            const_rhs=const_rhs, **extra)
+                            const_rhs=const_rhs, transposed=transposed_operands(c), **extra)
+
+
+def transposed_operands(c: Contraction) -> tuple:
+    """The operands of ``c`` stored transposed: ``"lhs"`` (A as K x M), ``"rhs"`` (B as N x K),
+    ``"out"`` (C as N x M)."""
+    out = c.m_dim >= 0 and c.n_dim in c.out_dims and c.out_dims.index(c.m_dim) > c.out_dims.index(c.n_dim)
+    return tuple(c.transposed) + (("out",) if out else ())
 
 
 def decision_for(c: Contraction, options: LcmaOptions, forced: Optional[tuple] = None,

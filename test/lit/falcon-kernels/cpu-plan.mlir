@@ -47,6 +47,25 @@ func.func @not_divisible(%a: tensor<510x768xf32>, %b: tensor<768x256xf32>) -> te
   return %0 : tensor<510x256xf32>
 }
 
+// -----
+
+// Scheme names that are no MLIR identifiers: the catalog's name of Winograd's scheme (a '-') and a
+// composition written with spaces. The wrapper's symbol keeps letters, digits and '_' (were: a '-' or
+// a space in it, and falcon-kernels failed with an internal error, nothing written).
+// CHECK-DAG: func.func private @[[W:falcon_cpu_sgemm_14x32_k256_28x256_p16_[0-9a-f]{8}_2x2x2_7_winograd_64x128x96_call]](
+// CHECK-DAG: func.func private @[[S:falcon_cpu_sgemm_14x32_k256_28x256_p16_[0-9a-f]{8}_strassen_2x2x2_8_64x128x96_call]](
+// CHECK-LABEL: func.func @names
+// CHECK: call @[[W]](%arg0, %arg1)
+// CHECK: call @[[S]](%arg0, %arg1)
+func.func @names(%a: tensor<64x96xf32>, %b: tensor<96x128xf32>) -> (tensor<64x128xf32>, tensor<64x128xf32>) {
+  %cst = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<64x128xf32>
+  %f = linalg.fill ins(%cst : f32) outs(%e : tensor<64x128xf32>) -> tensor<64x128xf32>
+  %0 = linalg.matmul {falcon.plan = {schemes = ["2x2x2:7-winograd"], form = "kernel"}} ins(%a, %b : tensor<64x96xf32>, tensor<96x128xf32>) outs(%f : tensor<64x128xf32>) -> tensor<64x128xf32>
+  %1 = linalg.matmul {falcon.plan = {schemes = ["strassen * 2x2x2:8"], form = "kernel"}} ins(%a, %b : tensor<64x96xf32>, tensor<96x128xf32>) outs(%f : tensor<64x128xf32>) -> tensor<64x128xf32>
+  return %0, %1 : tensor<64x128xf32>, tensor<64x128xf32>
+}
+
 // REPORT: "kernel": "plan"
 // REPORT: "reason": "kernel-form plan on falcon's CPU kernel (combines inside it)"
 // REPORT: "plan": {

@@ -7,7 +7,10 @@
 // 8192^3; 512^3 stays classical (its 256-blocks run at IREE's lower rate);
 // 4098 rows do not split into Strassen^2's 4 blocks (the kernel pads
 // nothing), so with levels=2 asked for nothing runs: classical, and the
-// reason says why; bf16 inputs are not the kernel's (f32 only).
+// reason says why; bf16 inputs are not the kernel's (f32 only), nor a B stored
+// N x K or a C stored N x M (the kernel reads row-major A, B, C: falcon-kernels would leave the op to
+// IREE; were: auto attached Strassen there, reported as rewritten, and IREE's
+// classical GEMM ran).
 
 // CHECK-LABEL: func.func @big
 // CHECK: linalg.matmul {falcon.plan = {edge = "pad", form = "kernel", operands = "f32", schemes = ["strassen"]}}
@@ -16,6 +19,10 @@
 // CHECK-LABEL: func.func @small
 // CHECK-NOT: falcon.plan
 // CHECK-LABEL: func.func @bf16
+// CHECK-NOT: falcon.plan
+// CHECK-LABEL: func.func @transposed_b
+// CHECK-NOT: falcon.plan
+// CHECK-LABEL: func.func @transposed_c
 // CHECK-NOT: falcon.plan
 // CHECK: return
 
@@ -29,6 +36,10 @@
 // EXPLAIN-NEXT: why: auto: best plan strassen (kernel, pad) predicted 1.29 ms vs classical 0.66 ms on x86-falcon (not 5% faster); classical
 // EXPLAIN: linalg.matmul M=4096 N=4096 K=4096 (bf16 x bf16 -> bf16): classical
 // EXPLAIN-NEXT: why: auto: no plan runs on the kernels of x86-falcon (1 kernel-form plan left out; strassen: falcon's CPU kernel multiplies f32 x f32 -> f32 only, not bf16 x bf16 -> bf16); classical
+// EXPLAIN: linalg.matmul M=4096 N=4096 K=4096 (f32 x f32 -> f32): classical
+// EXPLAIN-NEXT: why: auto: no plan runs on the kernels of x86-falcon (1 kernel-form plan left out; strassen: falcon's CPU kernel reads A as M x K, B as K x N and C as M x N, row-major; B is stored transposed); classical
+// EXPLAIN: linalg.generic M=4096 N=4096 K=4096 (f32 x f32 -> f32): classical
+// EXPLAIN-NEXT: why: auto: no plan runs on the kernels of x86-falcon (1 kernel-form plan left out; strassen: falcon's CPU kernel reads A as M x K, B as K x N and C as M x N, row-major; C is stored transposed); classical
 func.func @big(%a: tensor<4096x4096xf32>, %b: tensor<4096x4096xf32>, %c: tensor<4096x4096xf32>) -> tensor<4096x4096xf32> {
   %0 = linalg.matmul ins(%a, %b : tensor<4096x4096xf32>, tensor<4096x4096xf32>) outs(%c : tensor<4096x4096xf32>) -> tensor<4096x4096xf32>
   return %0 : tensor<4096x4096xf32>
@@ -44,4 +55,17 @@ func.func @small(%a: tensor<512x512xf32>, %b: tensor<512x512xf32>, %c: tensor<51
 func.func @bf16(%a: tensor<4096x4096xbf16>, %b: tensor<4096x4096xbf16>, %c: tensor<4096x4096xbf16>) -> tensor<4096x4096xbf16> {
   %0 = linalg.matmul ins(%a, %b : tensor<4096x4096xbf16>, tensor<4096x4096xbf16>) outs(%c : tensor<4096x4096xbf16>) -> tensor<4096x4096xbf16>
   return %0 : tensor<4096x4096xbf16>
+}
+func.func @transposed_b(%a: tensor<4096x4096xf32>, %b: tensor<4096x4096xf32>, %c: tensor<4096x4096xf32>) -> tensor<4096x4096xf32> {
+  %0 = linalg.matmul indexing_maps = [affine_map<(m, n, k) -> (m, k)>, affine_map<(m, n, k) -> (n, k)>, affine_map<(m, n, k) -> (m, n)>] ins(%a, %b : tensor<4096x4096xf32>, tensor<4096x4096xf32>) outs(%c : tensor<4096x4096xf32>) -> tensor<4096x4096xf32>
+  return %0 : tensor<4096x4096xf32>
+}
+func.func @transposed_c(%a: tensor<4096x4096xf32>, %b: tensor<4096x4096xf32>, %c: tensor<4096x4096xf32>) -> tensor<4096x4096xf32> {
+  %0 = linalg.generic {indexing_maps = [affine_map<(m, n, k) -> (m, k)>, affine_map<(m, n, k) -> (k, n)>, affine_map<(m, n, k) -> (n, m)>], iterator_types = ["parallel", "parallel", "reduction"]} ins(%a, %b : tensor<4096x4096xf32>, tensor<4096x4096xf32>) outs(%c : tensor<4096x4096xf32>) {
+  ^bb0(%x: f32, %y: f32, %z: f32):
+    %m = arith.mulf %x, %y : f32
+    %s = arith.addf %z, %m : f32
+    linalg.yield %s : f32
+  } -> tensor<4096x4096xf32>
+  return %0 : tensor<4096x4096xf32>
 }

@@ -188,3 +188,17 @@ def test_term_statistics_compose():
     assert w.most == tuple(max(int((X[r] != 0).sum()) for r in range(s.R)) for X in (s.U, s.V, s.W))
     assert cost.CostModel(decision.load_profile("x86-falcon")).unfit(
         decision.Problem(64, 64, 64), ("strassen",), "per-product") is None
+
+
+def test_transposed_operands_take_no_kernel_form_plan():
+    """The kernel reads row-major A and B; falcon-kernels leaves a transposed one to IREE. Were: auto
+    attached Strassen to a 4096^3 GEMM with B stored N x K (predicted 1.06x), and IREE's classical
+    GEMM ran under a report that said rewritten."""
+    p = decision.load_profile("x86-falcon")
+    pb = decision.Problem(4096, 4096, 4096, transposed=("rhs",))
+    assert cpu_kernel.unfit(pb, ("strassen",)) == ("falcon's CPU kernel reads A as M x K, B as K x N and C as "
+                                                   "M x N, row-major; B is stored transposed")
+    assert "A and C are stored transposed" in cpu_kernel.unfit(
+        decision.Problem(4096, 4096, 4096, transposed=("lhs", "out")), ("strassen",))
+    assert decision.decide(pb, p).choice.is_classical
+    assert not decision.decide(decision.Problem(4096, 4096, 4096), p).choice.is_classical

@@ -637,6 +637,29 @@ def test_every_cpu_without_avx512_bf16_implies_the_no_bf16_profile(cpu, profile)
     assert why.startswith(f"x86-avx2 (llvm-cpu target cpu {cpu}: no AVX512-BF16") if profile else not why
 
 
+@pytest.mark.parametrize("cpu,profile", [
+    ("skylake-avx512", "x86-avx2"), ("skx", "x86-avx2"), ("x86-64-v4", "x86-avx2"),
+    ("icelake-server", "x86-avx2"), ("cascadelake", "x86-avx2"), ("tigerlake", "x86-avx2"),
+    ("znver4", "x86-falcon"), ("sapphirerapids", "x86-falcon"), ("host", "x86-falcon")])
+def test_the_cpu_kernel_profile_gives_way_to_a_cpu_without_avx512_bf16(cpu, profile, monkeypatch):
+    """Were: with falcon's CPU kernel on (falcon-compile's default on AVX-512 CPUs), its x86-falcon
+    profile won over the target CPU's x86-avx2, so on AVX-512 CPUs without AVX512-BF16 (skylake-avx512,
+    x86-64-v4, icelake-server ...) auto judged IREE's bf16 GEMM native: bf16 2048^3 stayed classical
+    (x86-falcon: 17 ms predicted; x86-avx2, emulated: 3.6 s) instead of Strassen with f32 products
+    (55 ms). CPUs with AVX512-BF16 and host keep the kernel's profile."""
+    from falcon_mlir.pipeline.assemble import rewrite_stages
+
+    monkeypatch.delenv("FALCON_PROFILE", raising=False)
+    local = ["--iree-hal-target-device=local", "--iree-hal-local-target-device-backends=llvm-cpu"]
+    stages = rewrite_stages("auto", None, local + [f"--iree-llvmcpu-target-cpu={cpu}"], kernels="x86-avx512")
+    assert [s.name for s in stages][-1] == "falcon-kernels"
+    st = stages[0]
+    assert st.options.profile == profile
+    assert st.report_extra["defaults"]["profile"].startswith(
+        f"x86-avx2 (llvm-cpu target cpu {cpu}: no AVX512-BF16" if profile == "x86-avx2"
+        else "x86-falcon (falcon-kernels on (x86-avx512)")
+
+
 @pytest.mark.parametrize("cpu", ["generic", "core2", "core-avx2", "skx", "knl", "gracemont",
                                  "arrowlake", "lunarlake", "sierraforest", "btver1"])
 def test_more_cpus_without_avx512_bf16_imply_the_no_bf16_profile(cpu):

@@ -197,3 +197,80 @@ def test_candidates_keep_per_level_scheme_lists_whole():
     assert [(c.name, c.kind, c.lcma) for c in cands] == [
         ("classical", "iree", None), ("auto", "iree", "auto"),
         ("scheme=strassen,2x2x2:8", "iree", "scheme=strassen,2x2x2:8"), ("numpy", "numpy", None)]
+
+
+def test_plan_text_says_classical_for_a_kernel_form_plan_the_kernels_did_not_build():
+    """Were: a forced kernel-form plan that falcon-kernels left classical (3x3x3:23 on 256x512x384,
+    not a multiple of <3,3,3>: the CPU kernel ran it classically) was labelled "3x3x3:23 x1 (23
+    products, kernel)", so the bench put the classical kernel's time under the plan's name. The
+    entries are the report's as falcon-compile wrote them (the lcma-rewrite entry, falcon-kernels'
+    joined under ``kernels``)."""
+    from falcon_mlir.bench import plan_text
+
+    def entry(schemes, kernel):
+        return {"plan": {"schemes": schemes, "levels": len(schemes), "edge": "pad", "form": "kernel"},
+                "products": 7 ** len(schemes) if schemes[0] == "strassen" else 23,
+                "kernels": [{"kernel": kernel}] if kernel != "off" else []}
+
+    assert plan_text([entry(["strassen"], "plan")]) == "strassen x1 (7 products, kernel)"
+    assert plan_text([entry(["3x3x3:23"], "classical")]) == \
+        "classical (falcon's kernel; kernel-form 3x3x3:23 x1 not built)"
+    assert plan_text([entry(["strassen", "strassen"], None)]) == \
+        "classical (kernel-form strassen x2 not built)"
+    assert plan_text([entry(["strassen"], "off")]) == "classical (kernel-form strassen x1 not built)"
+    assert plan_text([{"plan": "classical", "kernels": [{"kernel": "classical"}]}]) == \
+        "classical (falcon's kernel)"
+
+
+def _cpu_kernel_host() -> bool:
+    from falcon_mlir.kernels import cpu_gemm
+
+    try:
+        cpu_gemm.compiler()
+    except RuntimeError:
+        return False
+    return cpu_gemm.host_has_avx512()
+
+
+@pytest.mark.skipif(not _cpu_kernel_host(), reason="needs gcc and an AVX-512 F/BW/DQ/VL CPU")
+def test_bench_kernel_form_candidate_on_the_cpu_kernel(tmp_path):
+    """Were: --candidates "scheme=strassen form=kernel" was refused before any work ("form=kernel needs
+    the falcon-kernels pass, which does not run here"): candidates were checked without the bench's
+    target flags, so without falcon's CPU kernel, which the compile itself runs on an AVX-512 host."""
+    from falcon_mlir.bench import BenchConfig, parse_candidates
+
+    with pytest.raises(ValueError, match="form=kernel needs the falcon-kernels pass"):
+        parse_candidates("scheme=strassen form=kernel")  # no target: no kernels
+    assert [c.lcma for c in parse_candidates("scheme=strassen form=kernel", flags=BenchConfig().target_flags())] \
+        == [None, "scheme=strassen form=kernel"]
+    _, rows, _ = _run(tmp_path, "--candidates", "classical,scheme=strassen form=kernel", "--no-peers")
+    plan = next(r for r in rows if r["candidate"] == "scheme=strassen form=kernel")
+    assert plan["plan"] == "strassen x1 (7 products, kernel)" and float(plan["rel_err_f64"]) < 1e-5
+
+
+def test_top_candidates_are_the_runners_up_on_autos_profile(monkeypatch):
+    """Were: ``top`` took the host profile's plans (4096^3: winograd and 2x4x4:26 per-product) while
+    ``auto`` decided on x86-falcon where falcon's CPU kernel runs (Strassen, kernel form): they were not
+    auto's runners-up. Now the profile the compile gives auto (BenchConfig.auto_profile)."""
+    from falcon_mlir.bench import BenchConfig, Shape, expand_top, parse_candidates
+
+    monkeypatch.delenv("FALCON_PROFILE", raising=False)
+    cands = parse_candidates("auto,top")
+    top = expand_top(Shape(4096, 4096, 4096), cands, dtype="f32", acc="f32", const_weights=False, top=2,
+                     profile="x86-falcon")
+    assert [c.lcma for c in top] == [None, "auto", "scheme=strassen,strassen levels=2 form=kernel edge=pad"]
+    if _cpu_kernel_host():
+        assert BenchConfig().auto_profile() == "x86-falcon"
+    monkeypatch.setenv("FALCON_PROFILE", "x86-dev")
+    assert BenchConfig().auto_profile() is None  # the user's profile: load_profile(None) reads it
+
+
+def test_quality_counts_an_unbuilt_kernel_form_plan_as_the_module_it_ran():
+    """A forced kernel-form plan the kernels left classical ran the classical module: the quality table's
+    "same code" test takes it as that (not as another candidate that could be 'best' by noise)."""
+    same = report._same_code
+    assert same("classical (falcon's kernel; kernel-form 3x3x3:23 x1 not built)", "classical (falcon's kernel)",
+                256, 512, 384)
+    assert same("classical (kernel-form strassen x1 not built)", "classical", 4, 4, 4)
+    assert not same("classical (kernel-form strassen x1 not built)", "classical (falcon's kernel)", 4, 4, 4)
+    assert not same("strassen x1 (7 products, kernel)", "classical (falcon's kernel)", 4, 4, 4)

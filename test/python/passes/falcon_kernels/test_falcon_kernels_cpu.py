@@ -203,6 +203,28 @@ def test_no_compiler_leaves_every_contraction_to_iree(monkeypatch):
                                 "install gcc or set FALCON_CC")
 
 
+@needs_cc
+def test_explain_lines_of_cpu_plans():
+    """--lcma-explain on the CPU kernel's plan entries. Were: a plan read "plan strassen (R = 7, operands
+    None, products in None, GEMM None) as 4 x86-avx512 dispatches" (the CUDA line: 14 dispatches here),
+    and a plan run classically lost its reason (the line was the plain kernel's)."""
+    from falcon_mlir.decision.explain import explain
+
+    plan = '{falcon.plan = {schemes = ["strassen"], form = "kernel"}} ins'
+    text = MM_ACC.format(fn="acc", M=64, N=128, K=96).replace("linalg.matmul ins", "linalg.matmul " + plan) \
+        + MM.format(fn="odd", M=66, N=128, K=96, t="f32").replace(
+            "linalg.matmul ins", "linalg.matmul " + plan.replace('"strassen"', '"3x3x3:23"'))
+    rep, _ = _run_pass(text)
+    assert [e["kernel"] for e in rep] == ["plan", "classical"]
+    lines = explain(rep)
+    assert ("kernels: plan strassen (R = 7) on falcon's CPU kernel cpu14x32,k256,28x256 as 14 x86-avx512 "
+            "dispatches (per product: pack B with combine B, GEMM with combine A and C), C added") in lines
+    assert ("kernels: falcon's CPU GEMM cpu14x32,k256,28x256 (x86-avx512, pack B and GEMM dispatches); "
+            "kernel-form plan 3x3x3:23 does not run on falcon's CPU kernel (CpuPlan: 66x128x96 (MxNxK) is "
+            "not a multiple of 3x3x3:23's format <3,3,3>); classical kernel") in lines
+    assert "None" not in lines
+
+
 # -- falcon-compile / the API -------------------------------------------------------------------------
 def _inputs(*shapes, seed=0):
     rng = np.random.default_rng([seed, *[d for s in shapes for d in s]])

@@ -149,7 +149,7 @@ def choose_config(M: int, N: int, K: int) -> CpuGemmConfig:
 #: The blocking of an LCMA plan's products (:mod:`.cpu_plan`) where :func:`choose_config` takes the
 #: default: a longer K block and shorter row blocks. Each K block of a product re-reads its A terms and
 #: adds into its destinations (through the private tile), so fewer, longer K blocks pay there; 4096^3
-#: Strassen (7 products of 2048^3) ran 316-322 ms against 332-360 ms on the default blocking, the
+#: Strassen (7 products of 2048^3) ran 312-322 ms against 332-360 ms on the default blocking, the
 #: classical kernel itself no faster with it (374 against 377 ms), 2026-12-02 (docs/kernels.md).
 PLAN_CONFIG = CpuGemmConfig(kc=384, mc=56)
 

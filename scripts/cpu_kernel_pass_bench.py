@@ -36,13 +36,14 @@ def _uptime() -> str:
 
 
 def _shape(text: str) -> tuple:
+    """``(M, N, K)`` of one ``MxNxK`` (falcon-bench's parser)."""
+    from falcon_mlir.bench.shapes import parse_shapes
+
     try:
-        m, n, k = (int(x) for x in text.lower().split("x"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"shape {text!r} is not MxNxK")
-    if min(m, n, k) < 1:
-        raise argparse.ArgumentTypeError(f"shape {text!r} has a size below 1")
-    return m, n, k
+        (shape,) = parse_shapes(text)
+    except ValueError as e:  # also a comma list: one shape per argument here
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return shape.mnk
 
 
 def flags_of(which: str) -> tuple:

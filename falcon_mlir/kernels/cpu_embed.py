@@ -55,6 +55,20 @@ def _memref_args(names: Sequence[str]) -> str:
     return ", ".join(f"%{n}: !stream.binding" for n in names)
 
 
+def _export(name: str, dims: int) -> str:
+    """A ``stream.executable.export`` whose workgroup grid is its first ``dims`` (1 or 2) workload values."""
+    args = ", ".join(f"%{v}: index" for v in "xy"[:dims])
+    grid = ", ".join(["%x", "%y"][:dims] + ["%one"] * (3 - dims))
+    return (f"  stream.executable.export public @{name} workgroups({args}) -> (index, index, index) {{\n"
+            f"    %one = arith.constant 1 : index\n"
+            f"    stream.return {grid} : index, index, index\n  }}\n")
+
+
+def _subspan(var: str, binding: str, size: str) -> str:
+    """``%var``: binding ``%binding`` as a ``memref<?xf32>`` of ``%size`` elements."""
+    return f"        %{var} = stream.binding.subspan %{binding}[%c0] : !stream.binding -> memref<?xf32>{{%{size}}}"
+
+
 def executable_text(name: str, obj: Path, target_attr: str, config: CpuGemmConfig = CpuGemmConfig()) -> str:
     """``stream.executable`` text named ``name`` with exports ``@pack_b`` and ``@gemm`` (the classical
     GEMM) and ``@lcma_pack_b`` and ``@lcma_gemm`` (one product of an LCMA plan, :mod:`.cpu_plan`)
@@ -94,32 +108,14 @@ def executable_text(name: str, obj: Path, target_attr: str, config: CpuGemmConfi
         %s_s0 = arith.muli %gn, %gm : index
         %s_s = arith.muli %s_s0, %slot : index"""
 
-    def sub(var, binding, size):
-        return f"        %{var} = stream.binding.subspan %{binding}[%c0] : !stream.binding -> {mref}{{%{size}}}"
-
+    sub = _subspan
     idx = "%M: index, %N: index, %K: index"
     return f"""stream.executable private @{name} attributes {{
   hal.executable.objects = #hal.executable.objects<{{{target_attr} = [
     #hal.executable.object<{{path = "{path}"}}>]}}>
 }} {{
   // falcon's f32 GEMM for x86-64 AVX-512, {c.label}
-  stream.executable.export public @pack_b workgroups(%x: index) -> (index, index, index) {{
-    %one = arith.constant 1 : index
-    stream.return %x, %one, %one : index, index, index
-  }}
-  stream.executable.export public @gemm workgroups(%x: index, %y: index) -> (index, index, index) {{
-    %one = arith.constant 1 : index
-    stream.return %x, %y, %one : index, index, index
-  }}
-  stream.executable.export public @lcma_pack_b workgroups(%x: index) -> (index, index, index) {{
-    %one = arith.constant 1 : index
-    stream.return %x, %one, %one : index, index, index
-  }}
-  stream.executable.export public @lcma_gemm workgroups(%x: index, %y: index) -> (index, index, index) {{
-    %one = arith.constant 1 : index
-    stream.return %x, %y, %one : index, index, index
-  }}
-  builtin.module {{
+{"".join(_export(e, d) for e, d in (("pack_b", 1), ("gemm", 2), ("lcma_pack_b", 1), ("lcma_gemm", 2)))}  builtin.module {{
     func.func private @{pack_b}({mref}, {mref}, index, index, index, index) attributes {{hal.import.static}}
     func.func private @{gemm}({mref}, {mref}, {mref}, {mref}, index, index, index, index, index) attributes {{hal.import.static}}
     func.func @pack_b({_memref_args(["b", "bp"])}, {idx}) {{
@@ -161,9 +157,7 @@ def _lcma_funcs(c: CpuGemmConfig, mref: str) -> str:
         %s_p0 = arith.muli %np, %K : index
         %s_bp = arith.muli %s_p0, %nr : index"""
 
-    def sub(var, binding, size):
-        return f"        %{var} = stream.binding.subspan %{binding}[%c0] : !stream.binding -> {mref}{{%{size}}}"
-
+    sub = _subspan
     return f"""    func.func private @{pack_b}({mref}, {mref}, {ix(5 + nt)}) attributes {{hal.import.static}}
     func.func private @{gemm}({mref}, {mref}, {mref}, {mref}, {ix(10 + 2 * nt)}) attributes {{hal.import.static}}
     func.func @lcma_pack_b({_memref_args(["b", "bp"])}, %K: index, %N: index, %ldb: index, %nb: index,

@@ -213,13 +213,14 @@ def _microkernel(c: CpuGemmConfig) -> str:
         lines.append(f"    {{ __m512 a{r} = _mm512_set1_ps(a[{r} * APS]); {fmas} }}")
     lines.append(f"    a += 1; b += {c.nr};")
     lines.append("  }")
+    # The tile's columns per vector (all 16 but in an edge tile), for the loads and stores below.
+    for v in range(nv):
+        lines.append(f"  __mmask16 m{v} = cols >= {16 * (v + 1)} ? (__mmask16)0xFFFF : "
+                     f"cols <= {16 * v} ? (__mmask16)0 : (__mmask16)((1u << (cols - {16 * v})) - 1u);")
     # Plus the partial sum of the earlier K blocks (a workgroup's private tile, `addp`), if any.
     lines.append("  if (addp) {")
-    for v in range(nv):
-        lines.append(f"    __mmask16 q{v} = cols >= {16 * (v + 1)} ? (__mmask16)0xFFFF : "
-                     f"cols <= {16 * v} ? (__mmask16)0 : (__mmask16)((1u << (cols - {16 * v})) - 1u);")
     for r in range(c.mr):
-        body = " ".join(f"{acc[r][v]} = _mm512_add_ps({acc[r][v]}, _mm512_maskz_loadu_ps(q{v}, addp + {r} * ldp + "
+        body = " ".join(f"{acc[r][v]} = _mm512_add_ps({acc[r][v]}, _mm512_maskz_loadu_ps(m{v}, addp + {r} * ldp + "
                         f"{16 * v}));" for v in range(nv))
         lines.append(f"    if (rows > {r}) {{ {body} }}")
     lines.append("  }")
@@ -245,9 +246,6 @@ def _microkernel(c: CpuGemmConfig) -> str:
     lines.append("      continue;")
     lines.append("    }")
     # Edge tile: masked columns, rows below `rows` only.
-    for v in range(nv):
-        lines.append(f"    __mmask16 m{v} = cols >= {16 * (v + 1)} ? (__mmask16)0xFFFF : "
-                     f"cols <= {16 * v} ? (__mmask16)0 : (__mmask16)((1u << (cols - {16 * v})) - 1u);")
     for r in range(c.mr):
         body = " ".join(
             f"_mm512_mask_storeu_ps(c + {r} * ldc + {16 * v}, m{v}, st ? _mm512_mul_ps(w, {acc[r][v]}) : "

@@ -33,6 +33,11 @@ pass it changed lists it under ``"defaults"`` (``--lcma-explain`` shows it).
 
 The compile target itself defaults to this machine's CPU
 (:data:`DEFAULT_TARGET`) when the flags name no device.
+
+(About 700 lines: the defaults tables, the readers of the target from the
+flags they key on, and the stage assembly that applies them are one
+decision, read together. Split candidate: the target readers,
+``target_devices`` to ``check_cuda_target`` and ``_target_cpu``.)
 """
 
 from __future__ import annotations

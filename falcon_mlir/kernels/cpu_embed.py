@@ -3,9 +3,10 @@
 The pieces (forms checked with ``iree-compile`` 3.13):
 
 * :func:`executable_text`: a ``stream.executable`` whose
-  ``hal.executable.objects`` map the device's exact executable target
-  attribute (:func:`cpu_target_attribute`, so the module may also hold
-  IREE's own dispatches) to the kernel's object file by its absolute path
+  ``hal.executable.objects`` map a generic form of the device's executable
+  target (:func:`objects_target`: backend, format and target triple only; IREE
+  takes the objects of a key whose configuration is a subset of the variant's)
+  to the kernel's object file by its absolute path
   (IREE links it into the executable's embedded ELF at compile time, so the
   .vmfb is self-contained; the text needs the file). Inline ``data =
   dense<...>`` objects fail on llvm-cpu in 3.13: with a path too, the
@@ -26,6 +27,7 @@ The pieces (forms checked with ``iree-compile`` 3.13):
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -49,6 +51,30 @@ def cpu_target_attribute(flags: Sequence[str] = DEFAULT_CPU_FLAGS) -> str:
         iree.compiler.CompilerToolError: IREE rejects the flags.
     """
     return executable_target_attribute(flags, "llvm-cpu")
+
+
+def objects_target(target_attr: str) -> str:
+    """The key of the kernel's ``hal.executable.objects`` for the llvm-cpu target ``target_attr``:
+    the same backend and format with ``target_triple`` as the only configuration, e.g.
+    ``#hal.executable.target<"llvm-cpu", "embedded-elf-x86_64", {target_triple = "x86_64-..."}>``.
+
+    Why not ``target_attr`` itself: IREE 3.13 links an object into a variant only when the key's
+    configuration is a subset of the variant's, values equal. A module compiled in two halves
+    (``--compile-to`` / ``--compile-from``, as the training job does) whose second half sets a flag
+    that enters the target (``--iree-llvmcpu-stack-allocation-limit`` gives another
+    ``max_stack_allocation_size``) dropped the objects keyed by the exact target: "undefined symbol:
+    falcon_cpu_pack_b_..." at link time. The features the kernel needs are checked on the full
+    target when the kernel is chosen (``passes/falcon_kernels/cpu.py``).
+
+    Raises:
+        ValueError: ``target_attr`` is not an ``#hal.executable.target<"llvm-cpu", ...>`` with a
+            ``target_triple``.
+    """
+    m = re.match(r'\s*#hal\.executable\.target<"llvm-cpu",\s*"([^"]+)"', target_attr)
+    t = re.search(r'target_triple\s*=\s*"([^"]+)"', target_attr)
+    if not m or not t:
+        raise ValueError(f"not an llvm-cpu executable target with a target_triple: {target_attr[:120]!r}")
+    return f'#hal.executable.target<"llvm-cpu", "{m.group(1)}", {{target_triple = "{t.group(1)}"}}>'
 
 
 def _memref_args(names: Sequence[str]) -> str:
@@ -111,7 +137,7 @@ def executable_text(name: str, obj: Path, target_attr: str, config: CpuGemmConfi
     sub = _subspan
     idx = "%M: index, %N: index, %K: index"
     return f"""stream.executable private @{name} attributes {{
-  hal.executable.objects = #hal.executable.objects<{{{target_attr} = [
+  hal.executable.objects = #hal.executable.objects<{{{objects_target(target_attr)} = [
     #hal.executable.object<{{path = "{path}"}}>]}}>
 }} {{
   // falcon's f32 GEMM for x86-64 AVX-512, {c.label}

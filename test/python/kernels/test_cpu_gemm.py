@@ -16,6 +16,11 @@ from falcon_mlir.kernels.cpu_gemm import CpuGemmConfig
 from falcon_mlir.runner import BEST_CPU_FLAGS, Module
 
 needs_gcc = pytest.mark.skipif(shutil.which("gcc") is None, reason="no gcc")
+#: A device target as IREE prints one (texts only: nothing compiles it).
+TARGET = ('#hal.executable.target<"llvm-cpu", "embedded-elf-x86_64", {cpu = "znver4", '
+          'max_stack_allocation_size = 32768 : i64, target_triple = "x86_64-unknown-unknown-eabi-elf"}>')
+GENERIC = '#hal.executable.target<"llvm-cpu", "embedded-elf-x86_64", {target_triple = "x86_64-unknown-unknown-eabi-elf"}>'
+
 needs_avx512 = pytest.mark.skipif(not cpu_gemm.host_has_avx512() or shutil.which("gcc") is None,
                                   reason="needs gcc and an AVX-512F CPU")
 
@@ -83,13 +88,34 @@ def test_library_call_is_refused():
                                 "void f(float *a, float *b) { memcpy(a, b, 64); }", "libc")
 
 
-def test_module_text_keys_the_object_by_the_device_target(monkeypatch, tmp_path):
+def test_module_text_keys_the_object_by_the_device_targets_triple(monkeypatch, tmp_path):
     obj = tmp_path / "k.o"
-    text = cpu_embed.gemm_module(100, 70, 50, target_attr="#fake", obj=obj, flags=())
-    assert f'#fake = [\n      #hal.executable.object<{{path = "{obj}"}}>' in text
+    text = cpu_embed.gemm_module(100, 70, 50, target_attr=TARGET, obj=obj, flags=())
+    assert f'{GENERIC} = [\n      #hal.executable.object<{{path = "{obj}"}}>' in text
+    assert "znver4" not in text
     assert "flow.dispatch @falcon_cpu_sgemm::@pack_b[%r_gp](%b, %r_M, %r_N, %r_K)" in text
     assert "-> (tensor<100x70xf32>, tensor<30464xf32>)" in text  # C; 4 workgroups of 28 x (256 + 16) A slots
     assert "%slot = arith.constant 7616" in text and "hal.interface.workgroup.id[1]" in text
+
+
+@needs_avx512
+def test_object_links_when_the_compile_changes_the_target():
+    """Were: the object was keyed by the exact target of the module's flags, so a compile with a flag
+    that enters the target (here the stack limit: another ``max_stack_allocation_size``, as the
+    training job's second half sets it) left the kernel's symbols undefined at link time."""
+    M, N, K = 60, 50, 40
+    a, b = _inputs(M, N, K)
+    text = cpu_embed.gemm_module(M, N, K)
+    mod = Module(cpu_embed.compile_module(text, tuple(cpu_embed.DEFAULT_CPU_FLAGS) +
+                                          ("--iree-llvmcpu-stack-allocation-limit=2097152",)))
+    ref = a.astype(np.float64) @ b
+    assert np.abs(mod("main", a, b) - ref).max() / np.abs(ref).max() < 1e-5
+
+
+def test_objects_target_keeps_backend_format_and_triple():
+    assert cpu_embed.objects_target(TARGET) == GENERIC
+    with pytest.raises(ValueError, match="target_triple"):
+        cpu_embed.objects_target('#hal.executable.target<"llvm-cpu", "embedded-elf-x86_64", {cpu = "x"}>')
 
 
 @needs_avx512
@@ -267,7 +293,7 @@ def test_sizes_below_one_are_refused_by_every_builder(sizes, tmp_path):
     with pytest.raises(ValueError, match=r"must be a positive int"):
         cpu_embed.dispatch_lines("exe", M, N, K)
     with pytest.raises(ValueError, match=r"gemm_module: . must be a positive int"):
-        cpu_embed.gemm_module(M, N, K, target_attr="#fake", obj=tmp_path / "k.o", flags=())
+        cpu_embed.gemm_module(M, N, K, target_attr=TARGET, obj=tmp_path / "k.o", flags=())
 
 
 @needs_avx512
@@ -302,6 +328,6 @@ def test_object_of_another_blocking_is_refused(tmp_path, monkeypatch):
     assert cpu_gemm.entry_names(CpuGemmConfig(pack_rows=8)) != names
     for cfg in (cpu_gemm.SMALL_CONFIG, CpuGemmConfig(pack_rows=8)):
         with pytest.raises(ValueError, match=r"has no falcon_cpu_pack_b_.*built for another blocking"):
-            cpu_embed.gemm_module(100, 70, 50, cfg, obj=obj, target_attr="#fake", flags=())
-    text = cpu_embed.gemm_module(100, 70, 50, CpuGemmConfig(), obj=obj, target_attr="#fake", flags=())
+            cpu_embed.gemm_module(100, 70, 50, cfg, obj=obj, target_attr=TARGET, flags=())
+    text = cpu_embed.gemm_module(100, 70, 50, CpuGemmConfig(), obj=obj, target_attr=TARGET, flags=())
     assert "func.call @falcon_cpu_gemm_14x32_k256_112x512_p16(" in text

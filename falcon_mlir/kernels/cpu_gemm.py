@@ -67,7 +67,7 @@ CFLAGS = ("-O3", "-march=x86-64-v4", "-mtune=native", "-ffreestanding", "-fPIC",
           "-fno-plt", "-fno-asynchronous-unwind-tables", "-fno-tree-loop-distribute-patterns",
           "-fno-stack-protector", "-fno-exceptions", "-fno-math-errno")
 #: Bump when the generated source changes in a way the cache key would not see.
-GENERATOR_VERSION = 3
+GENERATOR_VERSION = 4
 #: Terms (blocks with a coefficient) an LCMA product's operand sums or destinations may have: the
 #: entries take this many term arguments (2x2 schemes to three levels).
 MAX_TERMS = 8
@@ -193,16 +193,23 @@ def _memref(name: str, const: bool) -> str:
 def _microkernel(c: CpuGemmConfig) -> str:
     nv = c.nr // 16
     acc = [[f"c{r}_{v}" for v in range(nv)] for r in range(c.mr)]
-    lines = ["static inline __attribute__((always_inline)) void",
+    # The destinations' tiles into L2 first: their loads and stores at the end then miss no further
+    # (C is M x N, it lives in L3 or memory at large sizes). Both are functions of their own (one
+    # call per MR x NR tile and K block): inlined, gcc kept the callers' loop variables and the
+    # rows' addresses live across the k loop and spilled the loop's own pointers to the stack (a
+    # load and a store per k step).
+    lines = ["static __attribute__((noinline)) void prefetch_dst(const Dst *d, size_t nd, size_t rows) {",
+             "  for (size_t t = 0; t < nd; ++t)",
+             "    for (size_t r = 0; r < rows; ++r) {",
+             "      " + " ".join(f"_mm_prefetch((const char *)(d[t].c + r * d[t].ld + {16 * v}), _MM_HINT_T1);"
+                                 for v in range(nv)),
+             "    }",
+             "}",
+             "",
+             "static __attribute__((noinline)) void",
              "ukernel(size_t kc, const float *restrict a, const float *restrict b, const float *addp, size_t ldp,",
-             "        const Dst *d, size_t nd, size_t rows, size_t cols, unsigned first, const float *pf) {"]
-    # The destinations' tiles into L2 now: their loads and stores at the end then miss no further
-    # (C is M x N, it lives in L3 or memory at large sizes).
-    lines.append("  for (size_t t = 0; t < nd; ++t)")
-    lines.append("    for (size_t r = 0; r < rows; ++r) {")
-    lines.append("      " + " ".join(f"_mm_prefetch((const char *)(d[t].c + r * d[t].ld + {16 * v}), _MM_HINT_T1);"
-                                     for v in range(nv)))
-    lines.append("    }")
+             "        const Dst *d, size_t nd, size_t rows, size_t cols, unsigned first, const float *pf) {",
+             "  prefetch_dst(d, nd, rows);"]
     lines.append("  __m512 " + ", ".join(f"{x} = _mm512_setzero_ps()" for row in acc for x in row) + ";")
     lines.append("  for (size_t k = 0; k < kc; ++k) {")
     lines.append("    " + " ".join(f"__m512 b{v} = _mm512_loadu_ps(b + {16 * v});" for v in range(nv)))

@@ -103,11 +103,11 @@ def train_device():
 
 
 def compile_step(text: str, flags: Sequence[str], lcma=None, *, falcon: bool = True,
-                 extra_flags: Sequence[str] = TRAIN_FLAGS) -> Tuple[bytes, List[dict]]:
+                 extra_flags: Sequence[str] = TRAIN_FLAGS, kernels="auto") -> Tuple[bytes, List[dict]]:
     """:func:`~falcon_mlir.models.main_job.compile_split` with
     :data:`TRAIN_FLAGS` as the back half's extra flags by default: ``(vmfb,
     report)``, both builds the same path, only the rewrite differs."""
-    return compile_split(text, flags, lcma, falcon=falcon, extra_flags=extra_flags)
+    return compile_split(text, flags, lcma, falcon=falcon, extra_flags=extra_flags, kernels=kernels)
 
 
 def run_steps(vmfbs: Sequence[bytes], params: Sequence[np.ndarray], batches: Callable[[int], tuple],

@@ -252,3 +252,27 @@ def test_run_model_train_bad_arguments(capsys):
         err = capsys.readouterr().err
         assert rc == 2 and msg in err, err
         assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_step_on_falcons_cpu_kernel(compiled):
+    """The same step with every f32 GEMM on falcon's CPU kernel (min-flops 0), built the way
+    ``run_model.py --train`` builds it (the kernel spliced in the first half, TRAIN_FLAGS in the
+    second, with data tiling): the loss curve matches the classical module and float64. Were: the
+    second half's stack limit changed the llvm-cpu target, the kernel's objects (keyed by the exact
+    target) were dropped and the link failed ("undefined symbol: falcon_cpu_pack_b_...")."""
+    import shutil
+
+    from falcon_mlir.kernels.cpu_gemm import host_has_avx512
+    from falcon_mlir.models.main_job import BASE_FLAGS, DATA_TILING_FLAGS
+    from falcon_mlir.models.train_job import compile_step, run_steps
+
+    if not host_has_avx512() or shutil.which("gcc") is None:
+        pytest.skip("falcon's CPU kernel needs AVX-512 and gcc")
+    ts = compiled["ts"]
+    flags = list(BASE_FLAGS) + list(DATA_TILING_FLAGS)
+    vm_k, report = compile_step(ts.export_mlir(), flags, "auto", kernels="arch=x86-avx512 min-flops=0")
+    served = [k for r in report for k in (r.get("kernels") or []) if k.get("kernel") == "classical"]
+    assert len(served) >= 14, [(r["M"], r["N"], r["K"], r.get("kernels")) for r in report]
+    losses, _, _, _ = run_steps([vm_k], compiled["params"], lambda s: ts.random_batch(s, 0), STEPS)
+    for k, c, r in zip(losses[0], compiled["losses"][0], compiled["ref"][0]):
+        assert abs(k - c) / abs(c) < 1e-5 and abs(k - r) / abs(r) < 1e-5

@@ -140,12 +140,18 @@ def price(cm, pb, schemes: Sequence[str], est) -> None:
     whose profile gives every figure). Blocks ``Mb x Kb``, ``Kb x Nb`` (the sizes over the composed format,
     rounded up where they do not divide: such a plan is :func:`unfit`, priced only to say what it would cost):
 
-    * ``combine_b``: the R packs of B, one dispatch each: ``sum_r nnz(V[r])`` blocks read and R packed
-      blocks written, ``(sum_r nnz(V[r]) + R) Kb Nb 4`` bytes, at the profile's ``bandwidth`` times
-      ``forms.kernel_combine``;
+    * ``combine_b``: what the R packs of B (one dispatch each) move beyond a plain pack: the extra
+      terms' reads, ``(sum_r nnz(V[r]) - R) Kb Nb 4`` bytes, at the profile's ``bandwidth`` times
+      ``forms.kernel_combine``. The plain pack (one block read, one written) is part of the classical
+      kernel's measured rate, which ``products`` already charges; counting all
+      ``(sum_r nnz(V[r]) + R)`` blocks here counted it twice (1024x14336x4096: Strassen predicted 361
+      ms against the classical kernel's 337, where the 2-core Zen 5 measured 343 against 390);
     * ``products``: R GEMMs of ``Mb x Kb`` by ``Kb x Nb`` at the profile's f32 GEMM rate at that size (the
-      classical kernel's, which includes its own plain pack of B) times ``forms.kernel_products`` (what
-      summing A in the A pack and writing several destinations costs the product), one dispatch each;
+      classical kernel's, which includes its own plain pack of B) times ``forms.kernel_products`` per
+      level (what summing A in the A pack and writing several destinations costs a product; each level
+      multiplies a product's terms and destinations: Strassen has 12/7 per product, Strassen^2 2.9,
+      whose products measured 1.09x the classical kernel's time at the same size on the Zen 5,
+      docs/kernels.md), one dispatch each;
     * ``combine_c``: the destinations' traffic, ``sum_r nnz(W[r]) Mb Nb 4 2`` bytes (each destination
       block read and written once) at ``bandwidth``, no dispatch of its own. An upper bound of what
       reaches memory: the epilogue touches its tiles of C once per K block of the kernel, but they mostly
@@ -161,8 +167,8 @@ def price(cm, pb, schemes: Sequence[str], est) -> None:
     Mb, Nb, Kb = -(-pb.M // st.m), -(-pb.N // st.n), -(-pb.K // st.k)
     R = st.R
     _, tb, tc = st.terms
-    cm.stream((tb + R) * Kb * Nb * F32, est, "combine_b", p.form_efficiency("kernel"), dispatches=R)
-    cm.gemm(Mb, Nb, Kb, R, "f32", "f32", est, "products", scale=p.product_factor("kernel"))
+    cm.stream((tb - R) * Kb * Nb * F32, est, "combine_b", p.form_efficiency("kernel"), dispatches=R)
+    cm.gemm(Mb, Nb, Kb, R, "f32", "f32", est, "products", scale=p.product_factor("kernel") ** len(schemes))
     est.add("products", (R - 1) * p.dispatch_overhead, R - 1)  # cm.gemm counted one dispatch for the R
     est.add("combine_c", tc * Mb * Nb * F32 * 2 / p.bandwidth)
     est.temp_bytes = max(est.temp_bytes, R * Kb * Nb * F32)

@@ -171,7 +171,7 @@ def test_pass_report_and_one_executable_per_blocking():
     for exe in ("falcon_cpu_sgemm_14x32_k256_28x256_p16_", "falcon_cpu_sgemm_14x32_k256_112x512_p16_"):
         name = out.split(f"stream.executable private @{exe}")[1].split()[0]
         assert f"stream.executable.export public @{exe}{name}_pack_b workgroups" in out
-        assert f'cpu = "znver4"' in out
+        assert 'objects<{#executable_target_embedded_elf_x86_64 = [' in out and 'target_triple = "x86_64-unknown-unknown-eabi-elf"}>' in out
 
 
 @needs_cc

@@ -103,9 +103,11 @@ def executable_text(name: str, obj: Path, target_attr: str, config: CpuGemmConfi
     ``@pack_b(B, M, N, K) -> Bp`` on workload ``[pack workgroups]``;
     ``@gemm(A, Bp, M, N, K) -> (C, S)`` on workload ``[workgroups along M, along N]``
     (:func:`cpu_gemm.grid`);
-    ``@lcma_pack_b(B, K, N, ldb, nb, tb0.., size of B) -> Bp`` and
-    ``@lcma_gemm(A, Bp, C, M, N, K, lda, ldc, na, ta0.., nd, td0.., first, size of A, size of C) -> (C, S)``
-    (C read and written in place), the same workloads for a product's blocks of M x N x K.
+    ``@general_pack_b(B, N, K, trans_b) -> Bp`` and ``@general_gemm(A, Bp, M, N, K, trans_a) -> (C, S)``,
+    the same with A stored ``K x M`` or B stored ``N x K`` where the flag is 1 (:func:`dispatch_lines`);
+    ``@lcma_pack_b(B, K, N, ldb, trans_b, nb, tb0.., size of B) -> Bp`` and
+    ``@lcma_gemm(A, Bp, C, M, N, K, lda, ldc, trans_a, na, ta0.., nd, td0.., first, size of A, size of C)
+    -> (C, S)`` (C read and written in place), the same workloads for a product's blocks of M x N x K.
 
     Raises:
         ValueError: ``obj``'s absolute path has a character IREE's link step cannot take
@@ -141,7 +143,8 @@ def executable_text(name: str, obj: Path, target_attr: str, config: CpuGemmConfi
     #hal.executable.object<{{path = "{path}"}}>]}}>
 }} {{
   // falcon's f32 GEMM for x86-64 AVX-512, {c.label}
-{"".join(_export(e, d) for e, d in (("pack_b", 1), ("gemm", 2), ("lcma_pack_b", 1), ("lcma_gemm", 2)))}  builtin.module {{
+{"".join(_export(e, d) for e, d in (("pack_b", 1), ("gemm", 2), ("general_pack_b", 1), ("general_gemm", 2),
+                                      ("lcma_pack_b", 1), ("lcma_gemm", 2)))}  builtin.module {{
     func.func private @{pack_b}({mref}, {mref}, index, index, index, index) attributes {{hal.import.static}}
     func.func private @{gemm}({mref}, {mref}, {mref}, {mref}, index, index, index, index, index) attributes {{hal.import.static}}
     func.func @pack_b({_memref_args(["b", "bp"])}, {idx}) {{
@@ -165,10 +168,45 @@ def executable_text(name: str, obj: Path, target_attr: str, config: CpuGemmConfi
         func.call @{gemm}(%ma, %mbp, %mc_, %ms, %M, %N, %K, %wx, %wy) : ({mref}, {mref}, {mref}, {mref}, index, index, index, index, index) -> ()
         return
     }}
+{_general_funcs(c, mref, sizes)}
 {_lcma_funcs(c, mref)}
   }}
 }}
 """
+
+
+def _general_funcs(c: CpuGemmConfig, mref: str, sizes: str) -> str:
+    """The two general classical export functions of :func:`executable_text` (``sizes``: its size lines):
+    as ``@pack_b`` and ``@gemm``, with the layout flags passed on (the buffers' sizes do not change)."""
+    pack_b, gemm = cpu_gemm.general_entry_names(c)
+    sub = _subspan
+    return f"""    func.func private @{pack_b}({mref}, {mref}, index, index, index, index) attributes {{hal.import.static}}
+    func.func private @{gemm}({mref}, {mref}, {mref}, {mref}, index, index, index, index, index, index) attributes {{hal.import.static}}
+    func.func @general_pack_b({_memref_args(["b", "bp"])}, %N: index, %K: index, %tb: index) {{
+        %c0 = arith.constant 0 : index
+        %nr = arith.constant {c.nr} : index
+        %s_b = arith.muli %K, %N : index
+        %np = arith.ceildivui %N, %nr : index
+        %s_p0 = arith.muli %np, %K : index
+        %s_bp = arith.muli %s_p0, %nr : index
+{sub("mb", "b", "s_b")}
+{sub("mbp", "bp", "s_bp")}
+        %wg = hal.interface.workgroup.id[0] : index
+        func.call @{pack_b}(%mb, %mbp, %N, %K, %tb, %wg) : ({mref}, {mref}, index, index, index, index) -> ()
+        return
+    }}
+    func.func @general_gemm({_memref_args(["a", "bp", "c", "s"])}, %M: index, %N: index, %K: index, %ta: index) {{
+        %c0 = arith.constant 0 : index
+{sizes}
+{sub("ma", "a", "s_a")}
+{sub("mbp", "bp", "s_bp")}
+{sub("mc_", "c", "s_c")}
+{sub("ms", "s", "s_s")}
+        %wx = hal.interface.workgroup.id[0] : index
+        %wy = hal.interface.workgroup.id[1] : index
+        func.call @{gemm}(%ma, %mbp, %mc_, %ms, %M, %N, %K, %ta, %wx, %wy) : ({mref}, {mref}, {mref}, {mref}, index, index, index, index, index, index) -> ()
+        return
+    }}"""
 
 
 def _lcma_funcs(c: CpuGemmConfig, mref: str) -> str:
@@ -184,20 +222,20 @@ def _lcma_funcs(c: CpuGemmConfig, mref: str) -> str:
         %s_bp = arith.muli %s_p0, %nr : index"""
 
     sub = _subspan
-    return f"""    func.func private @{pack_b}({mref}, {mref}, {ix(5 + nt)}) attributes {{hal.import.static}}
-    func.func private @{gemm}({mref}, {mref}, {mref}, {mref}, {ix(10 + 2 * nt)}) attributes {{hal.import.static}}
-    func.func @lcma_pack_b({_memref_args(["b", "bp"])}, %K: index, %N: index, %ldb: index, %nb: index,
+    return f"""    func.func private @{pack_b}({mref}, {mref}, {ix(6 + nt)}) attributes {{hal.import.static}}
+    func.func private @{gemm}({mref}, {mref}, {mref}, {mref}, {ix(11 + 2 * nt)}) attributes {{hal.import.static}}
+    func.func @lcma_pack_b({_memref_args(["b", "bp"])}, %K: index, %N: index, %ldb: index, %tb: index, %nb: index,
                            {decl(tb)}, %z_b: index) {{
         %c0 = arith.constant 0 : index
 {bp_size}
 {sub("mb", "b", "z_b")}
 {sub("mbp", "bp", "s_bp")}
         %wg = hal.interface.workgroup.id[0] : index
-        func.call @{pack_b}(%mb, %mbp, %K, %N, %ldb, %nb, {", ".join(tb)}, %wg) : ({mref}, {mref}, {ix(5 + nt)}) -> ()
+        func.call @{pack_b}(%mb, %mbp, %K, %N, %ldb, %tb, %nb, {", ".join(tb)}, %wg) : ({mref}, {mref}, {ix(6 + nt)}) -> ()
         return
     }}
     func.func @lcma_gemm({_memref_args(["a", "bp", "c", "s"])}, %M: index, %N: index, %K: index, %lda: index,
-                         %ldc: index, %na: index, {decl(ta)}, %nd: index, {decl(td)}, %first: index,
+                         %ldc: index, %ta: index, %na: index, {decl(ta)}, %nd: index, {decl(td)}, %first: index,
                          %z_a: index, %z_c: index) {{
         %c0 = arith.constant 0 : index
 {bp_size}
@@ -214,7 +252,7 @@ def _lcma_funcs(c: CpuGemmConfig, mref: str) -> str:
 {sub("ms", "s", "s_s")}
         %wx = hal.interface.workgroup.id[0] : index
         %wy = hal.interface.workgroup.id[1] : index
-        func.call @{gemm}(%ma, %mbp, %mc_, %ms, %M, %N, %K, %lda, %ldc, %na, {", ".join(ta)}, %nd, {", ".join(td)}, %first, %wx, %wy) : ({mref}, {mref}, {mref}, {mref}, {ix(10 + 2 * nt)}) -> ()
+        func.call @{gemm}(%ma, %mbp, %mc_, %ms, %M, %N, %K, %lda, %ldc, %ta, %na, {", ".join(ta)}, %nd, {", ".join(td)}, %first, %wx, %wy) : ({mref}, {mref}, {mref}, {mref}, {ix(11 + 2 * nt)}) -> ()
         return
     }}"""
 
@@ -225,41 +263,64 @@ def _check_sizes(where: str, M, N, K) -> None:
             raise ValueError(f"{where}: {name} must be a positive int, got {v!r}")
 
 
-def dispatch_lines(exe: str, M: int, N: int, K: int, config: CpuGemmConfig = CpuGemmConfig(), a: str = "%a",
-                   b: str = "%b", result: str = "%r", types: Optional[Sequence[str]] = None) -> list:
-    """The host-side lines computing ``C = A @ B`` through executable ``@exe``; C is ``{result}#0``.
+def gemm_spec(M: int, N: int, K: int, trans_a: bool = False, trans_b: bool = False) -> GemmSpec:
+    """The f32 :class:`GemmSpec` the kernel serves for these sizes and layouts (its ``a_shape``,
+    ``b_shape``, ``c_shape`` are the buffers' canonical shapes)."""
+    return GemmSpec(M=M, N=N, K=K, a_dtype="f32", b_dtype="f32", out_dtype="f32", trans_a=trans_a,
+                    trans_b=trans_b)
 
-    ``types``: the tensor types of A and B as the caller holds them (any
-    shape of the same elements; default ``MxK`` and ``KxN``). Values
-    ``{result}_M`` etc. and ``{result}_bp`` (packed B) are defined too.
+
+def dispatch_lines(exe: str, M: int, N: int, K: int, config: CpuGemmConfig = CpuGemmConfig(), a: str = "%a",
+                   b: str = "%b", result: str = "%r", types: Optional[Sequence[str]] = None,
+                   trans_a: bool = False, trans_b: bool = False) -> list:
+    """The host-side lines computing ``C = A @ B`` (f32, C ``M x N`` row-major) through executable
+    ``@exe``; C is ``{result}#0``.
+
+    ``trans_a``: A is stored ``K x M`` (else ``M x K``); ``trans_b``: B is stored ``N x K`` (else
+    ``K x N``); both row-major. The plain layout runs the classical exports ``@pack_b`` and ``@gemm``,
+    a transposed one ``@general_pack_b`` and ``@general_gemm`` (the flags as push constants).
+    ``types``: the tensor types of A and B as the caller holds them (any shape of the same elements;
+    default the stored shapes above). Values ``{result}_M`` etc. and ``{result}_bp`` (packed B) are
+    defined too.
 
     Raises:
         ValueError: M, N or K is not a positive int (at K = 0 the kernel would leave C unwritten).
     """
     _check_sizes("dispatch_lines", M, N, K)
-    a_t, b_t = types or (tensor_type((M, K), "f32"), tensor_type((K, N), "f32"))
-    c_t = tensor_type((M, N), "f32")
+    spec = gemm_spec(M, N, K, trans_a, trans_b)
+    a_t, b_t = types or (tensor_type(spec.a_shape, "f32"), tensor_type(spec.b_shape, "f32"))
+    c_t = tensor_type(spec.c_shape, "f32")
     bp_t = tensor_type((cpu_gemm.packed_b_floats(N, K, config),), "f32")
     s_t = tensor_type((cpu_gemm.scratch_floats(M, N, K, config),), "f32")
     gp, gm, gn = cpu_gemm.grid(M, N, K, config)
     r = result
-    return [f"{r}_M = arith.constant {M} : index",
-            f"{r}_N = arith.constant {N} : index",
-            f"{r}_K = arith.constant {K} : index",
-            f"{r}_gp = arith.constant {gp} : index",
-            f"{r}_gn = arith.constant {gn} : index",
-            f"{r}_gm = arith.constant {gm} : index",
+    lines = [f"{r}_M = arith.constant {M} : index",
+             f"{r}_N = arith.constant {N} : index",
+             f"{r}_K = arith.constant {K} : index",
+             f"{r}_gp = arith.constant {gp} : index",
+             f"{r}_gn = arith.constant {gn} : index",
+             f"{r}_gm = arith.constant {gm} : index"]
+    if not (trans_a or trans_b):
+        return lines + [
             f"{r}_bp = flow.dispatch @{exe}::@pack_b[{r}_gp]({b}, {r}_M, {r}_N, {r}_K) : "
             f"({b_t}, index, index, index) -> {bp_t}",
             f"{r}:2 = flow.dispatch @{exe}::@gemm[{r}_gm, {r}_gn]({a}, {r}_bp, {r}_M, {r}_N, {r}_K) : "
             f"({a_t}, {bp_t}, index, index, index) -> ({c_t}, {s_t})"]
+    return lines + [
+        f"{r}_ta = arith.constant {int(trans_a)} : index",
+        f"{r}_tb = arith.constant {int(trans_b)} : index",
+        f"{r}_bp = flow.dispatch @{exe}::@general_pack_b[{r}_gp]({b}, {r}_N, {r}_K, {r}_tb) : "
+        f"({b_t}, index, index, index) -> {bp_t}",
+        f"{r}:2 = flow.dispatch @{exe}::@general_gemm[{r}_gm, {r}_gn]({a}, {r}_bp, {r}_M, {r}_N, {r}_K, {r}_ta) : "
+        f"({a_t}, {bp_t}, index, index, index, index) -> ({c_t}, {s_t})"]
 
 
 def gemm_module(M: int, N: int, K: int, config: Optional[CpuGemmConfig] = None, *,
                 flags: Sequence[str] = DEFAULT_CPU_FLAGS, target_attr: Optional[str] = None,
                 reference: bool = False, func: str = "main", exe: str = "falcon_cpu_sgemm",
-                obj: Optional[Path] = None) -> str:
-    """A complete module: ``func.func @{func}(%a: MxK f32, %b: KxN f32) -> MxN f32`` through falcon's kernel.
+                obj: Optional[Path] = None, trans_a: bool = False, trans_b: bool = False) -> str:
+    """A complete module: ``func.func @{func}(%a: MxK f32, %b: KxN f32) -> MxN f32`` through falcon's kernel
+    (A ``KxM`` where ``trans_a``, B ``NxK`` where ``trans_b``: :func:`dispatch_lines`).
 
     Args:
         M, N, K: the GEMM's sizes (positive).
@@ -291,12 +352,13 @@ def gemm_module(M: int, N: int, K: int, config: Optional[CpuGemmConfig] = None, 
             raise ValueError(f"gemm_module: {obj} has no {need[0]}: built for another blocking than "
                              f"{config.label} (p{config.pack_rows})")
     obj = obj or cpu_gemm.compile_object(config)
-    a_t, b_t, c_t = tensor_type((M, K), "f32"), tensor_type((K, N), "f32"), tensor_type((M, N), "f32")
-    body = "\n".join("  " + ln for ln in dispatch_lines(exe, M, N, K, config))
+    spec = gemm_spec(M, N, K, trans_a, trans_b)
+    a_t, b_t, c_t = (tensor_type(x, "f32") for x in (spec.a_shape, spec.b_shape, spec.c_shape))
+    body = "\n".join("  " + ln for ln in dispatch_lines(exe, M, N, K, config, trans_a=trans_a, trans_b=trans_b))
     parts = [executable_text(exe, obj, target_attr, config),
              f"func.func @{func}(%a: {a_t}, %b: {b_t}) -> {c_t} {{\n{body}\n  return %r#0 : {c_t}\n}}\n"]
     if reference:
-        parts.append(reference_func(GemmSpec(M=M, N=N, K=K, a_dtype="f32", b_dtype="f32", out_dtype="f32")))
+        parts.append(reference_func(spec))
     return module_text(parts)
 
 

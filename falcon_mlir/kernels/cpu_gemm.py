@@ -6,10 +6,11 @@ Zen 5 it runs at 419-433 GFLOP/s at 1024-2048 but 251-264 at 4096-8192, where
 packed B outgrows the L3. This kernel is the BLIS design instead
 (docs/kernels.md, "falcon's own CPU GEMM kernel"):
 
-* **Two entry points**, both called once per IREE workgroup
+* **Entry points**, each called once per IREE workgroup
   (:mod:`falcon_mlir.kernels.cpu_embed` builds the dispatches), their names
   followed by the blocking (:func:`entry_names`: an object of another
-  blocking does not link):
+  blocking does not link). The classical pair, for row-major ``C = A @ B``
+  (this ABI is fixed: names and arguments as below):
 
   - ``falcon_cpu_pack_b(B, Bp, M, N, K, wg)``: B (``K x N`` row-major) into
     ``ceil(N/NR)`` panels of ``K x NR`` (``Bp[j][k][r] = B[k][j*NR + r]``,
@@ -22,6 +23,22 @@ packed B outgrows the L3. This kernel is the BLIS design instead
     the padding line spreads the rows over L1's sets), then for
     every ``NR``-column B micro-panel (``KC x NR``, L1-resident) the
     micro-kernel runs down the ``MC`` rows (A micro-panels from L2).
+
+  The general pair (:func:`general_entry_names`, ``falcon_cpu_general_...``)
+  reads transposed operands: ``falcon_cpu_general_pack_b(B, Bp, N, K,
+  trans_b, wg)`` packs B stored ``N x K`` where ``trans_b`` is 1
+  (``Bp[j][k][r] = Bt[j*NR + r][k]``), ``falcon_cpu_general_gemm(A, Bp, C, S,
+  M, N, K, trans_a, wg_m, wg_n)`` packs A stored ``K x M`` where ``trans_a``
+  is 1 (``ap[i][k] = At[p0 + k][i0 + i]``). The packs do the transpose, in
+  16 x 16 blocks in zmm registers (``tile16``: unpack and 128-bit lane
+  shuffles; whole cache lines read along the stored rows, whole packed rows
+  written), so the packed formats, and the micro-kernel, are the plain ones.
+  The layout is a run-time flag rather than an entry point per layout: it
+  picks the pack routine once per pack call (per ``KC x MC`` block of A, per
+  ``PACK_ROWS`` rows of B), which costs nothing next to the copy, and one
+  export pair then serves the three transposed layouts (the plain one keeps
+  the classical pair). The LCMA pair (:mod:`.cpu_plan`) takes the same
+  flags.
 
 * **Micro-kernel.** ``MR x NR`` of C in ``MR * NR/16`` zmm accumulators
   (14 x 32: 28 registers); each k step loads ``NR/16`` vectors of B and
@@ -37,8 +54,9 @@ packed B outgrows the L3. This kernel is the BLIS design instead
   as five values (allocated pointer, aligned pointer, offset, size, stride);
   the kernel uses ``aligned + offset``. Then the ``index`` operands as
   ``size_t``. No libc, no globals, no calls (``-ffreestanding``,
-  ``-fno-tree-loop-distribute-patterns``); stack use is a few hundred bytes
-  (IREE's workers have small stacks: all buffers are bindings).
+  ``-fno-tree-loop-distribute-patterns``); stack use is under 2 KB (the LCMA
+  GEMM's term arrays; the classical entries a few hundred bytes: IREE's
+  workers have small stacks, all buffers are bindings).
 
 The sizes M, N, K are run-time arguments, so one object serves every shape
 of a configuration. Compiled with ``$FALCON_CC`` or ``gcc``
@@ -110,6 +128,12 @@ class CpuGemmConfig(DictFields):
     def label(self) -> str:
         """``cpu14x32,k256,112x512``: the report's name for this kernel and blocking."""
         return f"cpu{self.mr}x{self.nr},k{self.kc},{self.mc}x{self.nc}"
+
+
+def general_entry_names(config: "CpuGemmConfig") -> tuple:
+    """``(pack-B symbol, GEMM symbol)`` of the general classical entries for ``config`` (transposed A or
+    B as run-time flags): the classical names with ``general`` after ``falcon_cpu``."""
+    return tuple(name.replace("falcon_cpu_", "falcon_cpu_general_", 1) for name in entry_names(config))
 
 
 def lcma_entry_names(config: "CpuGemmConfig") -> tuple:
@@ -264,12 +288,60 @@ def _microkernel(c: CpuGemmConfig) -> str:
     return "\n".join(lines)
 
 
+def _tile16() -> str:
+    """C of ``tile16``: a 16 x 16 block of ``sum_t w[t] src_t`` (rows ``ld`` apart) transposed into ``dst``
+    (rows ``ldd`` apart) in zmm registers: unpack (pairs of floats), unpack (pairs of doubles), two
+    128-bit lane shuffles, 64 shuffles per 256 elements. Source rows ``nrows`` and up read as 0, columns
+    outside ``cm`` as 0; ``nout`` rows of ``dst`` are stored, each through mask ``om``."""
+    r = [f"r{q}" for q in range(16)]
+    t = [f"t{q}" for q in range(16)]
+    lines = ["static inline __attribute__((always_inline)) void",
+             "tile16(const float *const *src, const float *w, size_t nt, size_t ld, size_t nrows, __mmask16 cm,",
+             "       float *restrict dst, size_t ldd, size_t nout, __mmask16 om) {",
+             "  __m512 " + ", ".join(f"{x} = _mm512_setzero_ps()" for x in r) + ";",
+             "  __m512 " + ", ".join(t) + ";"]
+    # Rows in term order, one rounding per term (as sum_row: the same sums as the row-major packs).
+    for q in range(16):
+        lines.append(f"  if (nrows > {q}) {{ {r[q]} = _mm512_mul_ps(_mm512_set1_ps(w[0]), "
+                     f"_mm512_maskz_loadu_ps(cm, src[0] + {q} * ld)); for (size_t u = 1; u < nt; ++u) "
+                     f"{r[q]} = _mm512_fmadd_ps(_mm512_set1_ps(w[u]), _mm512_maskz_loadu_ps(cm, src[u] + {q} * ld), "
+                     f"{r[q]}); }}")
+    # t[2i], t[2i+1]: floats of rows 2i and 2i+1 interleaved (per 128-bit lane L: columns 4L, 4L+1 and 4L+2, 4L+3).
+    for i in range(8):
+        lines.append(f"  {t[2 * i]} = _mm512_unpacklo_ps({r[2 * i]}, {r[2 * i + 1]}); "
+                     f"{t[2 * i + 1]} = _mm512_unpackhi_ps({r[2 * i]}, {r[2 * i + 1]});")
+    # r[4i + q]: column 4L + q of rows 4i..4i+3 in lane L.
+    pd = lambda op, x, y: f"_mm512_castpd_ps(_mm512_{op}_pd(_mm512_castps_pd({x}), _mm512_castps_pd({y})))"  # noqa: E731
+    for i in range(4):
+        a, b, c, d = t[4 * i: 4 * i + 4]
+        lines.append(f"  {r[4 * i]} = {pd('unpacklo', a, c)}; {r[4 * i + 1]} = {pd('unpackhi', a, c)};")
+        lines.append(f"  {r[4 * i + 2]} = {pd('unpacklo', b, d)}; {r[4 * i + 3]} = {pd('unpackhi', b, d)};")
+    # Lanes 0, 1 (0x44) and 2, 3 (0xEE) of rows 0-7 and of rows 8-15 ...
+    for q in range(4):
+        lines.append(f"  {t[q]} = _mm512_shuffle_f32x4({r[q]}, {r[4 + q]}, 0x44); "
+                     f"{t[4 + q]} = _mm512_shuffle_f32x4({r[q]}, {r[4 + q]}, 0xEE);")
+        lines.append(f"  {t[8 + q]} = _mm512_shuffle_f32x4({r[8 + q]}, {r[12 + q]}, 0x44); "
+                     f"{t[12 + q]} = _mm512_shuffle_f32x4({r[8 + q]}, {r[12 + q]}, 0xEE);")
+    # ... then output row 4L + q (input column 4L + q) from lane L of each group of four rows.
+    for q in range(4):
+        lines.append(f"  {r[q]} = _mm512_shuffle_f32x4({t[q]}, {t[8 + q]}, 0x88); "
+                     f"{r[4 + q]} = _mm512_shuffle_f32x4({t[q]}, {t[8 + q]}, 0xDD);")
+        lines.append(f"  {r[8 + q]} = _mm512_shuffle_f32x4({t[4 + q]}, {t[12 + q]}, 0x88); "
+                     f"{r[12 + q]} = _mm512_shuffle_f32x4({t[4 + q]}, {t[12 + q]}, 0xDD);")
+    for q in range(16):
+        lines.append(f"  if (nout > {q}) _mm512_mask_storeu_ps(dst + {q} * ldd, om, {r[q]});")
+    lines.append("}")
+    return "\n".join(lines)
+
+
 def kernel_source(config: CpuGemmConfig = CpuGemmConfig()) -> str:
-    """The C source of the four entry points for ``config`` (sizes are run-time arguments):
-    the classical pair (:func:`entry_names`) and the LCMA pair (:func:`lcma_entry_names`)."""
+    """The C source of the six entry points for ``config`` (sizes are run-time arguments):
+    the classical pair (:func:`entry_names`), the general classical pair (:func:`general_entry_names`)
+    and the LCMA pair (:func:`lcma_entry_names`)."""
     c = config
     pack_b_name, gemm_name = entry_names(c)
     lpack_b_name, lgemm_name = lcma_entry_names(c)
+    gpack_b_name, ggemm_name = general_entry_names(c)
     terms = lambda p: ", ".join(f"size_t {p}{i}" for i in range(MAX_TERMS))  # noqa: E731
     term_list = lambda p: ", ".join(f"{p}{i}" for i in range(MAX_TERMS))  # noqa: E731
     return f"""/* falcon's f32 GEMM for x86-64 AVX-512, {c.label} (generator v{GENERATOR_VERSION}). */
@@ -286,6 +358,7 @@ def kernel_source(config: CpuGemmConfig = CpuGemmConfig()) -> str:
 #define PF_PARTS (NR / 16)
 #define APS (KC + 16) /* row stride of packed A: one line of padding spreads the rows over L1's sets */
 #define MIN(x, y) ((x) < (y) ? (x) : (y))
+#define MASK16(n) ((n) >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n)) - 1u))
 
 /* One destination of a micro-kernel's tile: C += w * tile (or C = w * tile), rows ld apart. */
 typedef struct {{ float *c; size_t ld; float w; }} Dst;
@@ -299,6 +372,8 @@ static inline float term_coef(size_t t) {{
 }}
 
 {_microkernel(c)}
+
+{_tile16()}
 
 /* dst[0, n) = sum_t w[t] * src[t][0, n) (one rounding per term, in term order). */
 static inline __attribute__((always_inline)) void
@@ -336,6 +411,26 @@ static void pack_b(const float *const *b, const float *w, size_t nt, size_t N, s
   }}
 }}
 
+/* Transposed: Bp[j][k][r] = sum_t w[t] * Bt_t[j*NR + r][k] (0 past N) for rows k of this workgroup;
+   Bt_t (N x K) has rows ldb apart. Each 16 x 16 block of Bt (16 rows of a panel, 16 columns of this
+   workgroup's) is read once, whole lines when PACK_ROWS is 16, and leaves as 16 packed half-rows. */
+static void pack_b_t(const float *const *b, const float *w, size_t nt, size_t N, size_t K, size_t ldb,
+                     size_t wg, float *restrict bp) {{
+  size_t k0 = wg * PACK_ROWS, k1 = MIN(K, k0 + PACK_ROWS);
+  const float *src[MAX_TERMS];
+  for (size_t j = 0; j * NR < N; ++j) {{
+    size_t cols = MIN(NR, N - j * NR);
+    for (size_t k = k0; k < k1; k += 16) {{
+      size_t kn = MIN(16, k1 - k);
+      for (size_t v = 0; v < NR; v += 16) {{
+        for (size_t t = 0; t < nt; ++t) src[t] = b[t] + (j * NR + v) * ldb + k;
+        tile16(src, w, nt, ldb, cols > v ? MIN(16, cols - v) : 0, MASK16(kn), bp + (j * K + k) * NR + v, NR, kn,
+               (__mmask16)0xFFFF);
+      }}
+    }}
+  }}
+}}
+
 /* Rows [0, mc) x columns [0, kc) of sum_t w[t] * A_t (rows lda apart) into ap[i][k] (row stride
    APS), rows mc..MC zero; the micro-kernel broadcasts from MR rows at once. */
 static void pack_a(const float *const *a, const float *w, size_t nt, size_t lda, size_t mc, size_t kc,
@@ -352,12 +447,29 @@ static void pack_a(const float *const *a, const float *w, size_t nt, size_t lda,
   }}
 }}
 
+/* Transposed: ap[i][k] = sum_t w[t] * At_t[k][i] for i < mc, k < kc (At_t: rows lda apart), rows mc..MC
+   zero. 16 x 16 blocks: 16 rows of At (k), read along i (whole lines), stored as 16 packed rows (i). */
+static void pack_a_t(const float *const *a, const float *w, size_t nt, size_t lda, size_t mc, size_t kc,
+                     float *restrict ap) {{
+  const float *src[MAX_TERMS];
+  for (size_t k = 0; k < kc; k += 16) {{
+    size_t kn = MIN(16, kc - k);
+    for (size_t i = 0; i < MC; i += 16) {{
+      size_t in = i < mc ? MIN(16, mc - i) : 0;
+      for (size_t t = 0; t < nt; ++t) src[t] = a[t] + k * lda + i;
+      tile16(src, w, nt, lda, in ? kn : 0, MASK16(in), ap + i * APS + k, APS, MIN(16, MC - i), MASK16(kn));
+    }}
+  }}
+}}
+
 /* Block (wg_m, wg_n) of the destinations d[t].c += d[t].w * (sum_t w[t] A_t) @ B, MC x NC of an
-   M x N product, K in blocks of KC; B packed (pack_b); a destination with a bit in `first` is stored
+   M x N product, K in blocks of KC; A_t M x K (rows lda apart), or stored K x M where trans_a (pack_a_t);
+   B packed (pack_b or pack_b_t); a destination with a bit in `first` is stored
    into, not added to. With several destinations and several K blocks, the K blocks but the last
    accumulate in the workgroup's private MC x NC tile `pb` (L2), and the last adds it on its way
    to the destinations: each destination is read and written once, not once per K block. */
-static void gemm_block(const float *const *a, const float *wa, size_t na, size_t lda, const float *bp,
+static void gemm_block(const float *const *a, const float *wa, size_t na, size_t lda, size_t trans_a,
+                       const float *bp,
                        const Dst *dst, size_t nd, unsigned first, float *restrict ap, float *restrict pb,
                        size_t M, size_t N, size_t K, size_t wg_m, size_t wg_n) {{
   size_t i0 = wg_m * MC, j0 = wg_n * NC;
@@ -368,8 +480,11 @@ static void gemm_block(const float *const *a, const float *wa, size_t na, size_t
   for (size_t p0 = 0; p0 < K; p0 += KC) {{
     size_t kc = MIN(KC, K - p0);
     int last = p0 + KC >= K;
-    for (size_t t = 0; t < na; ++t) as[t] = a[t] + i0 * lda + p0;
-    pack_a(as, wa, na, lda, mc, kc, ap);
+    for (size_t t = 0; t < na; ++t) as[t] = a[t] + (trans_a ? p0 * lda + i0 : i0 * lda + p0);
+    if (trans_a)
+      pack_a_t(as, wa, na, lda, mc, kc, ap);
+    else
+      pack_a(as, wa, na, lda, mc, kc, ap);
     for (size_t j = 0; j < nc; j += NR) {{
       const float *bpan = bp + ((j0 + j) / NR) * K * NR + p0 * NR;
       size_t cols = MIN(NR, nc - j);
@@ -413,29 +528,59 @@ __attribute__((visibility("hidden"))) void {gemm_name}({_memref("a", True)},
   Dst d = {{c_ptr + c_off, N, 1.0f}};
   size_t gn = (N + NC - 1) / NC;
   float *ap = s_ptr + s_off + (wg_m * gn + wg_n) * (size_t)(MC * APS);
-  gemm_block(&a, &one, 1, K, bp_ptr + bp_off, &d, 1, 1u, ap, 0, M, N, K, wg_m, wg_n);
+  gemm_block(&a, &one, 1, K, 0, bp_ptr + bp_off, &d, 1, 1u, ap, 0, M, N, K, wg_m, wg_n);
+}}
+
+/* General classical: packed B of B (K x N), or of B stored N x K where trans_b. */
+__attribute__((visibility("hidden"))) void {gpack_b_name}({_memref("b", True)},
+    {_memref("bp", False)}, size_t N, size_t K, size_t trans_b, size_t wg) {{
+  const float *b = b_ptr + b_off;
+  const float one = 1.0f;
+  if (trans_b)
+    pack_b_t(&b, &one, 1, N, K, K, wg, bp_ptr + bp_off);
+  else
+    pack_b(&b, &one, 1, N, K, N, wg, bp_ptr + bp_off);
+}}
+
+/* General classical: block (wg_m, wg_n) of C = A @ B with A M x K, or stored K x M where trans_a. */
+__attribute__((visibility("hidden"))) void {ggemm_name}({_memref("a", True)},
+    {_memref("bp", True)}, {_memref("c", False)}, {_memref("s", False)},
+    size_t M, size_t N, size_t K, size_t trans_a, size_t wg_m, size_t wg_n) {{
+  const float *a = a_ptr + a_off;
+  const float one = 1.0f;
+  Dst d = {{c_ptr + c_off, N, 1.0f}};
+  size_t gn = (N + NC - 1) / NC;
+  float *ap = s_ptr + s_off + (wg_m * gn + wg_n) * (size_t)(MC * APS);
+  gemm_block(&a, &one, 1, trans_a ? M : K, trans_a, bp_ptr + bp_off, &d, 1, 1u, ap, 0, M, N, K, wg_m, wg_n);
 }}
 
 /* LCMA product, pack: Bp = sum_t coef(t) * B[block(t)] for the nb terms tb0.., blocks K x N of a
-   B whose rows are ldb apart. */
+   B whose rows are ldb apart; where trans_b, B is stored transposed (its block (k, n) is block (n, k)
+   of the stored N x K matrix, packed by pack_b_t). */
 __attribute__((visibility("hidden"))) void {lpack_b_name}({_memref("b", True)},
-    {_memref("bp", False)}, size_t K, size_t N, size_t ldb, size_t nb, {terms("tb")}, size_t wg) {{
+    {_memref("bp", False)}, size_t K, size_t N, size_t ldb, size_t trans_b, size_t nb, {terms("tb")},
+    size_t wg) {{
   const size_t tb[MAX_TERMS] = {{{term_list("tb")}}};
   const float *b[MAX_TERMS];
   float w[MAX_TERMS];
   for (size_t t = 0; t < nb; ++t) {{
-    b[t] = b_ptr + b_off + term_row(tb[t]) * K * ldb + term_col(tb[t]) * N;
+    b[t] = b_ptr + b_off + (trans_b ? term_col(tb[t]) * N * ldb + term_row(tb[t]) * K
+                                    : term_row(tb[t]) * K * ldb + term_col(tb[t]) * N);
     w[t] = term_coef(tb[t]);
   }}
-  pack_b(b, w, nb, N, K, ldb, wg, bp_ptr + bp_off);
+  if (trans_b)
+    pack_b_t(b, w, nb, N, K, ldb, wg, bp_ptr + bp_off);
+  else
+    pack_b(b, w, nb, N, K, ldb, wg, bp_ptr + bp_off);
 }}
 
 /* LCMA product, GEMM: block (wg_m, wg_n) of P = (sum coef(ta) A[block(ta)]) @ Bp, added with
    coef(td) into each C[block(td)] of the nd destinations (stored where `first` has the bit);
-   blocks M x K of A (rows lda apart), M x N of C (rows ldc apart). */
+   blocks M x K of A (rows lda apart; where trans_a, A is stored transposed: its block (m, k) is
+   block (k, m) of the stored K x M matrix), M x N of C (rows ldc apart). */
 __attribute__((visibility("hidden"))) void {lgemm_name}({_memref("a", True)},
     {_memref("bp", True)}, {_memref("c", False)}, {_memref("s", False)},
-    size_t M, size_t N, size_t K, size_t lda, size_t ldc, size_t na, {terms("ta")},
+    size_t M, size_t N, size_t K, size_t lda, size_t ldc, size_t trans_a, size_t na, {terms("ta")},
     size_t nd, {terms("td")}, size_t first, size_t wg_m, size_t wg_n) {{
   const size_t ta[MAX_TERMS] = {{{term_list("ta")}}};
   const size_t td[MAX_TERMS] = {{{term_list("td")}}};
@@ -443,7 +588,8 @@ __attribute__((visibility("hidden"))) void {lgemm_name}({_memref("a", True)},
   float wa[MAX_TERMS];
   Dst d[MAX_TERMS];
   for (size_t t = 0; t < na; ++t) {{
-    a[t] = a_ptr + a_off + term_row(ta[t]) * M * lda + term_col(ta[t]) * K;
+    a[t] = a_ptr + a_off + (trans_a ? term_col(ta[t]) * K * lda + term_row(ta[t]) * M
+                                    : term_row(ta[t]) * M * lda + term_col(ta[t]) * K);
     wa[t] = term_coef(ta[t]);
   }}
   for (size_t t = 0; t < nd; ++t) {{
@@ -453,7 +599,7 @@ __attribute__((visibility("hidden"))) void {lgemm_name}({_memref("a", True)},
   }}
   size_t gn = (N + NC - 1) / NC;
   float *ap = s_ptr + s_off + (wg_m * gn + wg_n) * (size_t)(MC * APS + MC * NC);
-  gemm_block(a, wa, na, lda, bp_ptr + bp_off, d, nd, (unsigned)first, ap, ap + MC * APS, M, N, K, wg_m, wg_n);
+  gemm_block(a, wa, na, lda, trans_a, bp_ptr + bp_off, d, nd, (unsigned)first, ap, ap + MC * APS, M, N, K, wg_m, wg_n);
 }}
 """
 

@@ -2,8 +2,8 @@
 
 A plan runs one bilinear scheme ``<m,k,n;R>`` from falcon's catalog (several
 levels are one composed scheme: ``strassen^2`` is ``<4,4,4;49>``, the
-catalog's Kronecker product) on ``C = A @ B`` (f32, A ``M x K``, B ``K x N``,
-row-major) as ``2 R`` dispatches of :mod:`.cpu_gemm`'s LCMA entry points,
+catalog's Kronecker product) on ``C = A @ B`` (f32, A ``M x K`` or stored
+transposed ``K x M``, B ``K x N`` or stored ``N x K``, C ``M x N``, all row-major) as ``2 R`` dispatches of :mod:`.cpu_gemm`'s LCMA entry points,
 product by product, with no combine pass of its own:
 
 * **combine B in the pack of B**: product r's ``lcma_pack_b`` writes the
@@ -26,6 +26,12 @@ materialized per product: the FalconGEMM paper's group-parallel execution
 (arXiv 2605.06057), for one CPU core's caches. Costs over the R products
 themselves: the pack of B reads ``nnz(V[r])`` blocks instead of one; the
 destinations' tiles are read and written once per K block per destination.
+
+A transposed operand changes only where a term's block is: block ``(i, j)`` of A
+is block ``(j, i)`` of the stored ``K x M`` matrix (likewise B); the packs read
+it transposed (:mod:`.cpu_gemm`'s ``pack_a_t`` and ``pack_b_t``: 16 x 16
+register transposes, the terms summed before the transpose), so the packed
+operands and everything after them are those of the plain layout.
 
 Blocks: ``Mb = M / m``, ``Kb = K / k``, ``Nb = N / n`` exactly (the sizes must
 be multiples of the format: nothing pads or peels a kernel-form plan on the CPU,
@@ -91,9 +97,10 @@ class CpuPlan:
         M, N, K: the GEMM's sizes, multiples of the scheme's ``m``, ``n``, ``k``.
         scheme: a catalog name (``strassen``, ``strassen^2``, ``winograd*strassen`` ...).
         config: the kernel's blocking (default :func:`cpu_gemm.choose_plan_config` of the product's blocks).
+        trans_a: A is stored ``K x M`` (else ``M x K``); trans_b: B is stored ``N x K`` (else ``K x N``).
 
     Raises:
-        ValueError: a size is not a positive multiple of the format; a product needs more than
+        ValueError: a size is not a positive multiple of the format, a flag not a bool; a product needs more than
             :data:`MAX_TERMS` terms; a coefficient :func:`encode_term` refuses.
         falcon_mlir.catalog.UnknownSchemeError: ``scheme`` is not in the catalog.
     """
@@ -103,12 +110,17 @@ class CpuPlan:
     K: int
     scheme: str
     config: Optional[CpuGemmConfig] = None
+    trans_a: bool = False
+    trans_b: bool = False
 
     def __post_init__(self):
         for name in ("M", "N", "K"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"CpuPlan: {name} must be a positive int, got {v!r}")
+        for name in ("trans_a", "trans_b"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"CpuPlan: {name} must be a bool, got {getattr(self, name)!r}")
         s = self.resolved
         if self.M % s.m or self.K % s.k or self.N % s.n:
             raise ValueError(f"CpuPlan: {self.M}x{self.N}x{self.K} (MxNxK) is not a multiple of "
@@ -168,6 +180,12 @@ class CpuPlan:
         """FLOP of the classical GEMM (2 M N K): effective throughput is this over the time."""
         return 2 * self.M * self.N * self.K
 
+    @property
+    def spec(self) -> GemmSpec:
+        """The f32 :class:`GemmSpec` of the whole product (its shapes are A's, B's and C's buffers)."""
+        return GemmSpec(M=self.M, N=self.N, K=self.K, a_dtype="f32", b_dtype="f32", out_dtype="f32",
+                        trans_a=self.trans_a, trans_b=self.trans_b)
+
 
 def _pad(terms: tuple) -> list:
     return list(terms) + [0] * (MAX_TERMS - len(terms))
@@ -178,16 +196,19 @@ def plan_dispatch_lines(exe: str, plan: CpuPlan, a: str = "%a", b: str = "%b", r
     """``(lines, C)``: the host-side lines computing ``C = A @ B`` by ``plan`` through executable ``@exe``
     (:func:`falcon_mlir.kernels.cpu_embed.executable_text`), and the SSA name of C.
 
-    ``types``: the tensor types of A and B as the caller holds them (default ``MxK``, ``KxN``).
+    ``types``: the tensor types of A and B as the caller holds them (default the stored shapes:
+    ``MxK`` or ``KxM``, ``KxN`` or ``NxK``).
     """
     p, c = plan, plan.config
-    a_t, b_t = types or (tensor_type((p.M, p.K), "f32"), tensor_type((p.K, p.N), "f32"))
-    c_t = tensor_type((p.M, p.N), "f32")
+    a_t, b_t = types or (tensor_type(p.spec.a_shape, "f32"), tensor_type(p.spec.b_shape, "f32"))
+    c_t = tensor_type(p.spec.c_shape, "f32")
     bp_t = tensor_type((cpu_gemm.packed_b_floats(p.Nb, p.Kb, c),), "f32")
     s_t = tensor_type((cpu_gemm.scratch_floats(p.Mb, p.Nb, p.Kb, c, lcma=True),), "f32")
     gp, gm, gn = cpu_gemm.grid(p.Mb, p.Nb, p.Kb, c)
     r = result
-    consts = {"Mb": p.Mb, "Nb": p.Nb, "Kb": p.Kb, "lda": p.K, "ldb": p.N, "ldc": p.N, "gp": gp, "gm": gm, "gn": gn,
+    # Rows of A and B as stored: M (A stored K x M) or K; K (B stored N x K) or N.
+    consts = {"Mb": p.Mb, "Nb": p.Nb, "Kb": p.Kb, "lda": p.M if p.trans_a else p.K, "ldb": p.K if p.trans_b else p.N,
+              "ldc": p.N, "ta": int(p.trans_a), "tb": int(p.trans_b), "gp": gp, "gm": gm, "gn": gn,
               "sa": p.M * p.K, "sb": p.K * p.N, "sc": p.M * p.N}
     values = sorted({v for pr in p.products for v in (*_pad(pr.a_terms), *_pad(pr.b_terms), *_pad(pr.c_terms),
                                                         len(pr.a_terms), len(pr.b_terms), len(pr.c_terms),
@@ -201,11 +222,11 @@ def plan_dispatch_lines(exe: str, plan: CpuPlan, a: str = "%a", b: str = "%b", r
     for i, pr in enumerate(p.products):
         tb, ta, td = (", ".join(v(x) for x in _pad(t)) for t in (pr.b_terms, pr.a_terms, pr.c_terms))
         lines.append(f"{r}_bp{i} = flow.dispatch @{exe}::@lcma_pack_b[{r}_gp]({b}, {r}_Kb, {r}_Nb, {r}_ldb, "
-                     f"{v(len(pr.b_terms))}, {tb}, {r}_sb) : ({b_t}, {idx(5 + MAX_TERMS)}) -> {bp_t}")
+                     f"{r}_tb, {v(len(pr.b_terms))}, {tb}, {r}_sb) : ({b_t}, {idx(6 + MAX_TERMS)}) -> {bp_t}")
         lines.append(f"{r}_g{i}:2 = flow.dispatch @{exe}::@lcma_gemm[{r}_gm, {r}_gn]({a}, {r}_bp{i}, {c_in}, "
-                     f"{r}_Mb, {r}_Nb, {r}_Kb, {r}_lda, {r}_ldc, {v(len(pr.a_terms))}, {ta}, "
+                     f"{r}_Mb, {r}_Nb, {r}_Kb, {r}_lda, {r}_ldc, {r}_ta, {v(len(pr.a_terms))}, {ta}, "
                      f"{v(len(pr.c_terms))}, {td}, {v(pr.first)}, {r}_sa, {r}_sc) : "
-                     f"({a_t}, {bp_t}, {c_t}, {idx(10 + 2 * MAX_TERMS)}) -> ({c_in}, {s_t})")
+                     f"({a_t}, {bp_t}, {c_t}, {idx(11 + 2 * MAX_TERMS)}) -> ({c_in}, {s_t})")
         c_in = f"{r}_g{i}#0"
     return lines, c_in
 
@@ -214,7 +235,8 @@ def plan_module(plan: CpuPlan, *, flags: Sequence[str] = (), target_attr: Option
                 reference: bool = False, func: str = "main", exe: str = "falcon_cpu_sgemm",
                 obj: Optional[Path] = None) -> str:
     """A complete module: ``func.func @{func}(%a: MxK f32, %b: KxN f32) -> MxN f32`` running ``plan``
-    (``reference``: also ``@reference``, the same product compiled by IREE itself).
+    (A ``KxM``, B ``NxK`` where the plan's ``trans_a``, ``trans_b``; ``reference``: also
+    ``@reference``, the same product compiled by IREE itself).
 
     ``flags``: the IREE flags the module will be compiled with (default
     :data:`~.cpu_embed.DEFAULT_CPU_FLAGS`); the rest as :func:`~.cpu_embed.gemm_module`.
@@ -228,13 +250,11 @@ def plan_module(plan: CpuPlan, *, flags: Sequence[str] = (), target_attr: Option
     target_attr = target_attr or cpu_embed.cpu_target_attribute(flags)
     cpu_embed.check_target(flags, target_attr)
     obj = obj or cpu_gemm.compile_object(plan.config)
-    a_t, b_t = tensor_type((plan.M, plan.K), "f32"), tensor_type((plan.K, plan.N), "f32")
-    c_t = tensor_type((plan.M, plan.N), "f32")
+    a_t, b_t, c_t = (tensor_type(x, "f32") for x in (plan.spec.a_shape, plan.spec.b_shape, plan.spec.c_shape))
     lines, c = plan_dispatch_lines(exe, plan)
     body = "\n".join("  " + ln for ln in lines)
     parts = [cpu_embed.executable_text(exe, obj, target_attr, plan.config),
              f"func.func @{func}(%a: {a_t}, %b: {b_t}) -> {c_t} {{\n{body}\n  return {c} : {c_t}\n}}\n"]
     if reference:
-        parts.append(reference_func(GemmSpec(M=plan.M, N=plan.N, K=plan.K, a_dtype="f32", b_dtype="f32",
-                                             out_dtype="f32")))
+        parts.append(reference_func(plan.spec))
     return module_text(parts)

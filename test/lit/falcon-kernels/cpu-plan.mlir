@@ -11,7 +11,7 @@
 
 // CHECK: func.func private @[[CALL:falcon_cpu_sgemm_14x32_k256_28x256_p16_[0-9a-f]{8}_strassen_512x256x768_call]](%[[A:.+]]: tensor<512x768xf32>, %[[B:.+]]: tensor<768x256xf32>) -> tensor<512x256xf32>
 // CHECK: %[[C0:.+]] = tensor.empty() : tensor<512x256xf32>
-// CHECK: %[[BP0:.+]] = flow.dispatch @[[EXE:falcon_cpu_sgemm_14x32_k256_28x256_p16_[0-9a-f]{8}]]::@[[EXE]]_lcma_pack_b[%{{.+}}](%[[B]], %{{.+}}) : (tensor<768x256xf32>, index, index, index, index, index, index, index, index, index, index, index, index, index) -> tensor<{{[0-9]+}}xf32>
+// CHECK: %[[BP0:.+]] = flow.dispatch @[[EXE:falcon_cpu_sgemm_14x32_k256_28x256_p16_[0-9a-f]{8}]]::@[[EXE]]_lcma_pack_b[%{{.+}}](%[[B]], %{{.+}}) : (tensor<768x256xf32>, {{(index, )+}}index) -> tensor<{{[0-9]+}}xf32>
 // CHECK: %[[G0:.+]]:2 = flow.dispatch @[[EXE]]::@[[EXE]]_lcma_gemm[%{{.+}}, %{{.+}}](%[[A]], %[[BP0]], %[[C0]], %{{.+}}) : (tensor<512x768xf32>, tensor<{{[0-9]+}}xf32>, tensor<512x256xf32>, {{.+}}) -> (%[[C0]], tensor<{{[0-9]+}}xf32>)
 // CHECK: %[[BP1:.+]] = flow.dispatch @[[EXE]]::@[[EXE]]_lcma_pack_b
 // CHECK: %[[G1:.+]]:2 = flow.dispatch @[[EXE]]::@[[EXE]]_lcma_gemm[%{{.+}}, %{{.+}}](%[[A]], %[[BP1]], %[[G0]]#0, %{{.+}}) : ({{.+}}) -> (%[[G0]]#0, tensor<{{[0-9]+}}xf32>)

@@ -331,3 +331,72 @@ def test_object_of_another_blocking_is_refused(tmp_path, monkeypatch):
             cpu_embed.gemm_module(100, 70, 50, cfg, obj=obj, target_attr=TARGET, flags=())
     text = cpu_embed.gemm_module(100, 70, 50, CpuGemmConfig(), obj=obj, target_attr=TARGET, flags=())
     assert "func.call @falcon_cpu_gemm_14x32_k256_112x512_p16(" in text
+
+
+# -- transposed operands (the general entries: the packs transpose in 16 x 16 register blocks) ------
+
+def _layout_inputs(M, N, K, trans_a, trans_b, seed=0):
+    """Random normal A (``K x M`` where trans_a, else ``M x K``) and B (``N x K`` or ``K x N``), and the
+    float64 reference of ``op(A) @ op(B)``."""
+    rng = np.random.default_rng([seed, M, N, K, trans_a, trans_b])
+    a = rng.standard_normal((K, M) if trans_a else (M, K), dtype=np.float32)
+    b = rng.standard_normal((N, K) if trans_b else (K, N), dtype=np.float32)
+    ref = (a.T if trans_a else a).astype(np.float64) @ (b.T if trans_b else b).astype(np.float64)
+    return a, b, ref
+
+
+def _run_layout(M, N, K, trans_a, trans_b, config=None, obj=None):
+    """``(relative max-norm error against float64, C)`` of falcon's kernel on one layout."""
+    a, b, ref = _layout_inputs(M, N, K, trans_a, trans_b)
+    text = cpu_embed.gemm_module(M, N, K, config, trans_a=trans_a, trans_b=trans_b, obj=obj)
+    c = Module(cpu_embed.compile_module(text))("main", a, b)
+    assert c.shape == (M, N)
+    return float(np.abs(c - ref).max() / np.abs(ref).max()), c
+
+
+#: Blockings where the 16 x 16 transposes meet every edge: MC not a multiple of 16 (18, 28), pack rows
+#: not 16 (7, 3), K blocks not multiples of 16 (40, 17), NR 48 (three 16-row blocks per B panel).
+_EDGES = CpuGemmConfig(mr=6, nr=48, kc=40, mc=18, nc=96, pack_rows=7)
+_LAYOUTS = [(True, False), (False, True), (True, True)]
+
+
+@needs_avx512
+@pytest.mark.parametrize("trans_a, trans_b", _LAYOUTS, ids=["ta", "tb", "ta_tb"])
+@pytest.mark.parametrize("shape, config", [((37, 53, 29), None), ((77, 201, 95), _EDGES), ((31, 1, 300), _TINY),
+                                           ((227, 65, 777), _ODD), ((1, 17, 16), None)],
+                         ids=lambda v: v.label if isinstance(v, CpuGemmConfig) else str(v))
+def test_transposed_operands_against_float64(trans_a, trans_b, shape, config):
+    err, _ = _run_layout(*shape, trans_a, trans_b, config)
+    assert err < 2e-6
+
+
+def test_transposed_module_uses_the_general_entries(tmp_path):
+    text = cpu_embed.gemm_module(100, 70, 50, target_attr="#fake", obj=tmp_path / "k.o", flags=(), trans_b=True)
+    assert "func.func @main(%a: tensor<100x50xf32>, %b: tensor<70x50xf32>) -> tensor<100x70xf32>" in text
+    assert "flow.dispatch @falcon_cpu_sgemm::@general_pack_b[%r_gp](%b, %r_N, %r_K, %r_tb)" in text
+    assert "%r_tb = arith.constant 1 : index" in text and "%r_ta = arith.constant 0 : index" in text
+    pack_b, gemm = cpu_gemm.general_entry_names(cpu_gemm.choose_config(100, 70, 50))
+    assert gemm == "falcon_cpu_general_gemm_14x32_k256_28x256_p16" and f"func.call @{pack_b}(" in text
+    assert "::@pack_b[" not in cpu_embed.gemm_module(100, 70, 50, target_attr="#fake", obj=tmp_path / "k.o",
+                                                     flags=(), trans_a=True)
+
+
+@needs_avx512
+@pytest.mark.parametrize("what, old, new, trans_a, trans_b", [
+    # pack_a_t reads the next 16 columns of A^T (rows of A) for the first block of rows
+    ("pack_a_t", "src[t] = a[t] + k * lda + i;", "src[t] = a[t] + k * lda + i + (i + 16 < mc ? 16 : 0);",
+     True, False),
+    # pack_b_t reads the K block one column late (k + 1) in the last panel
+    ("pack_b_t", "src[t] = b[t] + (j * NR + v) * ldb + k;",
+     "src[t] = b[t] + (j * NR + v) * ldb + k + ((j + 1) * NR >= N && k + 16 < K);", False, True),
+    # the transpose's last lane shuffle swapped (0x88 <-> 0xDD on one pair)
+    ("tile16", "r0 = _mm512_shuffle_f32x4(t0, t8, 0x88);", "r0 = _mm512_shuffle_f32x4(t0, t8, 0xDD);", True, True),
+])
+def test_wrong_index_in_a_transposing_pack_is_caught(what, old, new, trans_a, trans_b):
+    """The layout check fails on a kernel whose transposing packs read or place one element wrong."""
+    M, N, K = 77, 201, 95
+    src = cpu_gemm.kernel_source(_EDGES)
+    bad = src.replace(old, new)
+    assert bad != src, what
+    err, c = _run_layout(M, N, K, trans_a, trans_b, _EDGES, obj=cpu_gemm.compile_source(bad, "mutant"))
+    assert np.isfinite(c).all() and err > 1e-2, (what, err)

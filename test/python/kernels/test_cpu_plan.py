@@ -22,11 +22,13 @@ _TINY = CpuGemmConfig(mc=28, nc=64, kc=64)
 
 
 def _run(plan: CpuPlan, obj=None):
-    rng = np.random.default_rng([plan.M, plan.N, plan.K, len(plan.scheme)])
-    a = rng.standard_normal((plan.M, plan.K), dtype=np.float32)
-    b = rng.standard_normal((plan.K, plan.N), dtype=np.float32)
+    """``(C, A, B)``: the plan's module on random normal inputs, A and B returned as ``M x K`` and
+    ``K x N`` (the kernel got them stored as the plan's layout says)."""
+    rng = np.random.default_rng([plan.M, plan.N, plan.K, len(plan.scheme), plan.trans_a, plan.trans_b])
+    a = rng.standard_normal(plan.spec.a_shape, dtype=np.float32)
+    b = rng.standard_normal(plan.spec.b_shape, dtype=np.float32)
     mod = Module(cpu_embed.compile_module(cpu_plan.plan_module(plan, obj=obj)))
-    return mod("main", a, b), a, b
+    return mod("main", a, b), (a.T if plan.trans_a else a), (b.T if plan.trans_b else b)
 
 
 def _rel_err(c, a, b) -> float:
@@ -100,7 +102,7 @@ def test_wrong_block_column_is_caught():
     """The numerics check fails on a kernel that reads A's terms one block column off (mod 2)."""
     plan = CpuPlan(2 * 30, 2 * 40, 2 * 70, "strassen", _TINY)
     src = cpu_gemm.kernel_source(plan.config)
-    bad = src.replace("term_col(ta[t]) * K;", "(term_col(ta[t]) ^ 1) * K;")
+    bad = src.replace("+ term_col(ta[t]) * K)", "+ (term_col(ta[t]) ^ 1) * K)")
     assert bad != src
     c, a, b = _run(plan, obj=cpu_gemm.compile_source(bad, "mutant"))
     assert _rel_err(c, a, b) > 1e-2
@@ -117,3 +119,41 @@ def test_module_structure():
     assert c == "%p_g6#0"
     assert "-> (%p_c0, " in lines[-13] or any("-> (%p_c0, " in ln for ln in lines)
     assert any("(%a, %p_bp6, %p_g5#0, " in ln and "-> (%p_g5#0, " in ln for ln in lines)
+
+
+# -- transposed operands: a term's block (i, j) of A is block (j, i) of the stored K x M matrix ------
+
+@needs_avx512
+@pytest.mark.parametrize("trans_a, trans_b", [(True, False), (False, True), (True, True)], ids=["ta", "tb", "ta_tb"])
+@pytest.mark.parametrize("M,N,K,scheme,config", [
+    (2 * 45, 2 * 37, 2 * 150, "strassen", _TINY),          # edges, 3 K blocks, private tiles
+    (2 * 37, 2 * 53, 2 * 29, "strassen", None),            # odd blocks (37 x 53 x 29), one K block
+    (4 * 17, 4 * 33, 4 * 70, "strassen^2", _TINY),         # 4 terms per operand and destination
+])
+def test_transposed_plan_numerics_against_float64(trans_a, trans_b, M, N, K, scheme, config):
+    plan = CpuPlan(M, N, K, scheme, config, trans_a=trans_a, trans_b=trans_b)
+    c, a, b = _run(plan)
+    assert np.isfinite(c).all() and _rel_err(c, a, b) < _bound(plan)
+
+
+@needs_avx512
+@pytest.mark.parametrize("old, new, trans_a, trans_b", [
+    ("trans_a ? term_col(ta[t]) * K * lda + term_row(ta[t]) * M", "trans_a ? term_col(ta[t]) * K * lda + "
+     "(term_row(ta[t]) ^ 1) * M", True, False),
+    ("trans_b ? term_col(tb[t]) * N * ldb + term_row(tb[t]) * K", "trans_b ? term_row(tb[t]) * N * ldb + "
+     "term_col(tb[t]) * K", False, True),
+])
+def test_wrong_transposed_block_is_caught(old, new, trans_a, trans_b):
+    """The check fails on a kernel that finds a transposed operand's block one block off (A) or at the
+    block of the plain layout (B: row and column not swapped)."""
+    plan = CpuPlan(2 * 30, 2 * 40, 2 * 70, "strassen", _TINY, trans_a=trans_a, trans_b=trans_b)
+    src = cpu_gemm.kernel_source(plan.config)
+    bad = src.replace(old, new)
+    assert bad != src
+    c, a, b = _run(plan, obj=cpu_gemm.compile_source(bad, "mutant"))
+    assert _rel_err(c, a, b) > 1e-2
+
+
+def test_plan_flags_are_bools():
+    with pytest.raises(ValueError, match="trans_a must be a bool"):
+        CpuPlan(64, 64, 64, "strassen", trans_a=1)

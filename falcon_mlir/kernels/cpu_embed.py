@@ -82,9 +82,9 @@ def _memref_args(names: Sequence[str]) -> str:
 
 
 def _export(name: str, dims: int) -> str:
-    """A ``stream.executable.export`` whose workgroup grid is its first ``dims`` (1 or 2) workload values."""
-    args = ", ".join(f"%{v}: index" for v in "xy"[:dims])
-    grid = ", ".join(["%x", "%y"][:dims] + ["%one"] * (3 - dims))
+    """A ``stream.executable.export`` whose workgroup grid is its first ``dims`` (1 to 3) workload values."""
+    args = ", ".join(f"%{v}: index" for v in "xyz"[:dims])
+    grid = ", ".join(["%x", "%y", "%z"][:dims] + ["%one"] * (3 - dims))
     return (f"  stream.executable.export public @{name} workgroups({args}) -> (index, index, index) {{\n"
             f"    %one = arith.constant 1 : index\n"
             f"    stream.return {grid} : index, index, index\n  }}\n")
@@ -103,11 +103,14 @@ def executable_text(name: str, obj: Path, target_attr: str, config: CpuGemmConfi
     ``@pack_b(B, M, N, K) -> Bp`` on workload ``[pack workgroups]``;
     ``@gemm(A, Bp, M, N, K) -> (C, S)`` on workload ``[workgroups along M, along N]``
     (:func:`cpu_gemm.grid`);
-    ``@general_pack_b(B, N, K, trans_b) -> Bp`` and ``@general_gemm(A, Bp, M, N, K, trans_a) -> (C, S)``,
-    the same with A stored ``K x M`` or B stored ``N x K`` where the flag is 1 (:func:`dispatch_lines`);
-    ``@lcma_pack_b(B, K, N, ldb, trans_b, nb, tb0.., size of B) -> Bp`` and
-    ``@lcma_gemm(A, Bp, C, M, N, K, lda, ldc, trans_a, na, ta0.., nd, td0.., first, size of A, size of C)
-    -> (C, S)`` (C read and written in place), the same workloads for a product's blocks of M x N x K.
+    ``@general_pack_b(B, N, K, trans_b) -> Bp`` on ``[pack workgroups, batch]`` and
+    ``@general_gemm(A, Bp, M, N, K, trans_a, batch) -> (C, S)`` on ``[along M, along N, batch groups]``
+    (:func:`cpu_gemm.batch_groups`), the same with A stored ``K x M`` or B stored ``N x K`` where the
+    flag is 1, and a leading batch dimension (:func:`dispatch_lines`);
+    ``@lcma_pack_b(B, K, N, ldb, trans_b, batch stride of B, nb, tb0.., size of B) -> Bp`` and
+    ``@lcma_gemm(A, Bp, C, M, N, K, lda, ldc, trans_a, batch, batch strides of A and C, na, ta0.., nd,
+    td0.., first, size of A, size of C) -> (C, S)`` (C read and written in place), the same workloads
+    for a product's blocks of M x N x K.
 
     Raises:
         ValueError: ``obj``'s absolute path has a character IREE's link step cannot take
@@ -143,8 +146,8 @@ def executable_text(name: str, obj: Path, target_attr: str, config: CpuGemmConfi
     #hal.executable.object<{{path = "{path}"}}>]}}>
 }} {{
   // falcon's f32 GEMM for x86-64 AVX-512, {c.label}
-{"".join(_export(e, d) for e, d in (("pack_b", 1), ("gemm", 2), ("general_pack_b", 1), ("general_gemm", 2),
-                                      ("lcma_pack_b", 1), ("lcma_gemm", 2)))}  builtin.module {{
+{"".join(_export(e, d) for e, d in (("pack_b", 1), ("gemm", 2), ("general_pack_b", 2), ("general_gemm", 3),
+                                      ("lcma_pack_b", 2), ("lcma_gemm", 3)))}  builtin.module {{
     func.func private @{pack_b}({mref}, {mref}, index, index, index, index) attributes {{hal.import.static}}
     func.func private @{gemm}({mref}, {mref}, {mref}, {mref}, index, index, index, index, index) attributes {{hal.import.static}}
     func.func @pack_b({_memref_args(["b", "bp"])}, {idx}) {{
@@ -168,91 +171,112 @@ def executable_text(name: str, obj: Path, target_attr: str, config: CpuGemmConfi
         func.call @{gemm}(%ma, %mbp, %mc_, %ms, %M, %N, %K, %wx, %wy) : ({mref}, {mref}, {mref}, {mref}, index, index, index, index, index) -> ()
         return
     }}
-{_general_funcs(c, mref, sizes)}
+{_general_funcs(c, mref)}
 {_lcma_funcs(c, mref)}
   }}
 }}
 """
 
 
-def _general_funcs(c: CpuGemmConfig, mref: str, sizes: str) -> str:
-    """The two general classical export functions of :func:`executable_text` (``sizes``: its size lines):
-    as ``@pack_b`` and ``@gemm``, with the layout flags passed on (the buffers' sizes do not change)."""
+def _general_funcs(c: CpuGemmConfig, mref: str) -> str:
+    """The two general classical export functions of :func:`executable_text`: the layout flags and the batch
+    passed on; the pack's batch is its workgroup count along y, the GEMM's batch groups its count along z
+    (:func:`cpu_gemm.batch_groups`), which size the bindings."""
     pack_b, gemm = cpu_gemm.general_entry_names(c)
     sub = _subspan
-    return f"""    func.func private @{pack_b}({mref}, {mref}, index, index, index, index) attributes {{hal.import.static}}
-    func.func private @{gemm}({mref}, {mref}, {mref}, {mref}, index, index, index, index, index, index) attributes {{hal.import.static}}
+    ix = lambda n: ", ".join(["index"] * n)  # noqa: E731
+    return f"""    func.func private @{pack_b}({mref}, {mref}, {ix(5)}) attributes {{hal.import.static}}
+    func.func private @{gemm}({mref}, {mref}, {mref}, {mref}, {ix(9)}) attributes {{hal.import.static}}
     func.func @general_pack_b({_memref_args(["b", "bp"])}, %N: index, %K: index, %tb: index) {{
         %c0 = arith.constant 0 : index
-        %nr = arith.constant {c.nr} : index
-        %s_b = arith.muli %K, %N : index
-        %np = arith.ceildivui %N, %nr : index
-        %s_p0 = arith.muli %np, %K : index
-        %s_bp = arith.muli %s_p0, %nr : index
+        %batch = hal.interface.workgroup.count[1] : index
+{_sizes(c, "b", "bp")}
 {sub("mb", "b", "s_b")}
 {sub("mbp", "bp", "s_bp")}
         %wg = hal.interface.workgroup.id[0] : index
-        func.call @{pack_b}(%mb, %mbp, %N, %K, %tb, %wg) : ({mref}, {mref}, index, index, index, index) -> ()
+        %wb = hal.interface.workgroup.id[1] : index
+        func.call @{pack_b}(%mb, %mbp, %N, %K, %tb, %wg, %wb) : ({mref}, {mref}, {ix(5)}) -> ()
         return
     }}
-    func.func @general_gemm({_memref_args(["a", "bp", "c", "s"])}, %M: index, %N: index, %K: index, %ta: index) {{
+    func.func @general_gemm({_memref_args(["a", "bp", "c", "s"])}, %M: index, %N: index, %K: index, %ta: index,
+                            %batch: index) {{
         %c0 = arith.constant 0 : index
-{sizes}
+        %gz = hal.interface.workgroup.count[2] : index
+{_sizes(c, "a", "bp", "c", "s")}
 {sub("ma", "a", "s_a")}
 {sub("mbp", "bp", "s_bp")}
 {sub("mc_", "c", "s_c")}
 {sub("ms", "s", "s_s")}
         %wx = hal.interface.workgroup.id[0] : index
         %wy = hal.interface.workgroup.id[1] : index
-        func.call @{gemm}(%ma, %mbp, %mc_, %ms, %M, %N, %K, %ta, %wx, %wy) : ({mref}, {mref}, {mref}, {mref}, index, index, index, index, index, index) -> ()
+        %wz = hal.interface.workgroup.id[2] : index
+        func.call @{gemm}(%ma, %mbp, %mc_, %ms, %M, %N, %K, %ta, %batch, %wx, %wy, %wz, %gz) : ({mref}, {mref}, {mref}, {mref}, {ix(9)}) -> ()
         return
     }}"""
 
 
+def _sizes(c: CpuGemmConfig, *which: str, slot: int = 0) -> str:
+    """Lines defining the elements of the named buffers of a batched call from ``%M``, ``%N``, ``%K``,
+    ``%batch`` (and ``%gz``, the batch groups, for ``s``): ``%s_a`` (batch M K), ``%s_b`` (batch K N),
+    ``%s_c`` (batch M N), ``%s_bp`` (batch packed Bs), ``%s_s`` (gz gm gn slots of ``slot`` floats,
+    default one packed-A slot)."""
+    out = []
+    if "a" in which:
+        out += ["%s_a0 = arith.muli %M, %K : index", "%s_a = arith.muli %s_a0, %batch : index"]
+    if "b" in which:
+        out += ["%s_b0 = arith.muli %K, %N : index", "%s_b = arith.muli %s_b0, %batch : index"]
+    if "c" in which:
+        out += ["%s_c0 = arith.muli %M, %N : index", "%s_c = arith.muli %s_c0, %batch : index"]
+    if "bp" in which:
+        out += [f"%nr = arith.constant {c.nr} : index", "%np = arith.ceildivui %N, %nr : index",
+                "%s_p0 = arith.muli %np, %K : index", "%s_p1 = arith.muli %s_p0, %nr : index",
+                "%s_bp = arith.muli %s_p1, %batch : index"]
+    if "s" in which:
+        out += [f"%mc = arith.constant {c.mc} : index", f"%nc = arith.constant {c.nc} : index",
+                f"%slot = arith.constant {slot or c.mc * (c.kc + 16)} : index",
+                "%gn = arith.ceildivui %N, %nc : index", "%gm = arith.ceildivui %M, %mc : index",
+                "%s_s0 = arith.muli %gn, %gm : index", "%s_s1 = arith.muli %s_s0, %gz : index",
+                "%s_s = arith.muli %s_s1, %slot : index"]
+    return "\n".join("        " + ln for ln in out)
+
+
 def _lcma_funcs(c: CpuGemmConfig, mref: str) -> str:
-    """The two LCMA export functions of :func:`executable_text`: the terms are index operands, passed on."""
+    """The two LCMA export functions of :func:`executable_text`: the terms are index operands, passed on;
+    batch as in :func:`_general_funcs`."""
     pack_b, gemm = cpu_gemm.lcma_entry_names(c)
     nt = cpu_gemm.MAX_TERMS
     tb, ta, td = ([f"%{p}{i}" for i in range(nt)] for p in ("tb", "ta", "td"))
     decl = lambda names: ", ".join(f"{n}: index" for n in names)  # noqa: E731
     ix = lambda n: ", ".join(["index"] * n)  # noqa: E731
-    bp_size = f"""        %nr = arith.constant {c.nr} : index
-        %np = arith.ceildivui %N, %nr : index
-        %s_p0 = arith.muli %np, %K : index
-        %s_bp = arith.muli %s_p0, %nr : index"""
-
     sub = _subspan
-    return f"""    func.func private @{pack_b}({mref}, {mref}, {ix(6 + nt)}) attributes {{hal.import.static}}
-    func.func private @{gemm}({mref}, {mref}, {mref}, {mref}, {ix(11 + 2 * nt)}) attributes {{hal.import.static}}
-    func.func @lcma_pack_b({_memref_args(["b", "bp"])}, %K: index, %N: index, %ldb: index, %tb: index, %nb: index,
-                           {decl(tb)}, %z_b: index) {{
+    return f"""    func.func private @{pack_b}({mref}, {mref}, {ix(8 + nt)}) attributes {{hal.import.static}}
+    func.func private @{gemm}({mref}, {mref}, {mref}, {mref}, {ix(16 + 2 * nt)}) attributes {{hal.import.static}}
+    func.func @lcma_pack_b({_memref_args(["b", "bp"])}, %K: index, %N: index, %ldb: index, %tb: index, %sb: index,
+                           %nb: index, {decl(tb)}, %z_b: index) {{
         %c0 = arith.constant 0 : index
-{bp_size}
+        %batch = hal.interface.workgroup.count[1] : index
+{_sizes(c, "bp")}
 {sub("mb", "b", "z_b")}
 {sub("mbp", "bp", "s_bp")}
         %wg = hal.interface.workgroup.id[0] : index
-        func.call @{pack_b}(%mb, %mbp, %K, %N, %ldb, %tb, %nb, {", ".join(tb)}, %wg) : ({mref}, {mref}, {ix(6 + nt)}) -> ()
+        %wb = hal.interface.workgroup.id[1] : index
+        func.call @{pack_b}(%mb, %mbp, %K, %N, %ldb, %tb, %sb, %nb, {", ".join(tb)}, %wg, %wb) : ({mref}, {mref}, {ix(8 + nt)}) -> ()
         return
     }}
     func.func @lcma_gemm({_memref_args(["a", "bp", "c", "s"])}, %M: index, %N: index, %K: index, %lda: index,
-                         %ldc: index, %ta: index, %na: index, {decl(ta)}, %nd: index, {decl(td)}, %first: index,
-                         %z_a: index, %z_c: index) {{
+                         %ldc: index, %ta: index, %batch: index, %sa: index, %sc: index, %na: index, {decl(ta)},
+                         %nd: index, {decl(td)}, %first: index, %z_a: index, %z_c: index) {{
         %c0 = arith.constant 0 : index
-{bp_size}
-        %mc = arith.constant {c.mc} : index
-        %nc = arith.constant {c.nc} : index
-        %slot = arith.constant {c.mc * (c.kc + 16 + c.nc)} : index
-        %gn = arith.ceildivui %N, %nc : index
-        %gm = arith.ceildivui %M, %mc : index
-        %s_s0 = arith.muli %gn, %gm : index
-        %s_s = arith.muli %s_s0, %slot : index
+        %gz = hal.interface.workgroup.count[2] : index
+{_sizes(c, "bp", "s", slot=c.mc * (c.kc + 16 + c.nc))}
 {sub("ma", "a", "z_a")}
 {sub("mbp", "bp", "s_bp")}
 {sub("mc_", "c", "z_c")}
 {sub("ms", "s", "s_s")}
         %wx = hal.interface.workgroup.id[0] : index
         %wy = hal.interface.workgroup.id[1] : index
-        func.call @{gemm}(%ma, %mbp, %mc_, %ms, %M, %N, %K, %lda, %ldc, %ta, %na, {", ".join(ta)}, %nd, {", ".join(td)}, %first, %wx, %wy) : ({mref}, {mref}, {mref}, {mref}, {ix(11 + 2 * nt)}) -> ()
+        %wz = hal.interface.workgroup.id[2] : index
+        func.call @{gemm}(%ma, %mbp, %mc_, %ms, %M, %N, %K, %lda, %ldc, %ta, %batch, %sa, %sc, %na, {", ".join(ta)}, %nd, {", ".join(td)}, %first, %wx, %wy, %wz, %gz) : ({mref}, {mref}, {mref}, {mref}, {ix(16 + 2 * nt)}) -> ()
         return
     }}"""
 
@@ -263,35 +287,41 @@ def _check_sizes(where: str, M, N, K) -> None:
             raise ValueError(f"{where}: {name} must be a positive int, got {v!r}")
 
 
-def gemm_spec(M: int, N: int, K: int, trans_a: bool = False, trans_b: bool = False) -> GemmSpec:
-    """The f32 :class:`GemmSpec` the kernel serves for these sizes and layouts (its ``a_shape``,
-    ``b_shape``, ``c_shape`` are the buffers' canonical shapes)."""
+def gemm_spec(M: int, N: int, K: int, trans_a: bool = False, trans_b: bool = False, batch: int = 1) -> GemmSpec:
+    """The f32 :class:`GemmSpec` the kernel serves for these sizes, layouts and batch (its ``a_shape``,
+    ``b_shape``, ``c_shape`` are the buffers' canonical shapes: a leading batch dimension above 1).
+
+    Raises:
+        ValueError: as :class:`GemmSpec` (a size or the batch not a positive int, a flag not a bool).
+    """
     return GemmSpec(M=M, N=N, K=K, a_dtype="f32", b_dtype="f32", out_dtype="f32", trans_a=trans_a,
-                    trans_b=trans_b)
+                    trans_b=trans_b, batch=batch)
 
 
 def dispatch_lines(exe: str, M: int, N: int, K: int, config: CpuGemmConfig = CpuGemmConfig(), a: str = "%a",
                    b: str = "%b", result: str = "%r", types: Optional[Sequence[str]] = None,
-                   trans_a: bool = False, trans_b: bool = False) -> list:
+                   trans_a: bool = False, trans_b: bool = False, batch: int = 1) -> list:
     """The host-side lines computing ``C = A @ B`` (f32, C ``M x N`` row-major) through executable
     ``@exe``; C is ``{result}#0``.
 
     ``trans_a``: A is stored ``K x M`` (else ``M x K``); ``trans_b``: B is stored ``N x K`` (else
-    ``K x N``); both row-major. The plain layout runs the classical exports ``@pack_b`` and ``@gemm``,
-    a transposed one ``@general_pack_b`` and ``@general_gemm`` (the flags as push constants).
-    ``types``: the tensor types of A and B as the caller holds them (any shape of the same elements;
-    default the stored shapes above). Values ``{result}_M`` etc. and ``{result}_bp`` (packed B) are
-    defined too.
+    ``K x N``); both row-major. ``batch``: that many independent products, a leading dimension of A,
+    B and C alike (C ``batch x M x N``). The plain layout at batch 1 runs the classical exports
+    ``@pack_b`` and ``@gemm``, any other ``@general_pack_b`` (workload ``[pack workgroups, batch]``)
+    and ``@general_gemm`` (``[along M, along N, batch groups]``, :func:`cpu_gemm.batch_groups`), the
+    flags and the batch as push constants. ``types``: the tensor types of A and B as the caller holds
+    them (any shape of the same elements; default the stored shapes above). Values ``{result}_M`` etc.
+    and ``{result}_bp`` (packed B) are defined too.
 
     Raises:
-        ValueError: M, N or K is not a positive int (at K = 0 the kernel would leave C unwritten).
+        ValueError: M, N, K or batch is not a positive int (at K = 0 the kernel would leave C unwritten).
     """
     _check_sizes("dispatch_lines", M, N, K)
-    spec = gemm_spec(M, N, K, trans_a, trans_b)
+    spec = gemm_spec(M, N, K, trans_a, trans_b, batch)
     a_t, b_t = types or (tensor_type(spec.a_shape, "f32"), tensor_type(spec.b_shape, "f32"))
     c_t = tensor_type(spec.c_shape, "f32")
-    bp_t = tensor_type((cpu_gemm.packed_b_floats(N, K, config),), "f32")
-    s_t = tensor_type((cpu_gemm.scratch_floats(M, N, K, config),), "f32")
+    bp_t = tensor_type((cpu_gemm.packed_b_floats(N, K, config, batch),), "f32")
+    s_t = tensor_type((cpu_gemm.scratch_floats(M, N, K, config, batch=batch),), "f32")
     gp, gm, gn = cpu_gemm.grid(M, N, K, config)
     r = result
     lines = [f"{r}_M = arith.constant {M} : index",
@@ -300,7 +330,7 @@ def dispatch_lines(exe: str, M: int, N: int, K: int, config: CpuGemmConfig = Cpu
              f"{r}_gp = arith.constant {gp} : index",
              f"{r}_gn = arith.constant {gn} : index",
              f"{r}_gm = arith.constant {gm} : index"]
-    if not (trans_a or trans_b):
+    if not (trans_a or trans_b or batch > 1):
         return lines + [
             f"{r}_bp = flow.dispatch @{exe}::@pack_b[{r}_gp]({b}, {r}_M, {r}_N, {r}_K) : "
             f"({b_t}, index, index, index) -> {bp_t}",
@@ -309,21 +339,24 @@ def dispatch_lines(exe: str, M: int, N: int, K: int, config: CpuGemmConfig = Cpu
     return lines + [
         f"{r}_ta = arith.constant {int(trans_a)} : index",
         f"{r}_tb = arith.constant {int(trans_b)} : index",
-        f"{r}_bp = flow.dispatch @{exe}::@general_pack_b[{r}_gp]({b}, {r}_N, {r}_K, {r}_tb) : "
+        f"{r}_batch = arith.constant {batch} : index",
+        f"{r}_gz = arith.constant {cpu_gemm.batch_groups(M, N, batch, config)} : index",
+        f"{r}_bp = flow.dispatch @{exe}::@general_pack_b[{r}_gp, {r}_batch]({b}, {r}_N, {r}_K, {r}_tb) : "
         f"({b_t}, index, index, index) -> {bp_t}",
-        f"{r}:2 = flow.dispatch @{exe}::@general_gemm[{r}_gm, {r}_gn]({a}, {r}_bp, {r}_M, {r}_N, {r}_K, {r}_ta) : "
-        f"({a_t}, {bp_t}, index, index, index, index) -> ({c_t}, {s_t})"]
+        f"{r}:2 = flow.dispatch @{exe}::@general_gemm[{r}_gm, {r}_gn, {r}_gz]({a}, {r}_bp, {r}_M, {r}_N, {r}_K, "
+        f"{r}_ta, {r}_batch) : ({a_t}, {bp_t}, index, index, index, index, index) -> ({c_t}, {s_t})"]
 
 
 def gemm_module(M: int, N: int, K: int, config: Optional[CpuGemmConfig] = None, *,
                 flags: Sequence[str] = DEFAULT_CPU_FLAGS, target_attr: Optional[str] = None,
                 reference: bool = False, func: str = "main", exe: str = "falcon_cpu_sgemm",
-                obj: Optional[Path] = None, trans_a: bool = False, trans_b: bool = False) -> str:
+                obj: Optional[Path] = None, trans_a: bool = False, trans_b: bool = False, batch: int = 1) -> str:
     """A complete module: ``func.func @{func}(%a: MxK f32, %b: KxN f32) -> MxN f32`` through falcon's kernel
-    (A ``KxM`` where ``trans_a``, B ``NxK`` where ``trans_b``: :func:`dispatch_lines`).
+    (A ``KxM`` where ``trans_a``, B ``NxK`` where ``trans_b``, all three with a leading ``batch`` above 1:
+    :func:`dispatch_lines`).
 
     Args:
-        M, N, K: the GEMM's sizes (positive).
+        M, N, K: the GEMM's sizes (positive); batch: the products (positive).
         config: the kernel's blocking (default :func:`cpu_gemm.choose_config`).
         flags: the IREE flags the module will be compiled with (they fix the object key).
         target_attr: the object key (default :func:`cpu_target_attribute` of ``flags``).
@@ -342,7 +375,8 @@ def gemm_module(M: int, N: int, K: int, config: Optional[CpuGemmConfig] = None, 
     if "--iree-llvmcpu-target-cpu=host" in flags and not cpu_gemm.host_has_avx512():
         raise RuntimeError("falcon's CPU GEMM kernel needs AVX-512 (F, BW, DQ, VL), which this machine's CPU lacks")
     _check_sizes("gemm_module", M, N, K)
-    config = config or cpu_gemm.choose_config(M, N, K)
+    spec = gemm_spec(M, N, K, trans_a, trans_b, batch)
+    config = config or cpu_gemm.choose_config(M, N, K, batch)
     target_attr = target_attr or cpu_target_attribute(flags)
     check_target(flags, target_attr)
     if obj is not None:
@@ -352,9 +386,9 @@ def gemm_module(M: int, N: int, K: int, config: Optional[CpuGemmConfig] = None, 
             raise ValueError(f"gemm_module: {obj} has no {need[0]}: built for another blocking than "
                              f"{config.label} (p{config.pack_rows})")
     obj = obj or cpu_gemm.compile_object(config)
-    spec = gemm_spec(M, N, K, trans_a, trans_b)
     a_t, b_t, c_t = (tensor_type(x, "f32") for x in (spec.a_shape, spec.b_shape, spec.c_shape))
-    body = "\n".join("  " + ln for ln in dispatch_lines(exe, M, N, K, config, trans_a=trans_a, trans_b=trans_b))
+    body = "\n".join("  " + ln for ln in dispatch_lines(exe, M, N, K, config, trans_a=trans_a, trans_b=trans_b,
+                                                         batch=batch))
     parts = [executable_text(exe, obj, target_attr, config),
              f"func.func @{func}(%a: {a_t}, %b: {b_t}) -> {c_t} {{\n{body}\n  return %r#0 : {c_t}\n}}\n"]
     if reference:

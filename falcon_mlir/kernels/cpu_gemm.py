@@ -25,11 +25,17 @@ packed B outgrows the L3. This kernel is the BLIS design instead
     micro-kernel runs down the ``MC`` rows (A micro-panels from L2).
 
   The general pair (:func:`general_entry_names`, ``falcon_cpu_general_...``)
-  reads transposed operands: ``falcon_cpu_general_pack_b(B, Bp, N, K,
-  trans_b, wg)`` packs B stored ``N x K`` where ``trans_b`` is 1
-  (``Bp[j][k][r] = Bt[j*NR + r][k]``), ``falcon_cpu_general_gemm(A, Bp, C, S,
-  M, N, K, trans_a, wg_m, wg_n)`` packs A stored ``K x M`` where ``trans_a``
-  is 1 (``ap[i][k] = At[p0 + k][i0 + i]``). The packs do the transpose, in
+  reads transposed operands and runs batches: ``falcon_cpu_general_pack_b(B,
+  Bp, N, K, trans_b, wg, wg_b)`` packs entry ``wg_b`` of B, stored ``N x K``
+  where ``trans_b`` is 1 (``Bp[j][k][r] = Bt[j*NR + r][k]``);
+  ``falcon_cpu_general_gemm(A, Bp, C, S, M, N, K, trans_a, batch, wg_m,
+  wg_n, wg_b, n_wg_b)`` packs A stored ``K x M`` where ``trans_a`` is 1
+  (``ap[i][k] = At[p0 + k][i0 + i]``). A batch is a leading dimension of
+  A, B and C alike (entries ``M K``, ``K N``, ``M N`` floats apart, packed
+  B's ``packed_b_floats(N, K)``): the pack's workgroup y is the entry, the
+  GEMM's workgroup z (``wg_b`` of ``n_wg_b``, :func:`batch_groups`) runs
+  entries ``wg_b, wg_b + n_wg_b, ...`` for its block of C, so the scratch
+  (one packed-A slot per workgroup) does not grow with the batch. The packs do the transpose, in
   16 x 16 blocks in zmm registers (``tile16``: unpack and 128-bit lane
   shuffles; whole cache lines read along the stored rows, whole packed rows
   written), so the packed formats, and the micro-kernel, are the plain ones.
@@ -162,12 +168,13 @@ SMALL_CONFIG = CpuGemmConfig(mc=28, nc=256)
 MIN_BLOCKS = 40
 
 
-def choose_config(M: int, N: int, K: int) -> CpuGemmConfig:
-    """The blocking for ``M x N x K``: the default 112 x 512 blocks of C when there are at least
-    :data:`MIN_BLOCKS` of them, else :data:`SMALL_CONFIG` (measured on the 2-core Zen 5,
+def choose_config(M: int, N: int, K: int, batch: int = 1) -> CpuGemmConfig:
+    """The blocking for ``M x N x K`` (``batch`` of them): the default 112 x 512 blocks of C when there
+    are at least :data:`MIN_BLOCKS` of them (counted over the batch: the workgroups to balance are those of
+    the whole batch), else :data:`SMALL_CONFIG` (measured on the 2-core Zen 5 at batch 1,
     docs/kernels.md)."""
     big = CpuGemmConfig()
-    return big if _ceil(M, big.mc) * _ceil(N, big.nc) >= MIN_BLOCKS else SMALL_CONFIG
+    return big if batch * _ceil(M, big.mc) * _ceil(N, big.nc) >= MIN_BLOCKS else SMALL_CONFIG
 
 
 #: The blocking of an LCMA plan's products (:mod:`.cpu_plan`) where :func:`choose_config` takes the
@@ -178,16 +185,16 @@ def choose_config(M: int, N: int, K: int) -> CpuGemmConfig:
 PLAN_CONFIG = CpuGemmConfig(kc=384, mc=56)
 
 
-def choose_plan_config(M: int, N: int, K: int) -> CpuGemmConfig:
-    """The blocking for an LCMA plan's ``M x N x K`` products: :data:`PLAN_CONFIG` where
+def choose_plan_config(M: int, N: int, K: int, batch: int = 1) -> CpuGemmConfig:
+    """The blocking for an LCMA plan's ``M x N x K`` products (``batch`` of each): :data:`PLAN_CONFIG` where
     :func:`choose_config` takes the default blocking, else its small one."""
-    c = choose_config(M, N, K)
+    c = choose_config(M, N, K, batch)
     return PLAN_CONFIG if c == CpuGemmConfig() else c
 
 
-def packed_b_floats(N: int, K: int, config: CpuGemmConfig = CpuGemmConfig()) -> int:
-    """Floats of packed B for a ``K x N`` B: ``ceil(N/nr) * K * nr``."""
-    return _ceil(N, config.nr) * K * config.nr
+def packed_b_floats(N: int, K: int, config: CpuGemmConfig = CpuGemmConfig(), batch: int = 1) -> int:
+    """Floats of packed B for ``batch`` ``K x N`` Bs: ``batch * ceil(N/nr) * K * nr``."""
+    return batch * _ceil(N, config.nr) * K * config.nr
 
 
 def grid(M: int, N: int, K: int, config: CpuGemmConfig = CpuGemmConfig()) -> tuple:
@@ -200,11 +207,30 @@ def grid(M: int, N: int, K: int, config: CpuGemmConfig = CpuGemmConfig()) -> tup
     return _ceil(K, config.pack_rows), _ceil(M, config.mc), _ceil(N, config.nc)
 
 
-def scratch_floats(M: int, N: int, K: int, config: CpuGemmConfig = CpuGemmConfig(), lcma: bool = False) -> int:
+#: Workgroups a batched GEMM aims at (:func:`batch_groups`): enough to balance a many-core host's
+#: workers, few enough that the scratch (one slot per workgroup) stays small.
+BATCH_WORKGROUPS = 64
+
+
+def batch_groups(M: int, N: int, batch: int, config: CpuGemmConfig = CpuGemmConfig()) -> int:
+    """Workgroups along the batch (IREE's workgroup z) of a batched GEMM: ``min(batch,
+    ceil(BATCH_WORKGROUPS / (gm gn)))`` (at least 1); workgroup z runs batch entries ``z, z + gz, ...``.
+    One slot of scratch per workgroup, so the scratch is ``gz gm gn`` slots whatever the batch
+    (attention's 32 heads of 1024 x 1024 x 128 on 112 x 512 blocks: 20 blocks per entry, gz = 4, 80
+    workgroups of 8 entries each and 9.7 MB of scratch, where a workgroup per entry and block would take
+    78 MB)."""
+    _, gm, gn = grid(M, N, 1, config)
+    return max(1, min(batch, _ceil(BATCH_WORKGROUPS, gm * gn)))
+
+
+def scratch_floats(M: int, N: int, K: int, config: CpuGemmConfig = CpuGemmConfig(), lcma: bool = False,
+                   batch: int = 1) -> int:
     """Floats of the GEMM's scratch: one packed-A slot per workgroup (``mc`` rows of ``kc + 16``), and for
-    an LCMA product (``lcma``) the workgroup's private ``mc x nc`` tile of the product."""
+    an LCMA product (``lcma``) the workgroup's private ``mc x nc`` tile of the product; ``batch``: the
+    workgroups of a batched GEMM (:func:`batch_groups`)."""
     _, gm, gn = grid(M, N, K, config)
-    return gn * gm * config.mc * (config.kc + 16 + (config.nc if lcma else 0))
+    gz = batch_groups(M, N, batch, config)
+    return gz * gn * gm * config.mc * (config.kc + 16 + (config.nc if lcma else 0))
 
 
 _MEMREF = "const float *{n}_base, {q}float *{n}_ptr, size_t {n}_off, size_t {n}_size, size_t {n}_stride"
@@ -358,6 +384,7 @@ def kernel_source(config: CpuGemmConfig = CpuGemmConfig()) -> str:
 #define PF_PARTS (NR / 16)
 #define APS (KC + 16) /* row stride of packed A: one line of padding spreads the rows over L1's sets */
 #define MIN(x, y) ((x) < (y) ? (x) : (y))
+#define PACKED(N, K) (((N) + NR - 1) / NR * (K) * NR) /* floats of packed B for a K x N B */
 #define MASK16(n) ((n) >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n)) - 1u))
 
 /* One destination of a micro-kernel's tile: C += w * tile (or C = w * tile), rows ld apart. */
@@ -531,75 +558,91 @@ __attribute__((visibility("hidden"))) void {gemm_name}({_memref("a", True)},
   gemm_block(&a, &one, 1, K, 0, bp_ptr + bp_off, &d, 1, 1u, ap, 0, M, N, K, wg_m, wg_n);
 }}
 
-/* General classical: packed B of B (K x N), or of B stored N x K where trans_b. */
+/* General classical: packed B of batch entry wg_b of B (K x N, or stored N x K where trans_b; entries
+   K N floats apart), into entry wg_b of Bp (PACKED(N, K) floats apart). */
 __attribute__((visibility("hidden"))) void {gpack_b_name}({_memref("b", True)},
-    {_memref("bp", False)}, size_t N, size_t K, size_t trans_b, size_t wg) {{
-  const float *b = b_ptr + b_off;
+    {_memref("bp", False)}, size_t N, size_t K, size_t trans_b, size_t wg, size_t wg_b) {{
+  const float *b = b_ptr + b_off + wg_b * K * N;
+  float *bp = bp_ptr + bp_off + wg_b * PACKED(N, K);
   const float one = 1.0f;
   if (trans_b)
-    pack_b_t(&b, &one, 1, N, K, K, wg, bp_ptr + bp_off);
+    pack_b_t(&b, &one, 1, N, K, K, wg, bp);
   else
-    pack_b(&b, &one, 1, N, K, N, wg, bp_ptr + bp_off);
+    pack_b(&b, &one, 1, N, K, N, wg, bp);
 }}
 
-/* General classical: block (wg_m, wg_n) of C = A @ B with A M x K, or stored K x M where trans_a. */
+/* General classical: block (wg_m, wg_n) of C = A @ B for batch entries wg_b, wg_b + n_wg_b, ... below
+   `batch` (A M x K, or stored K x M where trans_a; entries M K, K N packed, M N floats apart). The
+   packed-A slot is the workgroup's own: ((wg_b * gm + wg_m) * gn + wg_n), n_wg_b * gm * gn in all. */
 __attribute__((visibility("hidden"))) void {ggemm_name}({_memref("a", True)},
     {_memref("bp", True)}, {_memref("c", False)}, {_memref("s", False)},
-    size_t M, size_t N, size_t K, size_t trans_a, size_t wg_m, size_t wg_n) {{
-  const float *a = a_ptr + a_off;
+    size_t M, size_t N, size_t K, size_t trans_a, size_t batch, size_t wg_m, size_t wg_n, size_t wg_b,
+    size_t n_wg_b) {{
   const float one = 1.0f;
-  Dst d = {{c_ptr + c_off, N, 1.0f}};
-  size_t gn = (N + NC - 1) / NC;
-  float *ap = s_ptr + s_off + (wg_m * gn + wg_n) * (size_t)(MC * APS);
-  gemm_block(&a, &one, 1, trans_a ? M : K, trans_a, bp_ptr + bp_off, &d, 1, 1u, ap, 0, M, N, K, wg_m, wg_n);
+  size_t gm = (M + MC - 1) / MC, gn = (N + NC - 1) / NC;
+  float *ap = s_ptr + s_off + ((wg_b * gm + wg_m) * gn + wg_n) * (size_t)(MC * APS);
+  for (size_t bi = wg_b; bi < batch; bi += n_wg_b) {{
+    const float *a = a_ptr + a_off + bi * M * K;
+    Dst d = {{c_ptr + c_off + bi * M * N, N, 1.0f}};
+    gemm_block(&a, &one, 1, trans_a ? M : K, trans_a, bp_ptr + bp_off + bi * PACKED(N, K), &d, 1, 1u, ap, 0,
+               M, N, K, wg_m, wg_n);
+  }}
 }}
 
 /* LCMA product, pack: Bp = sum_t coef(t) * B[block(t)] for the nb terms tb0.., blocks K x N of a
    B whose rows are ldb apart; where trans_b, B is stored transposed (its block (k, n) is block (n, k)
-   of the stored N x K matrix, packed by pack_b_t). */
+   of the stored N x K matrix, packed by pack_b_t). Batch entry wg_b: B's entries sb floats apart,
+   Bp's PACKED(N, K). */
 __attribute__((visibility("hidden"))) void {lpack_b_name}({_memref("b", True)},
-    {_memref("bp", False)}, size_t K, size_t N, size_t ldb, size_t trans_b, size_t nb, {terms("tb")},
-    size_t wg) {{
+    {_memref("bp", False)}, size_t K, size_t N, size_t ldb, size_t trans_b, size_t sb, size_t nb,
+    {terms("tb")}, size_t wg, size_t wg_b) {{
   const size_t tb[MAX_TERMS] = {{{term_list("tb")}}};
   const float *b[MAX_TERMS];
   float w[MAX_TERMS];
   for (size_t t = 0; t < nb; ++t) {{
-    b[t] = b_ptr + b_off + (trans_b ? term_col(tb[t]) * N * ldb + term_row(tb[t]) * K
-                                    : term_row(tb[t]) * K * ldb + term_col(tb[t]) * N);
+    b[t] = b_ptr + b_off + wg_b * sb + (trans_b ? term_col(tb[t]) * N * ldb + term_row(tb[t]) * K
+                                                : term_row(tb[t]) * K * ldb + term_col(tb[t]) * N);
     w[t] = term_coef(tb[t]);
   }}
+  float *bp = bp_ptr + bp_off + wg_b * PACKED(N, K);
   if (trans_b)
-    pack_b_t(b, w, nb, N, K, ldb, wg, bp_ptr + bp_off);
+    pack_b_t(b, w, nb, N, K, ldb, wg, bp);
   else
-    pack_b(b, w, nb, N, K, ldb, wg, bp_ptr + bp_off);
+    pack_b(b, w, nb, N, K, ldb, wg, bp);
 }}
 
 /* LCMA product, GEMM: block (wg_m, wg_n) of P = (sum coef(ta) A[block(ta)]) @ Bp, added with
    coef(td) into each C[block(td)] of the nd destinations (stored where `first` has the bit);
    blocks M x K of A (rows lda apart; where trans_a, A is stored transposed: its block (m, k) is
-   block (k, m) of the stored K x M matrix), M x N of C (rows ldc apart). */
+   block (k, m) of the stored K x M matrix), M x N of C (rows ldc apart). Batch entries wg_b, wg_b +
+   n_wg_b, ... below `batch`: A's sa floats apart, C's sc, Bp's PACKED(N, K); the workgroup's slot
+   of S as in the general GEMM. */
 __attribute__((visibility("hidden"))) void {lgemm_name}({_memref("a", True)},
     {_memref("bp", True)}, {_memref("c", False)}, {_memref("s", False)},
-    size_t M, size_t N, size_t K, size_t lda, size_t ldc, size_t trans_a, size_t na, {terms("ta")},
-    size_t nd, {terms("td")}, size_t first, size_t wg_m, size_t wg_n) {{
+    size_t M, size_t N, size_t K, size_t lda, size_t ldc, size_t trans_a, size_t batch, size_t sa, size_t sc,
+    size_t na, {terms("ta")}, size_t nd, {terms("td")}, size_t first, size_t wg_m, size_t wg_n, size_t wg_b,
+    size_t n_wg_b) {{
   const size_t ta[MAX_TERMS] = {{{term_list("ta")}}};
   const size_t td[MAX_TERMS] = {{{term_list("td")}}};
   const float *a[MAX_TERMS];
   float wa[MAX_TERMS];
   Dst d[MAX_TERMS];
-  for (size_t t = 0; t < na; ++t) {{
-    a[t] = a_ptr + a_off + (trans_a ? term_col(ta[t]) * K * lda + term_row(ta[t]) * M
-                                    : term_row(ta[t]) * M * lda + term_col(ta[t]) * K);
-    wa[t] = term_coef(ta[t]);
+  size_t gm = (M + MC - 1) / MC, gn = (N + NC - 1) / NC;
+  float *ap = s_ptr + s_off + ((wg_b * gm + wg_m) * gn + wg_n) * (size_t)(MC * APS + MC * NC);
+  for (size_t bi = wg_b; bi < batch; bi += n_wg_b) {{
+    for (size_t t = 0; t < na; ++t) {{
+      a[t] = a_ptr + a_off + bi * sa + (trans_a ? term_col(ta[t]) * K * lda + term_row(ta[t]) * M
+                                                : term_row(ta[t]) * M * lda + term_col(ta[t]) * K);
+      wa[t] = term_coef(ta[t]);
+    }}
+    for (size_t t = 0; t < nd; ++t) {{
+      d[t].c = c_ptr + c_off + bi * sc + term_row(td[t]) * M * ldc + term_col(td[t]) * N;
+      d[t].ld = ldc;
+      d[t].w = term_coef(td[t]);
+    }}
+    gemm_block(a, wa, na, lda, trans_a, bp_ptr + bp_off + bi * PACKED(N, K), d, nd, (unsigned)first, ap,
+               ap + MC * APS, M, N, K, wg_m, wg_n);
   }}
-  for (size_t t = 0; t < nd; ++t) {{
-    d[t].c = c_ptr + c_off + term_row(td[t]) * M * ldc + term_col(td[t]) * N;
-    d[t].ld = ldc;
-    d[t].w = term_coef(td[t]);
-  }}
-  size_t gn = (N + NC - 1) / NC;
-  float *ap = s_ptr + s_off + (wg_m * gn + wg_n) * (size_t)(MC * APS + MC * NC);
-  gemm_block(a, wa, na, lda, trans_a, bp_ptr + bp_off, d, nd, (unsigned)first, ap, ap + MC * APS, M, N, K, wg_m, wg_n);
 }}
 """
 

@@ -31,7 +31,10 @@ A transposed operand changes only where a term's block is: block ``(i, j)`` of A
 is block ``(j, i)`` of the stored ``K x M`` matrix (likewise B); the packs read
 it transposed (:mod:`.cpu_gemm`'s ``pack_a_t`` and ``pack_b_t``: 16 x 16
 register transposes, the terms summed before the transpose), so the packed
-operands and everything after them are those of the plain layout.
+operands and everything after them are those of the plain layout. A batch
+(a leading dimension of A, B and C alike) runs through the same ``2 R``
+dispatches: each entry's blocks are those of the plain plan, offset by the
+entry.
 
 Blocks: ``Mb = M / m``, ``Kb = K / k``, ``Nb = N / n`` exactly (the sizes must
 be multiples of the format: nothing pads or peels a kernel-form plan on the CPU,
@@ -98,6 +101,9 @@ class CpuPlan:
         scheme: a catalog name (``strassen``, ``strassen^2``, ``winograd*strassen`` ...).
         config: the kernel's blocking (default :func:`cpu_gemm.choose_plan_config` of the product's blocks).
         trans_a: A is stored ``K x M`` (else ``M x K``); trans_b: B is stored ``N x K`` (else ``K x N``).
+        batch: that many independent products, a leading dimension of A, B and C alike (each product's
+            2 R dispatches run every entry: the pack's workgroup y is the entry, the GEMM's workgroup z a
+            group of entries, :func:`cpu_gemm.batch_groups`).
 
     Raises:
         ValueError: a size is not a positive multiple of the format, a flag not a bool; a product needs more than
@@ -112,9 +118,10 @@ class CpuPlan:
     config: Optional[CpuGemmConfig] = None
     trans_a: bool = False
     trans_b: bool = False
+    batch: int = 1
 
     def __post_init__(self):
-        for name in ("M", "N", "K"):
+        for name in ("M", "N", "K", "batch"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"CpuPlan: {name} must be a positive int, got {v!r}")
@@ -126,7 +133,7 @@ class CpuPlan:
             raise ValueError(f"CpuPlan: {self.M}x{self.N}x{self.K} (MxNxK) is not a multiple of "
                              f"{self.scheme}'s format <{s.m},{s.k},{s.n}>")
         if self.config is None:
-            object.__setattr__(self, "config", cpu_gemm.choose_plan_config(self.Mb, self.Nb, self.Kb))
+            object.__setattr__(self, "config", cpu_gemm.choose_plan_config(self.Mb, self.Nb, self.Kb, self.batch))
         self.products  # noqa: B018 - checks the terms now
 
     @cached_property
@@ -177,14 +184,14 @@ class CpuPlan:
 
     @property
     def flops(self) -> int:
-        """FLOP of the classical GEMM (2 M N K): effective throughput is this over the time."""
-        return 2 * self.M * self.N * self.K
+        """FLOP of the classical GEMM (2 batch M N K): effective throughput is this over the time."""
+        return 2 * self.batch * self.M * self.N * self.K
 
     @property
     def spec(self) -> GemmSpec:
         """The f32 :class:`GemmSpec` of the whole product (its shapes are A's, B's and C's buffers)."""
         return GemmSpec(M=self.M, N=self.N, K=self.K, a_dtype="f32", b_dtype="f32", out_dtype="f32",
-                        trans_a=self.trans_a, trans_b=self.trans_b)
+                        trans_a=self.trans_a, trans_b=self.trans_b, batch=self.batch)
 
 
 def _pad(terms: tuple) -> list:
@@ -202,14 +209,17 @@ def plan_dispatch_lines(exe: str, plan: CpuPlan, a: str = "%a", b: str = "%b", r
     p, c = plan, plan.config
     a_t, b_t = types or (tensor_type(p.spec.a_shape, "f32"), tensor_type(p.spec.b_shape, "f32"))
     c_t = tensor_type(p.spec.c_shape, "f32")
-    bp_t = tensor_type((cpu_gemm.packed_b_floats(p.Nb, p.Kb, c),), "f32")
-    s_t = tensor_type((cpu_gemm.scratch_floats(p.Mb, p.Nb, p.Kb, c, lcma=True),), "f32")
+    bp_t = tensor_type((cpu_gemm.packed_b_floats(p.Nb, p.Kb, c, p.batch),), "f32")
+    s_t = tensor_type((cpu_gemm.scratch_floats(p.Mb, p.Nb, p.Kb, c, lcma=True, batch=p.batch),), "f32")
     gp, gm, gn = cpu_gemm.grid(p.Mb, p.Nb, p.Kb, c)
+    gz = cpu_gemm.batch_groups(p.Mb, p.Nb, p.batch, c)
     r = result
-    # Rows of A and B as stored: M (A stored K x M) or K; K (B stored N x K) or N.
+    # Rows of A and B as stored: M (A stored K x M) or K; K (B stored N x K) or N. Batch entries
+    # sa, sb, sc floats apart; za, zb, zc: the whole buffers.
     consts = {"Mb": p.Mb, "Nb": p.Nb, "Kb": p.Kb, "lda": p.M if p.trans_a else p.K, "ldb": p.K if p.trans_b else p.N,
-              "ldc": p.N, "ta": int(p.trans_a), "tb": int(p.trans_b), "gp": gp, "gm": gm, "gn": gn,
-              "sa": p.M * p.K, "sb": p.K * p.N, "sc": p.M * p.N}
+              "ldc": p.N, "ta": int(p.trans_a), "tb": int(p.trans_b), "batch": p.batch, "gp": gp, "gm": gm,
+              "gn": gn, "gz": gz, "sa": p.M * p.K, "sb": p.K * p.N, "sc": p.M * p.N, "za": p.batch * p.M * p.K,
+              "zb": p.batch * p.K * p.N, "zc": p.batch * p.M * p.N}
     values = sorted({v for pr in p.products for v in (*_pad(pr.a_terms), *_pad(pr.b_terms), *_pad(pr.c_terms),
                                                         len(pr.a_terms), len(pr.b_terms), len(pr.c_terms),
                                                         pr.first)})
@@ -221,12 +231,13 @@ def plan_dispatch_lines(exe: str, plan: CpuPlan, a: str = "%a", b: str = "%b", r
     c_in = f"{r}_c0"  # C as product i finds it: product i - 1's result
     for i, pr in enumerate(p.products):
         tb, ta, td = (", ".join(v(x) for x in _pad(t)) for t in (pr.b_terms, pr.a_terms, pr.c_terms))
-        lines.append(f"{r}_bp{i} = flow.dispatch @{exe}::@lcma_pack_b[{r}_gp]({b}, {r}_Kb, {r}_Nb, {r}_ldb, "
-                     f"{r}_tb, {v(len(pr.b_terms))}, {tb}, {r}_sb) : ({b_t}, {idx(6 + MAX_TERMS)}) -> {bp_t}")
-        lines.append(f"{r}_g{i}:2 = flow.dispatch @{exe}::@lcma_gemm[{r}_gm, {r}_gn]({a}, {r}_bp{i}, {c_in}, "
-                     f"{r}_Mb, {r}_Nb, {r}_Kb, {r}_lda, {r}_ldc, {r}_ta, {v(len(pr.a_terms))}, {ta}, "
-                     f"{v(len(pr.c_terms))}, {td}, {v(pr.first)}, {r}_sa, {r}_sc) : "
-                     f"({a_t}, {bp_t}, {c_t}, {idx(11 + 2 * MAX_TERMS)}) -> ({c_in}, {s_t})")
+        lines.append(f"{r}_bp{i} = flow.dispatch @{exe}::@lcma_pack_b[{r}_gp, {r}_batch]({b}, {r}_Kb, {r}_Nb, "
+                     f"{r}_ldb, {r}_tb, {r}_sb, {v(len(pr.b_terms))}, {tb}, {r}_zb) : ({b_t}, {idx(7 + MAX_TERMS)}) "
+                     f"-> {bp_t}")
+        lines.append(f"{r}_g{i}:2 = flow.dispatch @{exe}::@lcma_gemm[{r}_gm, {r}_gn, {r}_gz]({a}, {r}_bp{i}, {c_in}, "
+                     f"{r}_Mb, {r}_Nb, {r}_Kb, {r}_lda, {r}_ldc, {r}_ta, {r}_batch, {r}_sa, {r}_sc, "
+                     f"{v(len(pr.a_terms))}, {ta}, {v(len(pr.c_terms))}, {td}, {v(pr.first)}, {r}_za, {r}_zc) : "
+                     f"({a_t}, {bp_t}, {c_t}, {idx(14 + 2 * MAX_TERMS)}) -> ({c_in}, {s_t})")
         c_in = f"{r}_g{i}#0"
     return lines, c_in
 
@@ -235,7 +246,8 @@ def plan_module(plan: CpuPlan, *, flags: Sequence[str] = (), target_attr: Option
                 reference: bool = False, func: str = "main", exe: str = "falcon_cpu_sgemm",
                 obj: Optional[Path] = None) -> str:
     """A complete module: ``func.func @{func}(%a: MxK f32, %b: KxN f32) -> MxN f32`` running ``plan``
-    (A ``KxM``, B ``NxK`` where the plan's ``trans_a``, ``trans_b``; ``reference``: also
+    (A ``KxM``, B ``NxK`` where the plan's ``trans_a``, ``trans_b``, all three with a leading ``batch``
+    above 1; ``reference``: also
     ``@reference``, the same product compiled by IREE itself).
 
     ``flags``: the IREE flags the module will be compiled with (default

@@ -333,24 +333,26 @@ def test_object_of_another_blocking_is_refused(tmp_path, monkeypatch):
     assert "func.call @falcon_cpu_gemm_14x32_k256_112x512_p16(" in text
 
 
-# -- transposed operands (the general entries: the packs transpose in 16 x 16 register blocks) ------
+# -- transposed operands and batches (the general entries: the packs transpose in 16 x 16 register
+#    blocks; a batch is a leading dimension of A, B and C) -------------------------------------------
 
-def _layout_inputs(M, N, K, trans_a, trans_b, seed=0):
-    """Random normal A (``K x M`` where trans_a, else ``M x K``) and B (``N x K`` or ``K x N``), and the
-    float64 reference of ``op(A) @ op(B)``."""
-    rng = np.random.default_rng([seed, M, N, K, trans_a, trans_b])
-    a = rng.standard_normal((K, M) if trans_a else (M, K), dtype=np.float32)
-    b = rng.standard_normal((N, K) if trans_b else (K, N), dtype=np.float32)
-    ref = (a.T if trans_a else a).astype(np.float64) @ (b.T if trans_b else b).astype(np.float64)
-    return a, b, ref
+def _layout_inputs(M, N, K, trans_a, trans_b, batch=1, seed=0):
+    """Random normal A (``K x M`` where trans_a, else ``M x K``) and B (``N x K`` or ``K x N``), with a
+    leading ``batch`` above 1, and the float64 reference of ``op(A) @ op(B)`` per entry."""
+    rng = np.random.default_rng([seed, M, N, K, trans_a, trans_b, batch])
+    spec = cpu_embed.gemm_spec(M, N, K, trans_a, trans_b, batch)
+    a = rng.standard_normal(spec.a_shape, dtype=np.float32)
+    b = rng.standard_normal(spec.b_shape, dtype=np.float32)
+    t = lambda x, flag: np.swapaxes(x, -1, -2) if flag else x  # noqa: E731
+    return a, b, t(a, trans_a).astype(np.float64) @ t(b, trans_b).astype(np.float64)
 
 
-def _run_layout(M, N, K, trans_a, trans_b, config=None, obj=None):
-    """``(relative max-norm error against float64, C)`` of falcon's kernel on one layout."""
-    a, b, ref = _layout_inputs(M, N, K, trans_a, trans_b)
-    text = cpu_embed.gemm_module(M, N, K, config, trans_a=trans_a, trans_b=trans_b, obj=obj)
+def _run_layout(M, N, K, trans_a, trans_b, config=None, obj=None, batch=1):
+    """``(relative max-norm error against float64, C)`` of falcon's kernel on one layout and batch."""
+    a, b, ref = _layout_inputs(M, N, K, trans_a, trans_b, batch)
+    text = cpu_embed.gemm_module(M, N, K, config, trans_a=trans_a, trans_b=trans_b, obj=obj, batch=batch)
     c = Module(cpu_embed.compile_module(text))("main", a, b)
-    assert c.shape == (M, N)
+    assert c.shape == ref.shape
     return float(np.abs(c - ref).max() / np.abs(ref).max()), c
 
 
@@ -373,7 +375,7 @@ def test_transposed_operands_against_float64(trans_a, trans_b, shape, config):
 def test_transposed_module_uses_the_general_entries(tmp_path):
     text = cpu_embed.gemm_module(100, 70, 50, target_attr="#fake", obj=tmp_path / "k.o", flags=(), trans_b=True)
     assert "func.func @main(%a: tensor<100x50xf32>, %b: tensor<70x50xf32>) -> tensor<100x70xf32>" in text
-    assert "flow.dispatch @falcon_cpu_sgemm::@general_pack_b[%r_gp](%b, %r_N, %r_K, %r_tb)" in text
+    assert "flow.dispatch @falcon_cpu_sgemm::@general_pack_b[%r_gp, %r_batch](%b, %r_N, %r_K, %r_tb)" in text
     assert "%r_tb = arith.constant 1 : index" in text and "%r_ta = arith.constant 0 : index" in text
     pack_b, gemm = cpu_gemm.general_entry_names(cpu_gemm.choose_config(100, 70, 50))
     assert gemm == "falcon_cpu_general_gemm_14x32_k256_28x256_p16" and f"func.call @{pack_b}(" in text
@@ -400,3 +402,64 @@ def test_wrong_index_in_a_transposing_pack_is_caught(what, old, new, trans_a, tr
     assert bad != src, what
     err, c = _run_layout(M, N, K, trans_a, trans_b, _EDGES, obj=cpu_gemm.compile_source(bad, "mutant"))
     assert np.isfinite(c).all() and err > 1e-2, (what, err)
+
+
+def test_batch_groups_bound_the_scratch():
+    """Workgroup z runs entries z, z + gz, ...: gz * gm * gn workgroups near BATCH_WORKGROUPS, at most one
+    per entry, so the scratch does not grow with the batch."""
+    big, small = CpuGemmConfig(), cpu_gemm.SMALL_CONFIG
+    assert cpu_gemm.batch_groups(1024, 1024, 32, big) == 4          # 10 x 2 blocks per entry
+    assert cpu_gemm.batch_groups(37, 53, 3, small) == 3             # 2 x 1 blocks: one entry each
+    assert cpu_gemm.batch_groups(4096, 4096, 8, big) == 1           # 37 x 8 blocks
+    assert cpu_gemm.batch_groups(100, 70, 1, small) == 1
+    assert cpu_gemm.scratch_floats(1024, 1024, 128, big, batch=32) == 4 * 20 * 112 * 272
+    assert cpu_gemm.scratch_floats(1024, 1024, 128, big, batch=320) == 4 * 20 * 112 * 272
+    assert cpu_gemm.packed_b_floats(129, 300, CpuGemmConfig(), batch=3) == 3 * 5 * 300 * 32
+    assert cpu_gemm.choose_config(1024, 1024, 128, batch=32) == big  # 640 blocks over the batch
+    assert cpu_gemm.choose_config(1024, 1024, 128) == small
+
+
+def test_batched_module_text(tmp_path):
+    text = cpu_embed.gemm_module(37, 53, 29, target_attr="#fake", obj=tmp_path / "k.o", flags=(), batch=3,
+                                 trans_b=True)
+    assert "func.func @main(%a: tensor<3x37x29xf32>, %b: tensor<3x53x29xf32>) -> tensor<3x37x53xf32>" in text
+    assert "flow.dispatch @falcon_cpu_sgemm::@general_pack_b[%r_gp, %r_batch](%b, %r_N, %r_K, %r_tb)" in text
+    assert "flow.dispatch @falcon_cpu_sgemm::@general_gemm[%r_gm, %r_gn, %r_gz](%a, %r_bp, %r_M, %r_N, %r_K, " \
+           "%r_ta, %r_batch)" in text
+    assert "%gz = hal.interface.workgroup.count[2] : index" in text
+    with pytest.raises(ValueError, match="batch"):
+        cpu_embed.dispatch_lines("exe", 37, 53, 29, batch=0)
+
+
+@needs_avx512
+@pytest.mark.parametrize("trans_a, trans_b", [(False, False)] + _LAYOUTS, ids=["plain", "ta", "tb", "ta_tb"])
+@pytest.mark.parametrize("shape, batch, config", [
+    ((37, 53, 29), 3, None),       # one workgroup per entry and block
+    ((77, 201, 95), 9, _EDGES),    # 5 x 3 blocks per entry: 5 batch groups, workgroups run 1 or 2 entries
+    ((13, 1, 300), 2, _TINY),
+], ids=lambda v: v.label if isinstance(v, CpuGemmConfig) else str(v))
+def test_batch_against_float64(trans_a, trans_b, shape, batch, config):
+    err, _ = _run_layout(*shape, trans_a, trans_b, config, batch=batch)
+    assert err < 2e-6
+
+
+@needs_avx512
+@pytest.mark.parametrize("what, old, new, M", [
+    ("A's entry", "const float *a = a_ptr + a_off + bi * M * K;", "const float *a = a_ptr + a_off + bi * K * N;", 79),
+    ("packed B's entry", "float *bp = bp_ptr + bp_off + wg_b * PACKED(N, K);",
+     "float *bp = bp_ptr + bp_off + (wg_b == 1 ? 2 : wg_b == 2 ? 1 : wg_b) * PACKED(N, K);", 79),  # 1 <-> 2
+    ("the entries of a batch group", "for (size_t bi = wg_b; bi < batch; bi += n_wg_b) {\n    const float *a",
+     "for (size_t bi = wg_b; bi < batch; bi += n_wg_b + 1) {\n    const float *a", 83),
+])
+def test_wrong_batch_entry_is_caught(what, old, new, M):
+    """The batch check fails on a kernel that reads one entry of A or packed B for another, or skips
+    entries of a batch group (5 x 2 blocks per entry, 7 groups of 9 entries: workgroups 0 and 1 run
+    entries 7 and 8 too). The skipping mutant has a shape of its own: an entry never written holds
+    whatever the buffer held, in one process possibly an earlier run's right answer of that shape
+    (the packed-B mutant computes entry 7 right)."""
+    src = cpu_gemm.kernel_source(_EDGES)
+    bad = src.replace(old, new)
+    assert bad != src, what
+    assert cpu_gemm.batch_groups(M, 190, 9, _EDGES) == 7
+    err, _ = _run_layout(M, 190, 90, False, True, _EDGES, obj=cpu_gemm.compile_source(bad, "mutant"), batch=9)
+    assert not err < 1e-2, (what, err)  # NaN (an entry never written) fails too

@@ -22,13 +22,14 @@ _TINY = CpuGemmConfig(mc=28, nc=64, kc=64)
 
 
 def _run(plan: CpuPlan, obj=None):
-    """``(C, A, B)``: the plan's module on random normal inputs, A and B returned as ``M x K`` and
-    ``K x N`` (the kernel got them stored as the plan's layout says)."""
-    rng = np.random.default_rng([plan.M, plan.N, plan.K, len(plan.scheme), plan.trans_a, plan.trans_b])
+    """``(C, A, B)``: the plan's module on random normal inputs, A and B returned as ``(batch x) M x K``
+    and ``(batch x) K x N`` (the kernel got them stored as the plan's layout says)."""
+    rng = np.random.default_rng([plan.M, plan.N, plan.K, len(plan.scheme), plan.trans_a, plan.trans_b, plan.batch])
     a = rng.standard_normal(plan.spec.a_shape, dtype=np.float32)
     b = rng.standard_normal(plan.spec.b_shape, dtype=np.float32)
     mod = Module(cpu_embed.compile_module(cpu_plan.plan_module(plan, obj=obj)))
-    return mod("main", a, b), (a.T if plan.trans_a else a), (b.T if plan.trans_b else b)
+    t = lambda x, flag: np.swapaxes(x, -1, -2) if flag else x  # noqa: E731
+    return mod("main", a, b), t(a, plan.trans_a), t(b, plan.trans_b)
 
 
 def _rel_err(c, a, b) -> float:
@@ -157,3 +158,44 @@ def test_wrong_transposed_block_is_caught(old, new, trans_a, trans_b):
 def test_plan_flags_are_bools():
     with pytest.raises(ValueError, match="trans_a must be a bool"):
         CpuPlan(64, 64, 64, "strassen", trans_a=1)
+
+
+# -- batches: each product's 2 dispatches run every entry (pack: workgroup y; GEMM: workgroup z) -----
+
+@needs_avx512
+@pytest.mark.parametrize("M,N,K,scheme,config,trans_a,trans_b,batch,groups", [
+    (2 * 37, 2 * 53, 2 * 29, "strassen", None, False, False, 3, 3),     # one batch group per entry
+    (2 * 45, 2 * 37, 2 * 150, "strassen", _TINY, False, True, 3, 3),    # private tiles, B stored N x K
+    (2 * 150, 2 * 150, 2 * 40, "strassen", _TINY, True, False, 5, 4),   # 6 x 3 blocks: group 0 runs 2 entries
+    (4 * 17, 4 * 33, 4 * 70, "strassen^2", _TINY, True, True, 2, 2),
+])
+def test_batched_plan_numerics_against_float64(M, N, K, scheme, config, trans_a, trans_b, batch, groups):
+    plan = CpuPlan(M, N, K, scheme, config, trans_a=trans_a, trans_b=trans_b, batch=batch)
+    assert cpu_gemm.batch_groups(plan.Mb, plan.Nb, batch, plan.config) == groups
+    c, a, b = _run(plan)
+    assert c.shape == (batch, M, N) and np.isfinite(c).all()
+    assert _rel_err(c, a, b) < _bound(plan)
+
+
+@needs_avx512
+def test_wrong_batch_entry_of_a_plan_is_caught():
+    """The check fails on a kernel whose LCMA GEMM reads every entry's A terms from entry 0."""
+    plan = CpuPlan(2 * 30, 2 * 40, 2 * 70, "strassen", _TINY, batch=3)
+    src = cpu_gemm.kernel_source(plan.config)
+    bad = src.replace("a[t] = a_ptr + a_off + bi * sa +", "a[t] = a_ptr + a_off + 0 * sa +")
+    assert bad != src
+    c, a, b = _run(plan, obj=cpu_gemm.compile_source(bad, "mutant"))
+    assert _rel_err(c, a, b) > 1e-2
+
+
+def test_batched_plan_module_text():
+    plan = CpuPlan(64, 64, 64, "strassen", batch=4, trans_b=True)
+    assert plan.flops == 2 * 4 * 64 ** 3
+    lines, _ = cpu_plan.plan_dispatch_lines("exe", plan)
+    text = "\n".join(lines)
+    assert "%p_batch = arith.constant 4 : index" in text and "%p_zb = arith.constant 16384 : index" in text
+    assert "@exe::@lcma_pack_b[%p_gp, %p_batch](%b, %p_Kb, %p_Nb, %p_ldb, %p_tb, %p_sb," in text
+    assert "@exe::@lcma_gemm[%p_gm, %p_gn, %p_gz](%a, %p_bp0, %p_c0, " in text
+    assert "tensor<4x64x64xf32>" in text
+    with pytest.raises(ValueError, match="batch must be a positive int"):
+        CpuPlan(64, 64, 64, "strassen", batch=0)

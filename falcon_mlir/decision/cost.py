@@ -83,9 +83,10 @@ class Problem:
             in (:func:`falcon_mlir.decision.numerics.kernel_operands`; auto:
             scaled f16 for bf16 inputs).
         transposed: the operands stored transposed (``"lhs"``: A as K x M,
-            ``"rhs"``: B as N x K, ``"out"``: C as N x M):
-            falcon's CPU kernel runs no kernel-form plan on them
-            (:func:`falcon_mlir.decision.cpu_kernel.unfit`).
+            ``"rhs"``: B as N x K, ``"out"``: C as N x M), and ``"batch"`` where
+            the batch dimensions are not the leading dimensions of A, B and C
+            in one order: falcon's CPU kernel runs no kernel-form plan on the
+            last two (:func:`falcon_mlir.decision.cpu_kernel.unfit`).
     """
 
     M: int

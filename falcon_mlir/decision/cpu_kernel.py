@@ -2,7 +2,8 @@
 
 A kernel-form plan on a profile of kind ``cpu`` (``x86-falcon``) runs as
 :class:`falcon_mlir.kernels.cpu_plan.CpuPlan` does it: ``C = A @ B`` (f32,
-row-major) by one scheme ``<m,k,n;R>`` (the plan's levels composed: two
+row-major C; A and B row-major or stored transposed; optionally a batch of
+them, a leading dimension of all three) by one scheme ``<m,k,n;R>`` (the plan's levels composed: two
 Strassen levels are ``<4,4,4;49>``) as ``2 R`` dispatches, product by
 product: ``lcma_pack_b`` packs ``B_r = sum V[r] B_jl`` (reads ``nnz(V[r])``
 blocks ``Kb x Nb``, writes one), then ``lcma_gemm`` sums ``A_r`` from
@@ -98,9 +99,11 @@ def coef_ok(c) -> bool:
 def unfit(pb, schemes: Sequence[str]) -> Optional[str]:
     """Why falcon's CPU kernel cannot run the plan ``schemes`` (levels composed) on the contraction ``pb``
     (:class:`~falcon_mlir.decision.cost.Problem`), or ``None`` where it can. What ``CpuPlan`` and
-    falcon-kernels refuse: other than f32 x f32 -> f32, a batch, A or B stored transposed (the kernel reads
-    row-major A and B, C likewise; falcon-kernels would leave the contraction to IREE), sizes that are not exact
-    multiples of the composed format (the kernel pads nothing), a format over 64 blocks per dimension, a
+    falcon-kernels refuse: other than f32 x f32 -> f32, C stored transposed or batch dimensions that do not
+    lead (``pb.transposed`` has ``"out"`` or ``"batch"``: the kernel writes a row-major C and reads a leading
+    batch; falcon-kernels would leave the contraction to IREE; A and B stored transposed it reads), sizes that
+    are not exact multiples of the composed format (the kernel pads nothing), a format over 64 blocks per
+    dimension, a
     product with more than :data:`MAX_TERMS` blocks in its A sum, B sum or destinations, a coefficient not
     ``num / 2^s`` with ``|num| <= 511``, ``s <= 15``. One line, naming the numbers.
 
@@ -110,12 +113,11 @@ def unfit(pb, schemes: Sequence[str]) -> Optional[str]:
     types = (str(pb.lhs), str(pb.rhs), str(pb.acc))
     if types != ("f32", "f32", "f32"):
         return f"falcon's CPU kernel multiplies f32 x f32 -> f32 only, not {types[0]} x {types[1]} -> {types[2]}"
-    if pb.batch != 1:
-        return f"falcon's CPU kernel takes no batch (batch {pb.batch})"
-    if pb.transposed:
-        which = " and ".join({"lhs": "A", "rhs": "B", "out": "C"}.get(t, t) for t in pb.transposed)
-        return (f"falcon's CPU kernel reads A as M x K, B as K x N and C as M x N, row-major; {which} "
-                f"{'is' if len(pb.transposed) == 1 else 'are'} stored transposed")
+    if "out" in pb.transposed:
+        return "falcon's CPU kernel writes C as M x N, row-major; C is stored transposed (N x M)"
+    if "batch" in pb.transposed:
+        return ("falcon's CPU kernel reads a batch as the leading dimension of A, B and C; the batch "
+                "dimensions do not lead")
     name = "*".join(schemes)
     st = term_stats(tuple(schemes))
     if max(st.m, st.k, st.n) > MAX_GRID:
@@ -139,6 +141,9 @@ def price(cm, pb, schemes: Sequence[str], est) -> None:
     (:class:`~falcon_mlir.decision.cost.Estimate`; ``cm`` the :class:`~falcon_mlir.decision.cost.CostModel`,
     whose profile gives every figure). Blocks ``Mb x Kb``, ``Kb x Nb`` (the sizes over the composed format,
     rounded up where they do not divide: such a plan is :func:`unfit`, priced only to say what it would cost):
+
+    Each term below is for one product of the batch (``pb.batch``) and scales with it; the dispatches do not
+    (each of the ``2 R`` runs every entry). A and B stored transposed cost the same (the packs transpose).
 
     * ``combine_b``: what the R packs of B (one dispatch each) move beyond a plain pack: the extra
       terms' reads, ``(sum_r nnz(V[r]) - R) Kb Nb 4`` bytes, at the profile's ``bandwidth`` times
@@ -165,11 +170,11 @@ def price(cm, pb, schemes: Sequence[str], est) -> None:
     p = cm.p
     st = term_stats(tuple(schemes))
     Mb, Nb, Kb = -(-pb.M // st.m), -(-pb.N // st.n), -(-pb.K // st.k)
-    R = st.R
+    R, B = st.R, pb.batch
     _, tb, tc = st.terms
-    cm.stream((tb - R) * Kb * Nb * F32, est, "combine_b", p.form_efficiency("kernel"), dispatches=R)
-    cm.gemm(Mb, Nb, Kb, R, "f32", "f32", est, "products", scale=p.product_factor("kernel") ** len(schemes))
+    cm.stream(B * (tb - R) * Kb * Nb * F32, est, "combine_b", p.form_efficiency("kernel"), dispatches=R)
+    cm.gemm(Mb, Nb, Kb, B * R, "f32", "f32", est, "products", scale=p.product_factor("kernel") ** len(schemes))
     est.add("products", (R - 1) * p.dispatch_overhead, R - 1)  # cm.gemm counted one dispatch for the R
-    est.add("combine_c", tc * Mb * Nb * F32 * 2 / p.bandwidth)
-    est.temp_bytes = max(est.temp_bytes, R * Kb * Nb * F32)
+    est.add("combine_c", B * tc * Mb * Nb * F32 * 2 / p.bandwidth)
+    est.temp_bytes = max(est.temp_bytes, B * R * Kb * Nb * F32)
     est.operands = "f32"

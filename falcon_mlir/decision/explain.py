@@ -114,11 +114,12 @@ def explain_entry(e: dict) -> str:
 
 def _kernel_line(k: dict) -> str:
     """One line for a falcon-kernels entry joined to the contraction (``kernels``)."""
+    layout = f", {k['layout']}" if k.get("layout") else ""  # the CPU kernel: transposed operands, a batch
     if k.get("kernel") == "plan" and "dispatches" in (k.get("plan") or {}):  # the CPU kernel's plan
         p = k["plan"]
         return (f"  kernels: plan {p.get('scheme')} (R = {p.get('R')}) on falcon's CPU kernel {k.get('config')} "
                 f"as {p.get('dispatches')} {k.get('arch')} dispatches (per product: pack B with combine B, GEMM "
-                f"with combine A and C){', C added' if k.get('accumulate') else ''}")
+                f"with combine A and C{layout}){', C added' if k.get('accumulate') else ''}")
     if k.get("kernel") == "plan":
         p = k.get("plan") or {}
         scaled = "(scaled)" in str(p.get("operands", ""))
@@ -129,7 +130,7 @@ def _kernel_line(k: dict) -> str:
         reason = k.get("reason", "")  # other than the plain kernel's: why a kernel-form plan runs classically
         note = f"; {reason}" if reason and reason != "falcon's CPU GEMM kernel" else ""
         return (f"  kernels: falcon's CPU GEMM {k.get('config')} ({k.get('arch')}, pack B and GEMM dispatches"
-                f"{', C added' if k.get('accumulate') else ''}){note}")
+                f"{layout}{', C added' if k.get('accumulate') else ''}){note}")
     if k.get("kernel") == "classical":
         # What the reason adds to the plain kernel: a kernel-form plan served classically, an
         # operand read through the transpose that made it.

@@ -109,7 +109,10 @@ def run_cpu(root, contractions, options: KernelsOptions) -> list:
             fn = sp.cpu_plan_function(objects[config], p, types)
             entry["plan"] = {"scheme": p.scheme, "R": p.R, "dispatches": 2 * p.R, "blocks": [p.Mb, p.Nb, p.Kb]}
         else:
-            fn = sp.cpu_function(objects[config], config, served.M, served.N, served.K, types)
+            fn = sp.cpu_function(objects[config], config, served.M, served.N, served.K, types,
+                                 trans_a=served.trans_a, trans_b=served.trans_b, batch=served.batch)
         entry.update(config=config.label, arch=options.arch, accumulate=served.accumulate)
+        if served.layout:
+            entry["layout"] = served.layout
         sp.replace(c.op, fn, served.accumulate)
     return [entry for _, _, entry in items]

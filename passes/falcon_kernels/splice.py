@@ -44,6 +44,12 @@ def _symbol_part(scheme: str) -> str:
     return "".join(c if c.isascii() and (c.isalnum() or c == "_") else "_" for c in s)
 
 
+def _layout_part(trans_a: bool, trans_b: bool, batch: int) -> str:
+    """The part of a CPU kernel wrapper's symbol that names its layout: ``_b<batch>`` above 1, ``_ta``
+    (A stored K x M), ``_tb`` (B stored N x K); ``""`` for the plain one."""
+    return (f"_b{batch}" if batch > 1 else "") + ("_ta" if trans_a else "") + ("_tb" if trans_b else "")
+
+
 def _own_entry_functions(text: str, exe: str, context) -> tuple:
     """``(text, renamed)``: ``stream.executable`` text with each export and its function renamed
     ``{exe}_{name}``, and ``{old: new}``. IREE links the executables of one llvm-cpu target into one,
@@ -204,16 +210,19 @@ class Splicer:
             self.wrappers[key] = name
         return self.wrappers[key]
 
-    def cpu_function(self, obj, config, M: int, N: int, K: int, types: Optional[tuple] = None) -> str:
-        """The wrapper function's symbol for ``C = A @ B`` (f32, ``M x K`` times ``K x N``) on falcon's
-        CPU kernel: the executable of object file ``obj`` (built for blocking ``config``,
-        :func:`falcon_mlir.kernels.cpu_gemm.compile_object`) is added once per (object, config),
-        keyed by this splicer's llvm-cpu target; the wrapper (two ``flow.dispatch``: pack B, then
-        the GEMM) once per signature.
+    def cpu_function(self, obj, config, M: int, N: int, K: int, types: Optional[tuple] = None,
+                     trans_a: bool = False, trans_b: bool = False, batch: int = 1) -> str:
+        """The wrapper function's symbol for ``C = A @ B`` (f32, ``M x K`` times ``K x N``; A stored
+        ``K x M`` where ``trans_a``, B ``N x K`` where ``trans_b``; ``batch`` of them, a leading
+        dimension of all three) on falcon's CPU kernel: the executable of object file ``obj`` (built
+        for blocking ``config``, :func:`falcon_mlir.kernels.cpu_gemm.compile_object`) is added once
+        per (object, config), keyed by this splicer's llvm-cpu target; the wrapper (two
+        ``flow.dispatch``: pack B, then the GEMM, :func:`falcon_mlir.kernels.cpu_embed.dispatch_lines`)
+        once per signature, named ``<executable>_<M>x<N>x<K>[_b<batch>][_ta][_tb]_call``.
 
-        ``types``: A, B and C's tensor types as the contraction holds them (default ``M x K``,
-        ``K x N``, ``M x N``; any shapes of those buffers, e.g. with unit dimensions: C is
-        reshaped from ``M x N``).
+        ``types``: A, B and C's tensor types as the contraction holds them (default the stored shapes,
+        :func:`falcon_mlir.kernels.cpu_embed.gemm_spec`; any shapes of those buffers, e.g. with unit
+        dimensions: C is reshaped from ``(batch x) M x N``).
 
         Raises:
             ValueError: the object's path cannot be linked by IREE (see
@@ -222,18 +231,21 @@ class Splicer:
         """
         from falcon_mlir.kernels import cpu_embed
 
-        canonical = (type_text((M, K), "f32"), type_text((K, N), "f32"), type_text((M, N), "f32"))
+        spec = cpu_embed.gemm_spec(M, N, K, trans_a, trans_b, batch)
+        canonical = tuple(type_text(x, "f32") for x in (spec.a_shape, spec.b_shape, spec.c_shape))
         types = tuple(types or canonical)
         exe, renamed = self._cpu_executable(obj, config)
-        lines = cpu_embed.dispatch_lines(exe, M, N, K, config, types=types[:2])
-        return self._cpu_wrapper((exe, M, N, K, types), f"{exe}_{M}x{N}x{K}_call", exe, renamed, lines, "%r#0",
+        lines = cpu_embed.dispatch_lines(exe, M, N, K, config, types=types[:2], trans_a=trans_a, trans_b=trans_b,
+                                         batch=batch)
+        base = f"{exe}_{M}x{N}x{K}{_layout_part(trans_a, trans_b, batch)}_call"
+        return self._cpu_wrapper((exe, M, N, K, trans_a, trans_b, batch, types), base, exe, renamed, lines, "%r#0",
                                  types, canonical)
 
     def cpu_plan_function(self, obj, plan, types: Optional[tuple] = None) -> str:
         """The wrapper function's symbol for ``C = A @ B`` by LCMA plan ``plan``
         (:class:`falcon_mlir.kernels.cpu_plan.CpuPlan`: ``2 R`` dispatches, the combines inside the
-        kernel) on falcon's CPU kernel object ``obj`` (built for ``plan.config``); ``types`` as for
-        :meth:`cpu_function`.
+        kernel; its layout and batch as the plan's) on falcon's CPU kernel object ``obj`` (built for
+        ``plan.config``); ``types`` as for :meth:`cpu_function`.
 
         Raises:
             as :meth:`cpu_function`.
@@ -241,13 +253,13 @@ class Splicer:
         from falcon_mlir.kernels import cpu_plan
 
         p = plan
-        canonical = (type_text((p.M, p.K), "f32"), type_text((p.K, p.N), "f32"), type_text((p.M, p.N), "f32"))
+        canonical = tuple(type_text(x, "f32") for x in (p.spec.a_shape, p.spec.b_shape, p.spec.c_shape))
         types = tuple(types or canonical)
         exe, renamed = self._cpu_executable(obj, p.config)
         lines, result = cpu_plan.plan_dispatch_lines(exe, p, types=types[:2])
-        base = f"{exe}_{_symbol_part(p.scheme)}_{p.M}x{p.N}x{p.K}_call"
-        return self._cpu_wrapper((exe, p.scheme, p.M, p.N, p.K, types), base, exe, renamed, lines, result,
-                                 types, canonical)
+        base = f"{exe}_{_symbol_part(p.scheme)}_{p.M}x{p.N}x{p.K}{_layout_part(p.trans_a, p.trans_b, p.batch)}_call"
+        return self._cpu_wrapper((exe, p.scheme, p.M, p.N, p.K, p.trans_a, p.trans_b, p.batch, types), base, exe,
+                                 renamed, lines, result, types, canonical)
 
     # -- the call ----------------------------------------------------------------
     def replace(self, op, function: str, accumulate: bool, operands: Optional[tuple] = None) -> None:

@@ -95,9 +95,13 @@ def problem_of(c: Contraction, options: Optional[LcmaOptions] = None) -> "decisi
 
 def transposed_operands(c: Contraction) -> tuple:
     """The operands of ``c`` stored transposed: ``"lhs"`` (A as K x M), ``"rhs"`` (B as N x K),
-    ``"out"`` (C as N x M)."""
+    ``"out"`` (C as N x M); and ``"batch"`` where its batch dimensions are not the first dimensions of
+    A, B and C in one order (:attr:`falcon_mlir.decision.Problem.transposed`)."""
     out = c.m_dim >= 0 and c.n_dim in c.out_dims and c.out_dims.index(c.m_dim) > c.out_dims.index(c.n_dim)
-    return tuple(c.transposed) + (("out",) if out else ())
+    lead = c.out_dims[:len(c.batch_dims)]
+    batch = bool(c.batch_dims) and (sorted(lead) != sorted(c.batch_dims) or
+                                    any(ds[:len(lead)] != lead for ds in (c.lhs_dims, c.rhs_dims)))
+    return tuple(c.transposed) + (("out",) if out else ()) + (("batch",) if batch else ())
 
 
 def decision_for(c: Contraction, options: LcmaOptions, forced: Optional[tuple] = None,

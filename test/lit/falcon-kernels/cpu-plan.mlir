@@ -66,6 +66,34 @@ func.func @names(%a: tensor<64x96xf32>, %b: tensor<96x128xf32>) -> (tensor<64x12
   return %0, %1 : tensor<64x128xf32>, tensor<64x128xf32>
 }
 
+// -----
+
+// A plan on a batch with B stored N x K (attention's Q K^T): the same 2R dispatches, each running the
+// 4 entries (the pack's workgroup y, the GEMM's z), B's blocks found in its stored N x K layout.
+// CHECK: func.func private @[[QKT:falcon_cpu_sgemm_14x32_k256_28x256_p16_[0-9a-f]{8}_strassen_64x128x96_b4_tb_call]](%[[A:.+]]: tensor<4x64x96xf32>, %[[B:.+]]: tensor<4x128x96xf32>) -> tensor<4x64x128xf32>
+// CHECK-DAG: %[[TB:.+]] = arith.constant 1 : index
+// CHECK-DAG: %[[N4:.+]] = arith.constant 4 : index
+// CHECK: flow.dispatch @[[EXE:falcon_cpu_sgemm_14x32_k256_28x256_p16_[0-9a-f]{8}]]::@[[EXE]]_lcma_pack_b[%{{.+}}, %[[N4]]](%[[B]], %{{.+}}, %{{.+}}, %{{.+}}, %[[TB]], %{{.+}}) : (tensor<4x128x96xf32>, {{(index, )+}}index) -> tensor<{{[0-9]+}}xf32>
+// CHECK: flow.dispatch @[[EXE]]::@[[EXE]]_lcma_gemm[%{{.+}}, %{{.+}}, %{{.+}}](%[[A]], %{{.+}}) : (tensor<4x64x96xf32>, tensor<{{[0-9]+}}xf32>, tensor<4x64x128xf32>, {{.+}}) -> (%{{.+}}, tensor<{{[0-9]+}}xf32>)
+// CHECK-COUNT-6: flow.dispatch @[[EXE]]::@[[EXE]]_lcma_pack_b[%{{.+}}, %[[N4]]](%[[B]],
+// CHECK: flow.dispatch @[[EXE]]::@[[EXE]]_lcma_gemm
+// CHECK-NOT: flow.dispatch
+// CHECK-LABEL: func.func @qkt
+// CHECK-NOT: linalg.generic
+// CHECK: call @[[QKT]](%arg0, %arg1)
+func.func @qkt(%a: tensor<4x64x96xf32>, %b: tensor<4x128x96xf32>) -> tensor<4x64x128xf32> {
+  %cst = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<4x64x128xf32>
+  %f = linalg.fill ins(%cst : f32) outs(%e : tensor<4x64x128xf32>) -> tensor<4x64x128xf32>
+  %0 = linalg.generic {indexing_maps = [affine_map<(b, m, n, k) -> (b, m, k)>, affine_map<(b, m, n, k) -> (b, n, k)>, affine_map<(b, m, n, k) -> (b, m, n)>], iterator_types = ["parallel", "parallel", "parallel", "reduction"], falcon.plan = {schemes = ["strassen"], form = "kernel"}} ins(%a, %b : tensor<4x64x96xf32>, tensor<4x128x96xf32>) outs(%f : tensor<4x64x128xf32>) {
+  ^bb0(%x: f32, %y: f32, %z: f32):
+    %p = arith.mulf %x, %y : f32
+    %s = arith.addf %z, %p : f32
+    linalg.yield %s : f32
+  } -> tensor<4x64x128xf32>
+  return %0 : tensor<4x64x128xf32>
+}
+
 // REPORT: "kernel": "plan"
 // REPORT: "reason": "kernel-form plan on falcon's CPU kernel (combines inside it)"
 // REPORT: "plan": {
@@ -74,3 +102,5 @@ func.func @names(%a: tensor<64x96xf32>, %b: tensor<96x128xf32>) -> (tensor<64x12
 // REPORT: "dispatches": 14
 // REPORT: "kernel": "classical"
 // REPORT: "reason": "kernel-form plan strassen*strassen does not run on falcon's CPU kernel (CpuPlan: 510x256x768 (MxNxK) is not a multiple of strassen*strassen's format <4,4,4>); classical kernel"
+// REPORT: "kernel": "plan"
+// REPORT: "layout": "B stored N x K, batch 4"

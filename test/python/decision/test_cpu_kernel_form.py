@@ -210,15 +210,33 @@ def test_term_statistics_compose():
         decision.Problem(64, 64, 64), ("strassen",), "per-product") is None
 
 
-def test_transposed_operands_take_no_kernel_form_plan():
-    """The kernel reads row-major A and B; falcon-kernels leaves a transposed one to IREE. Were: auto
-    attached Strassen to a 4096^3 GEMM with B stored N x K (predicted 1.06x), and IREE's classical
-    GEMM ran under a report that said rewritten."""
+def test_what_the_kernel_cannot_read_takes_no_kernel_form_plan():
+    """The kernel writes a row-major C and reads a leading batch; falcon-kernels leaves other layouts to
+    IREE, so no kernel-form plan is attached there (were, for a B stored N x K before the kernel read it:
+    auto attached Strassen to a 4096^3 GEMM, predicted 1.06x, and IREE's classical GEMM ran under a report
+    that said rewritten). A and B stored transposed, and a leading batch, the kernel reads: the same plans
+    as the plain layout, priced per entry of the batch."""
     p = decision.load_profile("x86-falcon")
-    pb = decision.Problem(4096, 4096, 4096, transposed=("rhs",))
-    assert cpu_kernel.unfit(pb, ("strassen",)) == ("falcon's CPU kernel reads A as M x K, B as K x N and C as "
-                                                   "M x N, row-major; B is stored transposed")
-    assert "A and C are stored transposed" in cpu_kernel.unfit(
-        decision.Problem(4096, 4096, 4096, transposed=("lhs", "out")), ("strassen",))
-    assert decision.decide(pb, p).choice.is_classical
-    assert not decision.decide(decision.Problem(4096, 4096, 4096), p).choice.is_classical
+    out = decision.Problem(4096, 4096, 4096, transposed=("lhs", "out"))
+    assert cpu_kernel.unfit(out, ("strassen",)) == ("falcon's CPU kernel writes C as M x N, row-major; C is stored "
+                                                    "transposed (N x M)")
+    assert cpu_kernel.unfit(decision.Problem(64, 64, 64, batch=4, transposed=("batch",)), ("strassen",)) == (
+        "falcon's CPU kernel reads a batch as the leading dimension of A, B and C; the batch dimensions do not lead")
+    assert decision.decide(out, p).choice.is_classical
+    for t in (("lhs",), ("rhs",), ("lhs", "rhs")):
+        pb = decision.Problem(4096, 4096, 4096, transposed=t)
+        assert cpu_kernel.unfit(pb, ("strassen",)) is None
+        assert decision.decide(pb, p).choice.schemes == ("strassen",)
+    assert cpu_kernel.unfit(decision.Problem(64, 64, 64, batch=32), ("strassen",)) is None
+
+
+def test_batch_scales_the_kernel_plan_price():
+    """Each of the 2R dispatches runs every entry: the work scales with the batch, the dispatches do not."""
+    cm = cost.CostModel(decision.load_profile("x86-falcon"))
+    one = cm.plan(decision.Problem(2048, 2048, 2048), ("strassen",), "pad", "kernel")
+    four = cm.plan(decision.Problem(2048, 2048, 2048, batch=4), ("strassen",), "pad", "kernel")
+    d = cm.p.dispatch_overhead
+    for part in ("combine_b", "products"):
+        assert four.parts[part] - 7 * d == pytest.approx(4 * (one.parts[part] - 7 * d), rel=1e-9), part
+    assert four.parts["combine_c"] == pytest.approx(4 * one.parts["combine_c"])
+    assert four.dispatches == one.dispatches and four.temp_bytes == 4 * one.temp_bytes

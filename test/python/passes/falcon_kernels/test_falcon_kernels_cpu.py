@@ -85,6 +85,35 @@ PROJ = """func.func @{fn}(%a: tensor<{B}x{M}x{K}xf32>, %b: tensor<{K}x{N}xf32>, 
 }}
 """
 
+def _generic(fn, maps, a_shape, b_shape, c_shape, iters=3):
+    """A ``linalg.generic`` f32 contraction (what StableHLO's import makes of dot_general) with the loop
+    dims ``(b.., m, n, k)`` and the operands' ``maps`` (their dims' names, e.g. ``"b, n, k"``); C an argument."""
+    dims = ", ".join(["b", "b2"][:iters - 3] + ["m", "n", "k"])
+    t = lambda s: f"tensor<{'x'.join(map(str, s))}xf32>"  # noqa: E731
+    amap = lambda x: f"affine_map<({dims}) -> ({x})>"  # noqa: E731
+    its = ", ".join(['"parallel"'] * (iters - 1) + ['"reduction"'])
+    return f"""func.func @{fn}(%a: {t(a_shape)}, %b: {t(b_shape)}, %c: {t(c_shape)}) -> {t(c_shape)} {{
+  %0 = linalg.generic {{indexing_maps = [{", ".join(amap(m) for m in maps)}], iterator_types = [{its}]}} ins(%a, %b : {t(a_shape)}, {t(b_shape)}) outs(%c : {t(c_shape)}) {{
+  ^bb0(%x: f32, %y: f32, %z: f32):
+    %p = arith.mulf %x, %y : f32
+    %s = arith.addf %z, %p : f32
+    linalg.yield %s : f32
+  }} -> {t(c_shape)}
+  return %0 : {t(c_shape)}
+}}
+"""
+
+
+#: C stored N x M: the kernel writes C row-major M x N.
+CT = _generic("ct", ["m, k", "k, n", "n, m"], (64, 32), (32, 48), (48, 64))
+#: The batch dimension in the middle of A.
+BMID = _generic("bmid", ["m, b, k", "b, k, n", "b, m, n"], (64, 3, 32), (3, 32, 48), (3, 64, 48), iters=4)
+#: Attention's Q K^T: batch_matmul with B stored N x K, as StableHLO's import writes it.
+QKT = _generic("qkt", ["b, m, k", "b, n, k", "b, m, n"], (3, 37, 29), (3, 53, 29), (3, 37, 53), iters=4)
+#: Two leading batch dimensions (heads x batch), A stored K x M.
+B2TA = _generic("b2ta", ["b, b2, k, m", "b, b2, k, n", "b, b2, m, n"], (2, 3, 29, 37), (2, 3, 29, 53), (2, 3, 37, 53),
+                iters=5)
+
 DYN = """func.func @dyn(%a: tensor<?x64xf32>, %b: tensor<64x32xf32>, %c: tensor<?x32xf32>) -> tensor<?x32xf32> {
   %0 = linalg.matmul ins(%a, %b : tensor<?x64xf32>, tensor<64x32xf32>) outs(%c : tensor<?x32xf32>) -> tensor<?x32xf32>
   return %0 : tensor<?x32xf32>
@@ -108,10 +137,24 @@ def test_serves_row_major_f32_with_unit_batch_and_folded_m():
     assert (s.M, s.N, s.K) == (60, 24, 56)  # batch x tokens rows of one row-major A
 
 
+@pytest.mark.parametrize("text, M, N, K, layout", [
+    (MM_TB.format(fn="tb", M=64, N=48, K=32), 64, 48, 32, (False, True, 1)),
+    (MM_TA.format(fn="ta", M=64, N=48, K=32), 64, 48, 32, (True, False, 1)),
+    (BMM.format(fn="bmm", B=3, M=64, N=48, K=32), 64, 48, 32, (False, False, 3)),
+    (QKT, 37, 53, 29, (False, True, 3)),
+    (B2TA, 37, 53, 29, (True, False, 6)),          # two batch dimensions fold into one leading batch
+], ids=["tb", "ta", "bmm", "qkt", "b2ta"])
+def test_serves_transposed_and_batched(text, M, N, K, layout):
+    s, kind = _served(text)
+    assert kind == "classical" and (s.M, s.N, s.K) == (M, N, K)
+    assert (s.trans_a, s.trans_b, s.batch) == layout
+    assert s.flops == 2 * layout[2] * M * N * K and s.config == cpu_gemm.choose_config(M, N, K, layout[2])
+
+
 @pytest.mark.parametrize("text, why", [
-    (MM_TB.format(fn="tb", M=64, N=48, K=32), "B is transposed (stored N x K): falcon's CPU kernel reads A as M x K"),
-    (MM_TA.format(fn="ta", M=64, N=48, K=32), "A is transposed (stored K x M)"),
-    (BMM.format(fn="bmm", B=3, M=64, N=48, K=32), "batch 3: falcon's CPU kernel runs one GEMM (batch 1 only)"),
+    (CT, "C is transposed (stored N x M): falcon's CPU kernel writes C as M x N, row-major"),
+    (BMID, "batch dimensions that are not the leading dimensions of A, B and C in one order: falcon's CPU kernel "
+           "reads a leading batch"),
     (MM.format(fn="mm", M=64, N=48, K=32, t="f64"), "f64 x f64 -> f64: falcon's CPU kernel takes f32 x f32 -> f32"),
     (MM.format(fn="mm", M=64, N=48, K=32, t="bf16"), "bf16 x bf16 -> bf16: falcon's CPU kernel takes f32"),
     (DYN, "dynamic M: falcon's CPU kernel is built for static sizes"),
@@ -150,16 +193,16 @@ def _run_pass(text: str, options: str = "x86-avx512 min-flops=0"):
 @needs_cc
 def test_pass_report_and_one_executable_per_blocking():
     """Two blockings (a small shape and one of >= 40 blocks of 112 x 512) in one module: two
-    executables with their own export names (IREE links them into one); a transposed B left to IREE."""
+    executables with their own export names (IREE links them into one); a transposed C left to IREE."""
     text = MM.format(fn="small", M=67, N=45, K=83, t="f32") + MM.format(fn="big", M=1200, N=2100, K=64, t="f32") \
-        + MM.format(fn="small2", M=67, N=45, K=83, t="f32") + MM_TB.format(fn="tb", M=64, N=48, K=32)
+        + MM.format(fn="small2", M=67, N=45, K=83, t="f32") + CT
     rep, out = _run_pass(text)
     assert [e["kernel"] for e in rep] == ["classical", "classical", "classical", None]
     assert [e.get("config") for e in rep] == ["cpu14x32,k256,28x256", "cpu14x32,k256,112x512",
                                               "cpu14x32,k256,28x256", None]
     assert rep[0]["arch"] == "x86-avx512" and rep[0]["reason"] == "falcon's CPU GEMM kernel"
     assert rep[0]["accumulate"] is False
-    assert rep[3]["reason"].startswith("left to IREE: B is transposed")
+    assert rep[3]["reason"].startswith("left to IREE: C is transposed")
     from falcon_mlir.decision.explain import explain
 
     assert "kernels: falcon's CPU GEMM cpu14x32,k256,112x512 (x86-avx512, pack B and GEMM dispatches)" \
@@ -167,7 +210,7 @@ def test_pass_report_and_one_executable_per_blocking():
     assert out.count("stream.executable private @falcon_cpu_sgemm_") == 2
     wrappers = [ln for ln in out.splitlines() if ln.strip().startswith("func.func private @falcon_cpu_sgemm_")]
     assert len(wrappers) == 2 and out.count("_67x45x83_call(%arg0, %arg1)") == 2  # one wrapper, two calls
-    assert out.count("flow.dispatch") == 4 and out.count("linalg.matmul") == 1
+    assert out.count("flow.dispatch") == 4 and out.count("linalg.matmul") == 0 and out.count("linalg.generic") == 1
     for exe in ("falcon_cpu_sgemm_14x32_k256_28x256_p16_", "falcon_cpu_sgemm_14x32_k256_112x512_p16_"):
         name = out.split(f"stream.executable private @{exe}")[1].split()[0]
         assert f"stream.executable.export public @{exe}{name}_pack_b workgroups" in out
@@ -314,3 +357,76 @@ def test_kernel_form_plans_on_the_cpu_kernel(lcma, M, N, K, kernel):
     ref = a.astype(np.float64) @ b.astype(np.float64)
     err = float(np.abs(out - ref).max() / np.abs(ref).max())
     assert err < 16 * K * 2.0 ** -24, err
+
+
+@needs_cc
+def test_pass_serves_layouts_with_their_own_wrappers():
+    """Each layout its own wrapper (named by it) on one executable, the report saying how the kernel reads."""
+    from falcon_mlir.decision.explain import explain
+
+    text = MM_TA.format(fn="ta", M=64, N=48, K=32) + MM_TB.format(fn="tb", M=64, N=48, K=32) + QKT
+    rep, out = _run_pass(text)
+    assert [e["kernel"] for e in rep] == ["classical"] * 3
+    assert [e.get("layout") for e in rep] == ["A stored K x M", "B stored N x K", "B stored N x K, batch 3"]
+    for name in ("_64x48x32_ta_call(", "_64x48x32_tb_call(", "_37x53x29_b3_tb_call("):
+        assert out.count(name) == 2, name  # the wrapper and its call
+    assert out.count("stream.executable private @falcon_cpu_sgemm_") == 1 and out.count("_general_gemm[") == 3
+    assert "kernels: falcon's CPU GEMM cpu14x32,k256,28x256 (x86-avx512, pack B and GEMM dispatches, B stored N x K, " \
+           "batch 3, C added)" in explain(rep)
+
+
+@needs_avx512
+@pytest.mark.parametrize("text, shapes, ta, tb", [
+    (MM_TA.format(fn="f", M=37, N=53, K=29), ((29, 37), (29, 53), (37, 53)), True, False),
+    (MM_TB.format(fn="f", M=37, N=53, K=29), ((37, 29), (53, 29), (37, 53)), False, True),
+    (BMM.format(fn="f", B=3, M=37, N=53, K=29), ((3, 37, 29), (3, 29, 53), (3, 37, 53)), False, False),
+    (QKT.replace("@qkt", "@f"), ((3, 37, 29), (3, 53, 29), (3, 37, 53)), False, True),
+    (B2TA.replace("@b2ta", "@f"), ((2, 3, 29, 37), (2, 3, 29, 53), (2, 3, 37, 53)), True, False),
+], ids=["ta", "tb", "bmm", "qkt", "b2ta"])
+def test_falcon_compile_numerics_of_layouts(text, shapes, ta, tb):
+    """falcon-compile'd modules with transposed operands and batches on falcon's kernel against float64 (C an
+    argument: the kernel's result plus C)."""
+    vmfb, rep = falcon_mlir.compile_str(text, kernels="min-flops=0", return_report=True)
+    assert rep[0]["kernels"][0]["kernel"] == "classical" and rep[0]["kernels"][0]["accumulate"] is True
+    a, b, c = _inputs(*shapes, seed=5)
+    t = lambda x, flag: np.swapaxes(x, -1, -2) if flag else x  # noqa: E731
+    ref = t(a, ta).astype(np.float64) @ t(b, tb).astype(np.float64) + c
+    _check(Module(vmfb)("f", a, b, c), ref, 29)
+
+
+@needs_avx512
+@pytest.mark.parametrize("text, shapes, ta, tb, kernel", [
+    (MM_TA.format(fn="f", M=2 * 37, N=2 * 53, K=2 * 29), ((58, 74), (58, 106), (74, 106)), True, False, "plan"),
+    (_generic("f", ["b, m, k", "b, n, k", "b, m, n"], (3, 68, 60), (3, 44, 60), (3, 68, 44), iters=4),
+     ((3, 68, 60), (3, 44, 60), (3, 68, 44)), False, True, "plan"),
+], ids=["ta", "qkt"])
+def test_kernel_form_plans_on_layouts(text, shapes, ta, tb, kernel):
+    """A kernel-form Strassen plan forced on a transposed or batched contraction runs on falcon's kernel
+    (the blocks of a term found in the stored layout), against float64."""
+    vmfb, rep = falcon_mlir.compile_str(text, lcma="scheme=strassen form=kernel", return_report=True)
+    k = rep[0]["kernels"][0]
+    assert k["kernel"] == kernel, k
+    a, b, c = _inputs(*shapes, seed=6)
+    t = lambda x, flag: np.swapaxes(x, -1, -2) if flag else x  # noqa: E731
+    ref = t(a, ta).astype(np.float64) @ t(b, tb).astype(np.float64) + c
+    out = Module(vmfb)("f", a, b, c)
+    err = float(np.abs(out - ref).max() / np.abs(ref).max())
+    assert err < 16 * 60 * 2.0 ** -24, err
+
+
+@pytest.mark.parametrize("text, transposed", [(QKT, ("rhs",)), (B2TA, ("lhs",)), (CT, ("out",)), (BMID, ("batch",)),
+                                              (BMM.format(fn="bmm", B=3, M=64, N=48, K=32), ())],
+                         ids=["qkt", "b2ta", "ct", "bmid", "bmm"])
+def test_the_decision_sees_what_the_kernel_cannot_read(text, transposed):
+    """lcma-rewrite's view of the layout (decision.Problem.transposed): C stored N x M and batch dimensions
+    that do not lead are what cpu_kernel.unfit refuses, as serve_cpu does."""
+    from falcon_mlir.decision import Problem, cpu_kernel
+    from falcon_mlir.passes.lcma_rewrite.planning import transposed_operands
+
+    with ir.Context():
+        m = ir.Module.parse(text)
+        c = find_contractions(m.operation)[0]
+        assert transposed_operands(c) == transposed
+        served, _ = serve_cpu(c)
+    refused = cpu_kernel.unfit(Problem(64, 64, 64, transposed=transposed), ("strassen",)) is not None
+    assert refused == (served is None)

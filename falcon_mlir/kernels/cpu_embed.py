@@ -11,12 +11,15 @@ The pieces (forms checked with ``iree-compile`` 3.13):
   .vmfb is self-contained; the text needs the file). Inline ``data =
   dense<...>`` objects fail on llvm-cpu in 3.13: with a path too, the
   link misses the symbols; without one, iree-compile crashes;
-  four exports, ``pack_b`` and ``gemm`` (the classical GEMM) and ``lcma_pack_b``
+  six exports, ``pack_b`` and ``gemm`` (the classical GEMM, row-major A and
+  B), ``general_pack_b`` and ``general_gemm`` (the same with A stored
+  ``K x M`` or B stored ``N x K``, and a leading batch) and ``lcma_pack_b``
   and ``lcma_gemm`` (one product of an LCMA plan, :mod:`.cpu_plan`), each a
   small function that takes the bindings as ``memref<?xf32>``
   (``stream.binding.subspan``) and calls the C entry point declared
   ``hal.import.static``, with the workgroup ids
-  (``hal.interface.workgroup.id``) as the last arguments.
+  (``hal.interface.workgroup.id``; the batched ones also the count of batch
+  groups, ``hal.interface.workgroup.count[2]``) as the last arguments.
 * :func:`dispatch_lines`: the two ``flow.dispatch`` ops: B to packed B, then
   ``(A, packed B) -> (C, scratch)``; the scratch (one packed-A slot per
   workgroup) is a result the host never reads.
@@ -97,8 +100,9 @@ def _subspan(var: str, binding: str, size: str) -> str:
 
 def executable_text(name: str, obj: Path, target_attr: str, config: CpuGemmConfig = CpuGemmConfig()) -> str:
     """``stream.executable`` text named ``name`` with exports ``@pack_b`` and ``@gemm`` (the classical
-    GEMM) and ``@lcma_pack_b`` and ``@lcma_gemm`` (one product of an LCMA plan, :mod:`.cpu_plan`)
-    running the kernel object file ``obj`` (:func:`cpu_gemm.compile_object`) for ``target_attr``.
+    GEMM), ``@general_pack_b`` and ``@general_gemm`` (transposed operands, batches) and ``@lcma_pack_b``
+    and ``@lcma_gemm`` (one product of an LCMA plan, :mod:`.cpu_plan`) running the kernel object file
+    ``obj`` (:func:`cpu_gemm.compile_object`) for ``target_attr``.
 
     ``@pack_b(B, M, N, K) -> Bp`` on workload ``[pack workgroups]``;
     ``@gemm(A, Bp, M, N, K) -> (C, S)`` on workload ``[workgroups along M, along N]``

@@ -91,7 +91,7 @@ CFLAGS = ("-O3", "-march=x86-64-v4", "-mtune=native", "-ffreestanding", "-fPIC",
           "-fno-plt", "-fno-asynchronous-unwind-tables", "-fno-tree-loop-distribute-patterns",
           "-fno-stack-protector", "-fno-exceptions", "-fno-math-errno")
 #: Bump when the generated source changes in a way the cache key would not see.
-GENERATOR_VERSION = 4
+GENERATOR_VERSION = 5
 #: Terms (blocks with a coefficient) an LCMA product's operand sums or destinations may have: the
 #: entries take this many term arguments (2x2 schemes to three levels).
 MAX_TERMS = 8

@@ -373,13 +373,13 @@ def test_transposed_operands_against_float64(trans_a, trans_b, shape, config):
 
 
 def test_transposed_module_uses_the_general_entries(tmp_path):
-    text = cpu_embed.gemm_module(100, 70, 50, target_attr="#fake", obj=tmp_path / "k.o", flags=(), trans_b=True)
+    text = cpu_embed.gemm_module(100, 70, 50, target_attr=TARGET, obj=tmp_path / "k.o", flags=(), trans_b=True)
     assert "func.func @main(%a: tensor<100x50xf32>, %b: tensor<70x50xf32>) -> tensor<100x70xf32>" in text
     assert "flow.dispatch @falcon_cpu_sgemm::@general_pack_b[%r_gp, %r_batch](%b, %r_N, %r_K, %r_tb)" in text
     assert "%r_tb = arith.constant 1 : index" in text and "%r_ta = arith.constant 0 : index" in text
     pack_b, gemm = cpu_gemm.general_entry_names(cpu_gemm.choose_config(100, 70, 50))
     assert gemm == "falcon_cpu_general_gemm_14x32_k256_28x256_p16" and f"func.call @{pack_b}(" in text
-    assert "::@pack_b[" not in cpu_embed.gemm_module(100, 70, 50, target_attr="#fake", obj=tmp_path / "k.o",
+    assert "::@pack_b[" not in cpu_embed.gemm_module(100, 70, 50, target_attr=TARGET, obj=tmp_path / "k.o",
                                                      flags=(), trans_a=True)
 
 
@@ -420,7 +420,7 @@ def test_batch_groups_bound_the_scratch():
 
 
 def test_batched_module_text(tmp_path):
-    text = cpu_embed.gemm_module(37, 53, 29, target_attr="#fake", obj=tmp_path / "k.o", flags=(), batch=3,
+    text = cpu_embed.gemm_module(37, 53, 29, target_attr=TARGET, obj=tmp_path / "k.o", flags=(), batch=3,
                                  trans_b=True)
     assert "func.func @main(%a: tensor<3x37x29xf32>, %b: tensor<3x53x29xf32>) -> tensor<3x37x53xf32>" in text
     assert "flow.dispatch @falcon_cpu_sgemm::@general_pack_b[%r_gp, %r_batch](%b, %r_N, %r_K, %r_tb)" in text

@@ -112,8 +112,26 @@ def test_object_links_when_the_compile_changes_the_target():
     assert np.abs(mod("main", a, b) - ref).max() / np.abs(ref).max() < 1e-5
 
 
+@needs_avx512
+@pytest.mark.parametrize("cpu", [("--iree-llvmcpu-target-cpu=haswell",), ()])
+def test_object_does_not_link_for_a_cpu_without_avx512(cpu):
+    """Were: the object was keyed by the target triple alone, so a module made for this machine's CPU
+    and compiled (a second half, or falcon-opt's output) for a CPU without AVX-512 (haswell, or no CPU
+    flag: LLVM's generic x86-64) linked the AVX-512 object into it, silently: illegal instructions on
+    such a CPU. Keyed by the CPU features too, that compile fails to link instead; the same CPU with
+    another stack limit still links (the test above)."""
+    from iree.compiler import CompilerToolError
+
+    text = cpu_embed.gemm_module(60, 50, 40)
+    with pytest.raises(CompilerToolError, match="undefined symbol: falcon_cpu_pack_b_"):
+        cpu_embed.compile_module(text, tuple(cpu_embed.DEFAULT_CPU_FLAGS[:2]) + cpu)
+
+
 def test_objects_target_keeps_backend_format_and_triple():
     assert cpu_embed.objects_target(TARGET) == GENERIC
+    featured = TARGET.replace('cpu = "znver4", ', 'cpu = "znver4", cpu_features = "+avx,+avx512f", ')
+    assert cpu_embed.objects_target(featured) == GENERIC.replace(
+        "{target_triple", '{cpu_features = "+avx,+avx512f", target_triple')
     with pytest.raises(ValueError, match="target_triple"):
         cpu_embed.objects_target('#hal.executable.target<"llvm-cpu", "embedded-elf-x86_64", {cpu = "x"}>')
 

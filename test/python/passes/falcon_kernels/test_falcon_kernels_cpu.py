@@ -396,6 +396,25 @@ def test_falcon_compile_numerics_of_layouts(text, shapes, ta, tb):
     _check(Module(vmfb)("f", a, b, c), ref, 29)
 
 
+@needs_cc
+def test_forced_kernel_form_plan_the_kernel_does_not_take_is_remarked(tmp_path, capfd):
+    """falcon-compile --lcma-rewrite="scheme=strassen form=kernel" on a contraction falcon's CPU kernel
+    leaves to IREE (C stored N x M): one remark line naming the reason, exit 0 (were: nothing said, the
+    report's plan strassen while the op compiled classical)."""
+    from falcon_mlir.tools import falcon_compile
+
+    src = tmp_path / "ct.mlir"
+    src.write_text(CT)
+    rc = falcon_compile.main([str(src), "-o", str(tmp_path / "ct.vmfb"), "--lcma-rewrite=scheme=strassen form=kernel",
+                              "--falcon-kernels=x86-avx512 min-flops=0"])
+    err = capfd.readouterr().err
+    assert rc == 0, err
+    assert err.splitlines() == [
+        f"{src}:2:8: remark: lcma-rewrite: strassen (kernel form) handed to falcon-kernels, which did not build it "
+        "(left to IREE: C is transposed (stored N x M): falcon's CPU kernel writes C as M x N, row-major); "
+        "kept classical"], err
+
+
 @needs_avx512
 def test_split_compile_links_for_the_same_cpu_only():
     """A module compiled in two halves (``--compile-to=input``, then iree-compile ``--compile-from=input``,

@@ -54,7 +54,8 @@ apply to options left at auto and are listed in the report
 
 Contractions the rewrite was asked for and did not serve (a forced scheme
 declined, e.g. a rational scheme on integers; a contraction it cannot serve;
-a forced scheme that found no contraction) get one line each on stderr, as
+a forced scheme that found no contraction; a kernel-form plan falcon-kernels
+did not build) get one line each on stderr, as
 in falcon-opt: ``FILE:LINE:COL: remark: lcma-rewrite: REASON``; the exit
 status stays 0.
 

@@ -145,10 +145,27 @@ def _kernel_line(k: dict) -> str:
 def remark_lines(report: List[dict]) -> List[str]:
     """One ``LOCATION: remark: lcma-rewrite: REASON`` line per entry the user
     should be told about (``remark``: a forced scheme or attached plan not
-    applied, a contraction that cannot be served, nothing found to rewrite);
-    falcon-opt and falcon-compile print them on stderr."""
-    return [f"{e['location']}: remark: lcma-rewrite: {e['reason']}"
-            for e in report if e.get("remark")]
+    applied, a contraction that cannot be served, nothing found to rewrite;
+    and a kernel-form plan handed to falcon-kernels that the pass ran on and
+    did not build: the op stays classical, under an entry whose plan says
+    rewritten); falcon-opt and falcon-compile print them on stderr.
+
+    The handed-over plan's line was missing: ``--lcma-rewrite="scheme=strassen
+    form=kernel"`` on a contraction falcon's CPU kernel does not take (C stored
+    N x M, a batch that does not lead, bf16, sizes the format does not divide)
+    compiled classical without a word unless ``--lcma-explain`` was given.
+    """
+    lines = []
+    for e in report:
+        if e.get("remark"):
+            lines.append(f"{e['location']}: remark: lcma-rewrite: {e['reason']}")
+        elif e.get("handoff") and e.get("kernels") and not served(e):
+            plan = e.get("plan")
+            name = "+".join(plan["schemes"]) if isinstance(plan, dict) and plan.get("schemes") else "the plan"
+            why = next((k["reason"] for k in e["kernels"] if k.get("reason")), "not built")
+            lines.append(f"{e['location']}: remark: lcma-rewrite: {name} (kernel form) handed to "
+                         f"{e['handoff']}, which did not build it ({why}); kept classical")
+    return lines
 
 
 def off_line(how: str) -> str:

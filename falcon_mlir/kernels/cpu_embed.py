@@ -4,8 +4,9 @@ The pieces (forms checked with ``iree-compile`` 3.13):
 
 * :func:`executable_text`: a ``stream.executable`` whose
   ``hal.executable.objects`` map a generic form of the device's executable
-  target (:func:`objects_target`: backend, format and target triple only; IREE
-  takes the objects of a key whose configuration is a subset of the variant's)
+  target (:func:`objects_target`: backend, format, CPU features and target
+  triple only; IREE takes the objects of a key whose configuration is a subset
+  of the variant's)
   to the kernel's object file by its absolute path
   (IREE links it into the executable's embedded ELF at compile time, so the
   .vmfb is self-contained; the text needs the file). Inline ``data =
@@ -58,16 +59,24 @@ def cpu_target_attribute(flags: Sequence[str] = DEFAULT_CPU_FLAGS) -> str:
 
 def objects_target(target_attr: str) -> str:
     """The key of the kernel's ``hal.executable.objects`` for the llvm-cpu target ``target_attr``:
-    the same backend and format with ``target_triple`` as the only configuration, e.g.
-    ``#hal.executable.target<"llvm-cpu", "embedded-elf-x86_64", {target_triple = "x86_64-..."}>``.
+    the same backend and format with ``cpu_features`` (where ``target_attr`` has them) and
+    ``target_triple`` as the only configuration, e.g. ``#hal.executable.target<"llvm-cpu",
+    "embedded-elf-x86_64", {cpu_features = "+avx,...,+avx512f,...", target_triple = "x86_64-..."}>``.
 
-    Why not ``target_attr`` itself: IREE 3.13 links an object into a variant only when the key's
-    configuration is a subset of the variant's, values equal. A module compiled in two halves
+    IREE 3.13 links an object into a variant only when the key's configuration is a subset of the
+    variant's, values equal. Why not ``target_attr`` itself: a module compiled in two halves
     (``--compile-to`` / ``--compile-from``, as the training job does) whose second half sets a flag
     that enters the target (``--iree-llvmcpu-stack-allocation-limit`` gives another
     ``max_stack_allocation_size``) dropped the objects keyed by the exact target: "undefined symbol:
-    falcon_cpu_pack_b_..." at link time. The features the kernel needs are checked on the full
-    target when the kernel is chosen (``passes/falcon_kernels/cpu.py``).
+    falcon_cpu_pack_b_..." at link time. Why the CPU features all the same: the object is AVX-512
+    code, and the features the kernel needs are checked on the target of the half that chooses the
+    kernel (``passes/falcon_kernels/cpu.py``); keyed by the triple alone, a second half (or an
+    iree-compile of falcon-opt's output) for another CPU, ``--iree-llvmcpu-target-cpu=haswell`` or no
+    CPU flag at all (LLVM's generic x86-64), linked the AVX-512 object into a module for a CPU
+    without AVX-512, silently (illegal instructions when run there). With the features in the key
+    such a compile fails to link instead (undefined ``falcon_cpu_...`` symbols): the front half must
+    be run again for that CPU. Its cost: another AVX-512 CPU in the second half than in the first
+    fails to link too.
 
     Raises:
         ValueError: ``target_attr`` is not an ``#hal.executable.target<"llvm-cpu", ...>`` with a
@@ -77,7 +86,9 @@ def objects_target(target_attr: str) -> str:
     t = re.search(r'target_triple\s*=\s*"([^"]+)"', target_attr)
     if not m or not t:
         raise ValueError(f"not an llvm-cpu executable target with a target_triple: {target_attr[:120]!r}")
-    return f'#hal.executable.target<"llvm-cpu", "{m.group(1)}", {{target_triple = "{t.group(1)}"}}>'
+    f = re.search(r'cpu_features\s*=\s*"([^"]*)"', target_attr)
+    features = f'cpu_features = "{f.group(1)}", ' if f else ""
+    return f'#hal.executable.target<"llvm-cpu", "{m.group(1)}", {{{features}target_triple = "{t.group(1)}"}}>'
 
 
 def _memref_args(names: Sequence[str]) -> str:

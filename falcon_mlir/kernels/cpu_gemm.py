@@ -707,13 +707,30 @@ _FALLBACK_DIR: list = []
 
 
 def _fallback_dir() -> Path:
-    """A temporary folder for objects when :func:`cache_dir` cannot be written; removed at exit."""
-    if not _FALLBACK_DIR:
-        import atexit
+    """The folder for objects when :func:`cache_dir` cannot be written or IREE cannot link from it:
+    ``falcon-mlir-<uid>/cpu`` under the system's temporary folder, the user's own (mode 0700, not a
+    link), kept after the process like the cache (names are content hashes). Where that folder is not
+    the user's own, a new temporary folder, also kept.
 
-        d = tempfile.mkdtemp(prefix="falcon-cpu-")
-        atexit.register(shutil.rmtree, d, True)
-        _FALLBACK_DIR.append(Path(d))
+    Kept because a module's text names the object by its path for a later compile: falcon-opt's
+    output, or ``falcon-compile --compile-to=input`` compiled on by another iree-compile process. A
+    folder removed at exit (as it was) left those texts naming a file that no longer existed:
+    "referenced object file not found" in the later compile, after falcon-opt had exited 0.
+    """
+    if not _FALLBACK_DIR:
+        import stat
+
+        base = Path(tempfile.gettempdir()) / f"falcon-mlir-{os.getuid()}"
+        try:
+            base.mkdir(mode=0o700, exist_ok=True)
+            st = base.lstat()
+            if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+                raise PermissionError(f"{base} is not a private folder of this user")
+            d = base / "cpu"
+            d.mkdir(exist_ok=True)
+        except OSError:
+            d = Path(tempfile.mkdtemp(prefix="falcon-cpu-"))
+        _FALLBACK_DIR.append(d)
     return _FALLBACK_DIR[0]
 
 
@@ -772,8 +789,9 @@ def compile_source(src: str, label: str = "source", cache: bool = True) -> Path:
 
     A cached object that :func:`object_problem` rejects (truncated) is
     compiled again; where the cache cannot be written, or its path is not
-    :func:`linkable_path` (a space in ``$HOME``), the object goes to a
-    temporary folder removed when the process exits.
+    :func:`linkable_path` (a space in ``$HOME``), the object goes to the
+    user's folder under the system's temporary folder (:func:`_fallback_dir`),
+    kept after the process: module texts name the object by its path.
 
     Raises:
         RuntimeError: no compiler (:func:`compiler`), the compiler failed (its

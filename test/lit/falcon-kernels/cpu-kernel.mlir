@@ -1,5 +1,5 @@
 // falcon-kernels arch=x86-avx512: f32 GEMMs become two dispatches of falcon's CPU kernel (pack B,
-// then the GEMM) in a stream.executable whose object is keyed by the target triple of cpu-flags
+// then the GEMM) in a stream.executable whose object is keyed by the CPU features and target triple of cpu-flags
 // (a named CPU here, so the test runs on any x86-64 machine with a C compiler; the kernel is not run).
 // REQUIRES: cpu-kernel-cc
 // RUN: falcon-opt %s --split-input-file --falcon-kernels="x86-avx512 min-flops=0 cpu-flags=--iree-hal-target-device=local,--iree-hal-local-target-device-backends=llvm-cpu,--iree-llvmcpu-target-cpu=znver4" | FileCheck %s
@@ -9,7 +9,7 @@
 // RUN: FileCheck %s --check-prefix=SMALL --input-file=%t.small.json
 
 // A zero-filled accumulator: the call replaces the matmul.
-// CHECK: #[[TGT:executable_target_embedded_elf_x86_64[0-9]*]] = #hal.executable.target<"llvm-cpu", "embedded-elf-x86_64", {target_triple = "x86_64-unknown-unknown-eabi-elf"}>
+// CHECK: #[[TGT:executable_target_embedded_elf_x86_64[0-9]*]] = #hal.executable.target<"llvm-cpu", "embedded-elf-x86_64", {cpu_features = "{{[^"]*}}+avx512f{{[^"]*}}", target_triple = "x86_64-unknown-unknown-eabi-elf"}>
 // CHECK: func.func private @[[CALL:falcon_cpu_sgemm_14x32_k256_28x256_p16_[0-9a-f]{8}_300x200x500_call]](%[[A:.+]]: tensor<300x500xf32>, %[[B:.+]]: tensor<500x200xf32>) -> tensor<300x200xf32>
 // CHECK: %[[BP:.+]] = flow.dispatch @[[EXE:falcon_cpu_sgemm_14x32_k256_28x256_p16_[0-9a-f]{8}]]::@[[EXE]]_pack_b[%{{.+}}](%[[B]], %{{.+}}, %{{.+}}, %{{.+}}) : (tensor<500x200xf32>, index, index, index) -> tensor<{{[0-9]+}}xf32>
 // CHECK: %[[R:.+]]:2 = flow.dispatch @[[EXE]]::@[[EXE]]_gemm[%{{.+}}, %{{.+}}](%[[A]], %[[BP]], %{{.+}}, %{{.+}}, %{{.+}}) : (tensor<300x500xf32>, tensor<{{[0-9]+}}xf32>, index, index, index) -> (tensor<300x200xf32>, tensor<{{[0-9]+}}xf32>)

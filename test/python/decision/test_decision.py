@@ -241,6 +241,25 @@ def test_explain_does_not_count_a_plan_falcon_kernels_left_classical():
     assert explain([built]).splitlines()[-1].startswith("lcma-explain: 1 of 1 contractions rewritten; predicted")
 
 
+def test_remark_for_a_kernel_form_plan_falcon_kernels_did_not_build():
+    """Were: a forced kernel-form plan that falcon-kernels ran on and left classical (here falcon's CPU
+    kernel and a C stored N x M) got no remark line, only an --lcma-explain block: falcon-compile printed
+    nothing and the report's plan said strassen. Built, or not yet through falcon-kernels (falcon-opt
+    with lcma-rewrite alone hands the plan on): no line."""
+    from falcon_mlir.decision.explain import remark_lines
+
+    entry = {"location": "k.mlir:3:8", "op": "linalg.generic", "kind": "generic", "M": 64, "N": 48, "K": 32,
+             "plan": {"schemes": ["strassen"], "levels": 1, "edge": "pad", "form": "kernel"},
+             "reason": "scheme forced by option (strassen)", "handoff": "falcon-kernels", "products": 7,
+             "remark": False}
+    left = dict(entry, kernels=[{"kernel": None, "reason": "left to IREE: C is transposed (stored N x M)"}])
+    assert remark_lines([left]) == [
+        "k.mlir:3:8: remark: lcma-rewrite: strassen (kernel form) handed to falcon-kernels, which did not build "
+        "it (left to IREE: C is transposed (stored N x M)); kept classical"]
+    assert remark_lines([entry]) == []
+    assert remark_lines([dict(entry, kernels=[{"kernel": "plan", "reason": "kernel-form plan"}])]) == []
+
+
 def test_explain_says_how_much_slower_a_slow_pinned_plan_is(tmp_path):
     """Used to print "(0.00x)" for a forced plan over 100x slower than classical."""
     text, _ = contraction_mlir(16, 16, 16)

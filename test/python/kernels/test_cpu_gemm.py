@@ -112,8 +112,57 @@ def test_object_links_when_the_compile_changes_the_target():
     assert np.abs(mod("main", a, b) - ref).max() / np.abs(ref).max() < 1e-5
 
 
+@needs_avx512
+@pytest.mark.parametrize("cpu", [("--iree-llvmcpu-target-cpu=haswell",), ()])
+def test_object_does_not_link_for_a_cpu_without_avx512(cpu):
+    """Were: the object was keyed by the target triple alone, so a module made for this machine's CPU
+    and compiled (a second half, or falcon-opt's output) for a CPU without AVX-512 (haswell, or no CPU
+    flag: LLVM's generic x86-64) linked the AVX-512 object into it, silently: illegal instructions on
+    such a CPU. Keyed by the CPU features too, that compile fails to link instead; the same CPU with
+    another stack limit still links (the test above)."""
+    from iree.compiler import CompilerToolError
+
+    text = cpu_embed.gemm_module(60, 50, 40)
+    with pytest.raises(CompilerToolError, match="undefined symbol: falcon_cpu_pack_b_"):
+        cpu_embed.compile_module(text, tuple(cpu_embed.DEFAULT_CPU_FLAGS[:2]) + cpu)
+
+
+@needs_avx512
+def test_object_outside_the_cache_outlives_the_process(tmp_path):
+    """Were: where the cache could not take the object (here a space in its path, which IREE's link
+    step splits), it went to a temporary folder removed when the process exited, so falcon-opt's
+    output (exit 0) named an object that no longer existed and the later iree-compile failed
+    ("referenced object file not found"). falcon-opt in a process of its own, then IREE on its
+    output: it links and matches float64."""
+    import os
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from falcon_mlir.ir.matmul_text import matmul_mlir
+
+    M, N, K = 60, 50, 40
+    src, out = tmp_path / "mm.mlir", tmp_path / "mm.opt.mlir"
+    src.write_text(matmul_mlir(M, N, K, func="main"))
+    env = dict(os.environ, FALCON_KERNEL_CACHE=str(tmp_path / "a cache"))
+    r = subprocess.run([sys.executable, "-m", "falcon_mlir.tools.falcon_opt", str(src),
+                        "--falcon-kernels=x86-avx512 min-flops=0", "-o", str(out)],
+                       env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    text = out.read_text()
+    path = re.search(r'#hal\.executable\.object<\{path = "([^"]+)"\}>', text).group(1)
+    assert cpu_gemm.linkable_path(path) and Path(path).is_file(), path
+    a, b = _inputs(M, N, K)
+    c = Module(cpu_embed.compile_module(text))("main", a, b)
+    assert _rel_err(c, a, b) < 2e-6
+
+
 def test_objects_target_keeps_backend_format_and_triple():
     assert cpu_embed.objects_target(TARGET) == GENERIC
+    featured = TARGET.replace('cpu = "znver4", ', 'cpu = "znver4", cpu_features = "+avx,+avx512f", ')
+    assert cpu_embed.objects_target(featured) == GENERIC.replace(
+        "{target_triple", '{cpu_features = "+avx,+avx512f", target_triple')
     with pytest.raises(ValueError, match="target_triple"):
         cpu_embed.objects_target('#hal.executable.target<"llvm-cpu", "embedded-elf-x86_64", {cpu = "x"}>')
 
@@ -221,7 +270,7 @@ def test_truncated_cached_object_is_compiled_again(tmp_path, monkeypatch):
 @needs_gcc
 def test_unusable_cache_dir_falls_back_to_a_temporary_one(tmp_path, monkeypatch):
     """$FALCON_KERNEL_CACHE that cannot hold the cache (here a file; a read-only folder alike) costs
-    the cache only: the object goes to a temporary folder of this process."""
+    the cache only: the object goes to the user's folder under the system's temporary folder."""
     blocker = tmp_path / "file"
     blocker.write_text("x")
     monkeypatch.setenv("FALCON_KERNEL_CACHE", str(blocker))
@@ -301,8 +350,9 @@ def test_sizes_below_one_are_refused_by_every_builder(sizes, tmp_path):
 def test_cache_path_iree_cannot_link_from(tmp_path, monkeypatch, folder):
     """Were: a cache folder with a space (a $HOME like /home/John Doe) or a quote failed in IREE's link
     ('iree-lld: error: cannot open /tmp/.../with: No such file'; 'sh: Unterminated quoted string'):
-    IREE 3.13 runs its linker through a shell with the object path unquoted. The object now goes to a
-    temporary folder then; an unlinkable path handed in is refused in one line."""
+    IREE 3.13 runs its linker through a shell with the object path unquoted. The object now goes to the
+    user's folder under the system's temporary folder then; an unlinkable path handed in is refused in
+    one line."""
     odd = tmp_path / folder
     odd.mkdir()
     monkeypatch.setenv("FALCON_KERNEL_CACHE", str(odd))

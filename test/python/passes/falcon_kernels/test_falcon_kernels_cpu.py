@@ -215,6 +215,8 @@ def test_pass_report_and_one_executable_per_blocking():
         name = out.split(f"stream.executable private @{exe}")[1].split()[0]
         assert f"stream.executable.export public @{exe}{name}_pack_b workgroups" in out
         assert 'objects<{#executable_target_embedded_elf_x86_64 = [' in out and 'target_triple = "x86_64-unknown-unknown-eabi-elf"}>' in out
+    key = [ln for ln in out.splitlines() if ln.startswith("#executable_target_embedded_elf_x86_64 = ")]
+    assert len(key) == 1 and '{cpu_features = "' in key[0] and "+avx512f," in key[0]  # the object's CPU, not any x86-64
 
 
 @needs_cc
@@ -392,6 +394,46 @@ def test_falcon_compile_numerics_of_layouts(text, shapes, ta, tb):
     t = lambda x, flag: np.swapaxes(x, -1, -2) if flag else x  # noqa: E731
     ref = t(a, ta).astype(np.float64) @ t(b, tb).astype(np.float64) + c
     _check(Module(vmfb)("f", a, b, c), ref, 29)
+
+
+@needs_cc
+def test_forced_kernel_form_plan_the_kernel_does_not_take_is_remarked(tmp_path, capfd):
+    """falcon-compile --lcma-rewrite="scheme=strassen form=kernel" on a contraction falcon's CPU kernel
+    leaves to IREE (C stored N x M): one remark line naming the reason, exit 0 (were: nothing said, the
+    report's plan strassen while the op compiled classical)."""
+    from falcon_mlir.tools import falcon_compile
+
+    src = tmp_path / "ct.mlir"
+    src.write_text(CT)
+    rc = falcon_compile.main([str(src), "-o", str(tmp_path / "ct.vmfb"), "--lcma-rewrite=scheme=strassen form=kernel",
+                              "--falcon-kernels=x86-avx512 min-flops=0"])
+    err = capfd.readouterr().err
+    assert rc == 0, err
+    assert err.splitlines() == [
+        f"{src}:2:8: remark: lcma-rewrite: strassen (kernel form) handed to falcon-kernels, which did not build it "
+        "(left to IREE: C is transposed (stored N x M): falcon's CPU kernel writes C as M x N, row-major); "
+        "kept classical"], err
+
+
+@needs_avx512
+def test_split_compile_links_for_the_same_cpu_only():
+    """A module compiled in two halves (``--compile-to=input``, then iree-compile ``--compile-from=input``,
+    as the training job does): a back half for the same CPU with a flag that enters the target (the
+    stack limit) links the kernel and runs right against float64 (Q K^T, B stored N x K, a batch, C
+    added); a back half for a CPU without AVX-512 fails to link, where the object keyed by the target
+    triple alone went into that module silently (AVX-512 code for a haswell)."""
+    from iree.compiler import CompilerToolError, compile_str
+
+    text = QKT.replace("@qkt", "@f")
+    mid = falcon_mlir.compile_str(text, kernels="min-flops=0", extra_args=["--compile-to=input"])
+    local = ["--iree-hal-target-device=local", "--iree-hal-local-target-device-backends=llvm-cpu"]
+    vmfb = compile_str(mid, extra_args=local + ["--iree-llvmcpu-target-cpu=host", "--compile-from=input",
+                                                "--iree-llvmcpu-stack-allocation-limit=2097152"])
+    a, b, c = _inputs((3, 37, 29), (3, 53, 29), (3, 37, 53), seed=7)
+    ref = a.astype(np.float64) @ np.swapaxes(b, -1, -2).astype(np.float64) + c
+    _check(Module(vmfb)("f", a, b, c), ref, 29)
+    with pytest.raises(CompilerToolError, match="undefined symbol: falcon_cpu_general_"):
+        compile_str(mid, extra_args=local + ["--iree-llvmcpu-target-cpu=haswell", "--compile-from=input"])
 
 
 @needs_avx512

@@ -4,7 +4,7 @@
                  [--dtype f32|f16|bf16] [--acc same|f32]
                  [--candidates "classical,auto,scheme=strassen levels=1,..."]
                  [--flags best|default] [--iree-flag FLAG ...] [--const-weights]
-                 [--repeat 5] [--warmup 1] [--no-peers] [--numpy] [--torch] [--seed 0]
+                 [--repeat 5] [--warmup 1] [--interleave] [--no-peers] [--numpy] [--torch] [--seed 0]
                  [--csv out.csv] [--md out.md] [--plot out.png] [--append]
                  [--title TEXT] [--device local-task]
 
@@ -70,7 +70,10 @@ dimensionless).  Timing: ``--warmup`` calls per candidate, then ``--repeat``
 rounds in which every IREE candidate is called once (round-robin, so drift of
 the shared machine spreads over all; each peer is timed after them in a block
 of its own, as OpenBLAS's and OpenMP's spinning threads would slow the next
-call); inputs are already on the device; each call
+call; ``--interleave`` puts the peers into the rounds too, each peer call
+followed by 0.3 s of idle, and starts each round one candidate further
+along: on a shared machine whose speed drifts within a run, falcon against
+numpy is then compared call by call); inputs are already on the device; each call
 waits for the result and maps it to the host (``runner.Module`` semantics).
 
 Output, one row per (shape, candidate): median and min seconds, effective
@@ -148,6 +151,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--const-weights", action="store_true", help="B as a module constant (dense_resource)")
     p.add_argument("--repeat", type=int, default=5, help="timed calls per candidate (median reported)")
     p.add_argument("--warmup", type=int, default=1, help="untimed calls per candidate first (>= 1)")
+    p.add_argument("--interleave", action="store_true",
+                   help="time the peers (numpy, torch) in the same rounds as falcon's candidates, "
+                        "each call followed by a pause while their threads stop spinning (for a noisy, "
+                        "shared machine; default: each peer in a block of its own after them)")
     p.add_argument("--no-peers", dest="peers", action="store_false",
                    help="leave out the CPU peers numpy and torch (on by default on a CPU device)")
     p.add_argument("--numpy", action="store_true", help="add numpy.matmul (OpenBLAS) as a peer")
@@ -227,7 +234,8 @@ def _main(argv: list) -> int:
              "kernel (run with env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE)")
     config = BenchConfig(dtype=args.dtype, acc=args.acc, flags=args.flags, iree_flags=tuple(args.iree_flag or ()),
                          const_weights=args.const_weights, repeat=args.repeat, warmup=args.warmup,
-                         seed=args.seed, device=args.device, top=args.top, blas_core=openblas_core())
+                         seed=args.seed, device=args.device, top=args.top, blas_core=openblas_core(),
+                         interleave=args.interleave)
     cmd = command_line(PROG, argv)
     print(cmd, flush=True)
     t_start = time.perf_counter()

@@ -25,7 +25,7 @@ from falcon_mlir.dtypes import np_type
 from falcon_mlir.ir.matmul_text import matmul_mlir
 from falcon_mlir.runner import BEST_CPU_FLAGS
 
-__all__ = ["FLAG_SETS", "TARGET_BACKENDS", "PEERS", "BenchConfig", "Result", "bench_shape", "attach_weight", "openblas_core",
+__all__ = ["FLAG_SETS", "TARGET_BACKENDS", "PEERS", "PEER_SETTLE_S", "BenchConfig", "Result", "bench_shape", "attach_weight", "openblas_core",
            "openblas_threads", "torch_info"]
 
 #: iree-compile flags per ``--flags`` choice (the target backend comes from
@@ -39,6 +39,10 @@ FLAG_SETS = {
 PEERS = ("numpy", "torch")
 #: IREE target backends every IREE candidate is compiled for.
 TARGET_BACKENDS = ("llvm-cpu",)
+#: Seconds of idle after each timed peer call when the peers are interleaved with the IREE candidates
+#: (:attr:`BenchConfig.interleave`): OpenBLAS's threads spin about 2^28 cycles (0.13 s at 2 GHz,
+#: its THREAD_TIMEOUT default) after a call, libgomp's a little less, and would slow the next call.
+PEER_SETTLE_S = 0.3
 #: Name of the ``dense_resource`` blob that holds B with ``const_weights``.
 WEIGHT_BLOB = "falcon_bench_B"
 
@@ -52,7 +56,12 @@ class BenchConfig:
     ``iree_flags``; ``const_weights``: B is a module constant; ``repeat``
     timed rounds after ``warmup`` calls (the first call checks the result);
     ``seed`` of the inputs; ``device``: IREE HAL driver; ``top``: plans for
-    the ``top`` candidate; ``blas_core``: the OpenBLAS kernel (for labels).
+    the ``top`` candidate; ``blas_core``: the OpenBLAS kernel (for labels);
+    ``interleave``: the peers join the IREE candidates' rounds (each round
+    calls every candidate once, starting one further along each round, with
+    :data:`PEER_SETTLE_S` of idle after each peer call), so a shared
+    machine's drift hits falcon and the library it is compared with alike
+    (by default each peer is timed in a block of its own after them).
     Peers (``numpy``, ``torch``) run with their libraries' own thread
     counts (:func:`openblas_threads`, :func:`torch_info`; on this machine
     every core, as IREE's ``local-task``).
@@ -69,6 +78,7 @@ class BenchConfig:
     device: str = "local-task"
     top: int = 2
     blas_core: str = "?"
+    interleave: bool = False
     _runtime: object = field(default=None, repr=False, compare=False)
 
     @property
@@ -308,7 +318,9 @@ def bench_shape(shape: Shape, cands: List[Candidate], config: BenchConfig,
     candidates are timed round-robin (drift of a shared machine spreads over
     all); each peer (numpy, torch) after them in a block of its own, since
     OpenBLAS's and OpenMP's threads keep spinning for a while after a call
-    and would slow whichever call came next. A candidate that fails to
+    and would slow whichever call came next; with ``config.interleave`` the
+    peers join the rounds instead, each call followed by :data:`PEER_SETTLE_S`
+    of idle (not timed), and each round starts one candidate further along. A candidate that fails to
     compile, load or run is a result with that ``status`` and no times.
     """
     log = log or (lambda msg: None)
@@ -336,15 +348,25 @@ def bench_shape(shape: Shape, cands: List[Candidate], config: BenchConfig,
     _check(runners, results, ref)
     del ref
 
-    blocks = [{i: run for i, run in runners.items() if cands[i].kind == "iree"}]
-    blocks += [{i: run} for i, run in runners.items() if cands[i].kind != "iree"]
+    if config.interleave:
+        blocks = [runners]
+    else:
+        blocks = [{i: run for i, run in runners.items() if cands[i].kind == "iree"}]
+        blocks += [{i: run} for i, run in runners.items() if cands[i].kind != "iree"]
     for block in blocks:
+        order = list(block)
+        settle = {i: PEER_SETTLE_S if config.interleave and cands[i].kind != "iree" else 0.0 for i in order}
         for _ in range(max(config.warmup - 1, 0)):
-            for run in block.values():
-                run()
-        for _ in range(config.repeat):
-            for i, run in block.items():  # round-robin
+            for i in order:
+                block[i]()
+                if settle[i]:
+                    time.sleep(settle[i])
+        for rnd in range(config.repeat):
+            shift = rnd % len(order) if config.interleave else 0
+            for i in order[shift:] + order[:shift]:  # round-robin
                 t0 = time.perf_counter()
-                run()
+                block[i]()
                 results[i].times.append(time.perf_counter() - t0)
+                if settle[i]:
+                    time.sleep(settle[i])
     return results

@@ -276,3 +276,44 @@ def test_quality_counts_an_unbuilt_kernel_form_plan_as_the_module_it_ran():
     assert same("classical (kernel-form strassen x1 not built)", "classical", 4, 4, 4)
     assert not same("classical (kernel-form strassen x1 not built)", "classical (falcon's kernel)", 4, 4, 4)
     assert not same("strassen x1 (7 products, kernel)", "classical (falcon's kernel)", 4, 4, 4)
+
+
+@pytest.mark.parametrize("interleave", [False, True])
+def test_interleave_puts_the_peers_into_the_rounds(monkeypatch, interleave):
+    """The timing order of bench_shape, with the compiles replaced by recording runners: by default
+    the IREE candidates round-robin and each peer in a block of its own after them; with
+    ``interleave`` every round calls every candidate once, each round starting one further along,
+    and each peer call is followed by PEER_SETTLE_S of idle (a pause, not part of any time)."""
+    from falcon_mlir.bench import BenchConfig, Shape, measure, parse_candidates
+
+    calls = []
+
+    def recorder(name):
+        def run():
+            calls.append(name)
+            return a @ b
+        return run
+
+    a = b = None
+
+    def fake_iree(source, a_, b_, c, config, r, log):
+        nonlocal a, b
+        a, b = a_, b_
+        r.plan = "fake"
+        return recorder(c.name)
+
+    monkeypatch.setattr(measure, "_iree_runner", fake_iree)
+    monkeypatch.setitem(measure._PEER_RUNNERS, "numpy", lambda a_, b_, config, r: recorder("numpy"))
+    monkeypatch.setattr(measure.time, "sleep", lambda s: calls.append(f"sleep {s}"))
+    cands = parse_candidates("classical,scheme=strassen levels=1", numpy_peer=True, torch_peer=False)
+    config = BenchConfig(repeat=3, warmup=1, interleave=interleave)
+    results = measure.bench_shape(Shape(32, 48, 40), cands, config)
+    s, st, np_, z = "classical", "scheme=strassen levels=1", "numpy", f"sleep {measure.PEER_SETTLE_S}"
+    checks = [s, st, np_]  # the first call of each checks its result, in candidate order, no pause
+    if interleave:
+        rounds = [s, st, np_, z, st, np_, z, s, np_, z, s, st]
+    else:
+        rounds = [s, st, s, st, s, st, np_, np_, np_]
+    assert calls == checks + rounds
+    assert [len(r.times) for r in results] == [3, 3, 3]
+    assert all(t >= 0 for r in results for t in r.times)

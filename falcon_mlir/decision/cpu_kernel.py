@@ -23,8 +23,8 @@ from fractions import Fraction
 from functools import lru_cache
 from typing import FrozenSet, Optional, Sequence, Tuple
 
-__all__ = ["MAX_TERMS", "MAX_COEF_NUM", "MAX_COEF_SHIFT", "MAX_GRID", "TermStats", "term_stats", "coef_ok",
-           "unfit", "price"]
+__all__ = ["MAX_TERMS", "MAX_COEF_NUM", "MAX_COEF_SHIFT", "MAX_GRID", "COLUMN_BLOCK", "TermStats", "term_stats",
+           "coef_ok", "unfit", "narrow_factor", "price"]
 
 #: Most blocks one product's A sum, B sum or C destinations may have (``falcon_mlir.kernels.cpu_gemm.MAX_TERMS``).
 MAX_TERMS = 8
@@ -34,6 +34,9 @@ MAX_COEF_NUM = 511
 MAX_COEF_SHIFT = 15
 #: Blocks per dimension of the composed format the kernel's terms can address (``encode_term``: 0..63).
 MAX_GRID = 64
+#: Columns of C one workgroup of the kernel's products computes (``falcon_mlir.kernels.cpu_gemm.PLAN_CONFIG.nc``):
+#: a product narrower than this runs every packed block of A against fewer columns.
+COLUMN_BLOCK = 512
 #: Bytes of an f32 element: the kernel's only type.
 F32 = 4
 
@@ -136,6 +139,23 @@ def unfit(pb, schemes: Sequence[str]) -> Optional[str]:
     return None
 
 
+def narrow_factor(Nb: int) -> float:
+    """Time factor of a product ``Nb`` columns wide on the kernel against the profile's rate for its size:
+    ``max(1, COLUMN_BLOCK / Nb)`` (dimensionless, >= 1).
+
+    Why: the profile's rate is looked up at the product's equivalent square size, which says a narrow
+    product runs like a big one; on the kernel it does not. Measured on a 2-core Intel Xeon, 2026-12-03
+    (falcon-bench, medians of 7): DeepSeek-V3's kv_a at 2048 tokens, 2048x576x7168, ran 0.109 s on the
+    classical kernel (155 GFLOP/s) and 0.118 s as Strassen, whose 1024x288x3584 products ran at 103
+    GFLOP/s alone (0.665 of the whole GEMM's rate; ``COLUMN_BLOCK / Nb`` says 0.56), where the model
+    had predicted Strassen faster; the M = 2048 workloads run had measured 0.904x. Products 512 wide
+    (Llama-3-70B's k, v at 2048 tokens, 2048x1024x8192) measured 1.018x, and are not scaled. A bound
+    on the safe side, not a fit: plans whose products are narrower than one column block stay
+    classical unless they gain more than the factor costs.
+    """
+    return max(1.0, COLUMN_BLOCK / max(Nb, 1))
+
+
 def price(cm, pb, schemes: Sequence[str], est) -> None:
     """Add the predicted seconds of the plan ``schemes`` on falcon's CPU kernel to ``est``
     (:class:`~falcon_mlir.decision.cost.Estimate`; ``cm`` the :class:`~falcon_mlir.decision.cost.CostModel`,
@@ -156,7 +176,8 @@ def price(cm, pb, schemes: Sequence[str], est) -> None:
       level (what summing A in the A pack and writing several destinations costs a product; each level
       multiplies a product's terms and destinations: Strassen has 12/7 per product, Strassen^2 2.9,
       whose products measured 1.09x the classical kernel's time at the same size on the Zen 5,
-      docs/kernels.md), one dispatch each;
+      docs/kernels.md), one dispatch each, and by :func:`narrow_factor` where a product is narrower
+      than the kernel's column block;
     * ``combine_c``: the destinations' traffic, ``sum_r nnz(W[r]) Mb Nb 4 2`` bytes (each destination
       block read and written once) at ``bandwidth``, no dispatch of its own. An upper bound of what
       reaches memory: the epilogue touches its tiles of C once per K block of the kernel, but they mostly
@@ -173,7 +194,8 @@ def price(cm, pb, schemes: Sequence[str], est) -> None:
     R, B = st.R, pb.batch
     _, tb, tc = st.terms
     cm.stream(B * (tb - R) * Kb * Nb * F32, est, "combine_b", p.form_efficiency("kernel"), dispatches=R)
-    cm.gemm(Mb, Nb, Kb, B * R, "f32", "f32", est, "products", scale=p.product_factor("kernel") ** len(schemes))
+    cm.gemm(Mb, Nb, Kb, B * R, "f32", "f32", est, "products",
+            scale=p.product_factor("kernel") ** len(schemes) * narrow_factor(Nb))
     est.add("products", (R - 1) * p.dispatch_overhead, R - 1)  # cm.gemm counted one dispatch for the R
     est.add("combine_c", B * tc * Mb * Nb * F32 * 2 / p.bandwidth)
     est.temp_bytes = max(est.temp_bytes, B * R * Kb * Nb * F32)

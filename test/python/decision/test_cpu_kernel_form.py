@@ -98,6 +98,25 @@ def test_auto_keeps_classical_where_the_products_do_not_pay(M, N, K):
     assert d.choice.is_classical and "not 5% faster" in d.reason and "(kernel, pad)" in d.reason
 
 
+@pytest.mark.parametrize("M, N, K, narrow", [(2048, 576, 7168, True), (2048, 512, 8192, True),
+                                              (2048, 1024, 8192, False)])
+def test_products_narrower_than_the_kernels_column_block_are_priced_up(M, N, K, narrow):
+    """DeepSeek-V3's kv_a at 2048 tokens (N = 576): Strassen's 288-wide products measured at 0.665 of the
+    whole GEMM's rate and the plan 0.90-0.93x of the classical kernel on the Xeon; they are priced at
+    512/288 of the table's time now, and auto keeps classical. 512-wide products (N = 1024) are not
+    scaled: Strassen stays auto's choice there (measured 1.018x)."""
+    d = _decide(M, N, K, levels=1)
+    plan = d.choice if not d.choice.is_classical else d.alternatives[0]
+    assert plan.schemes == ("strassen",)
+    factor = cpu_kernel.narrow_factor(N // 2)
+    assert factor == (pytest.approx(512 / (N // 2)) if narrow else 1.0)
+    p = decision.load_profile("x86-falcon")
+    Mb, Nb, Kb = M // 2, N // 2, K // 2
+    base = 7 * 2 * Mb * Nb * Kb / p.gemm_rate("f32", Mb, Nb, Kb) * 1.05
+    assert plan.parts["products"] == pytest.approx(base * factor + 7 * p.dispatch_overhead, rel=1e-6)
+    assert d.choice.is_classical == narrow, d.reason
+
+
 def test_auto_refuses_what_the_kernel_cannot_run():
     """Not candidates, and the reason says why: 4098 rows do not split into the 4 blocks of two levels (one
     level's 2 do: Strassen is taken there); bf16 and f16 inputs (the kernel is f32 only)."""
@@ -150,6 +169,7 @@ def test_the_limits_are_the_kernels():
     from fractions import Fraction
 
     assert cpu_kernel.MAX_TERMS == cpu_gemm.MAX_TERMS
+    assert cpu_kernel.COLUMN_BLOCK == cpu_gemm.PLAN_CONFIG.nc == cpu_gemm.CpuGemmConfig().nc
     last = cpu_kernel.MAX_GRID - 1
     assert cpu_plan.encode_term(last, last, 1) > 0
     with pytest.raises(ValueError):

@@ -140,7 +140,9 @@ def _remarks(report: list) -> list:
 
 
 def _stages(args, pass_flags: list, filename: str) -> list:
-    """The stages of ``--pass-pipeline`` or of the pass flags, in order.
+    """The stages of ``--pass-pipeline`` or of the pass flags, in order; an lcma-rewrite before a
+    falcon-kernels that runs kernels decides on their profile, as in falcon-compile
+    (:func:`falcon_mlir.pipeline.assemble.imply_kernel_defaults`).
 
     Raises:
         ToolError: a pipeline or an option that does not parse (one line).
@@ -162,7 +164,9 @@ def _stages(args, pass_flags: list, filename: str) -> list:
             raise ToolError(f"{TOOL}: error: unknown pass or option '--{bad.split('=')[0]}' "
                             f"(see {TOOL} --help)") from None
         raise ToolError(f"{TOOL}: error: {e}") from None
-    return stages
+    from falcon_mlir.pipeline.assemble import imply_kernel_defaults
+
+    return imply_kernel_defaults(stages)
 
 
 def _input_chunks(args, filename: str) -> list:

@@ -376,6 +376,35 @@ def _with_defaults(options, pass_name: str, flags: Sequence[str], kernels: Optio
     return options, applied
 
 
+def imply_kernel_defaults(stages: list) -> list:
+    """falcon-opt's stages with :data:`KERNEL_DEFAULTS` applied as falcon-compile applies them: an
+    ``lcma-rewrite`` stage followed, anywhere later, by a ``falcon-kernels`` stage whose kernels run
+    (``arch`` not ``none``: ``x86-avx512`` on the CPU, ``sm_90a`` or ``auto`` on CUDA) gets the profile of
+    those kernels where its own options leave it ``auto`` (``x86-falcon``, unless ``$FALCON_PROFILE`` is
+    set; ``h200-falcon``), and its report entries name the default (``defaults``). Without it,
+    ``falcon-opt --lcma-rewrite --falcon-kernels=x86-avx512`` decided on the host profile (IREE's own
+    GEMM: Strassen in the per-product form at 4096^3, predicted 1.83x) where falcon-compile decides
+    on falcon's kernel (the kernel form, predicted 1.09x). Other stages are returned as they are.
+    """
+    out = list(stages)
+    for i, st in enumerate(out):
+        if st.name != "lcma-rewrite" or st.options is None:
+            continue
+        later = [k.options for k in out[i + 1:] if k.name == "falcon-kernels" and k.options is not None]
+        kopts = next((k for k in later if k.arch != "none"), None)
+        if kopts is None:
+            continue
+        applied: dict = {}
+        options = _apply(st.options, KERNEL_DEFAULTS["cpu" if kopts.on_cpu else "cuda"].get("lcma-rewrite", ()),
+                         applied)
+        if applied:
+            extra = dict(st.report_extra)
+            extra["defaults"] = {**extra.get("defaults", {}), **applied}
+            out[i] = dataclasses.replace(st, text=f"lcma-rewrite{{{to_text(options)}}}", options=options,
+                                         report_extra=extra)
+    return out
+
+
 def _target_cpu(flags: Sequence[str]) -> str:
     """The ``--iree-llvmcpu-target-cpu`` the flags give (the last one);
     ``"generic"`` where they select llvm-cpu devices only (no vmvx) and name

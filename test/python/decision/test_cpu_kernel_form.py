@@ -25,7 +25,7 @@ def test_x86_falcon_profile_loads_by_name_with_the_kernels_rates():
     dev = decision.load_profile("x86-dev")
     assert "x86-falcon" in decision.preset_names()
     assert (p.name, p.kind, p.device, p.plan_forms, p.max_levels, p.auto_schemes, p.min_gain) == \
-        ("x86-falcon", "cpu", "local-task", ("kernel",), 1, ("strassen",), 0.05)
+        ("x86-falcon", "cpu", "local-task", ("kernel",), 1, ("strassen",), 0.03)
     assert "2026-12-02" in p.provenance and "Estimates, not measured: forms.kernel_products 1.05" in p.provenance
     # from 1024 up falcon's classical kernel (measured), below it and for bf16 IREE's (x86-dev's table)
     for n, gflops in ((1024, 339), (2048, 373), (4096, 361), (8192, 356)):
@@ -78,24 +78,28 @@ def test_two_levels_price_each_levels_product_factor():
 
 
 @pytest.mark.parametrize("M, N, K", [(1024, 4096, 4096), (1024, 4096, 14336), (2048, 14336, 4096),
-                                     (2048, 3584, 18944)])
+                                     (2048, 3584, 18944), (1024, 14336, 4096), (2048, 3584, 3584),
+                                     (2048, 7168, 2048), (1000, 5000, 3000)])
 def test_auto_takes_strassen_on_wide_weight_shapes(M, N, K):
     """Llama-3-8B's q/o and down at 1024 tokens, gate/up at 2048, Qwen2.5-7B's down at 2048: Strassen,
     predicted 1.05-1.08x; measured 1.14x, 1.09x, 1.21x and 1.10x over the classical kernel on a 2-core
     Intel Xeon (falcon-bench, 2026-12-03; docs/benchmarks.md). Before the B packs' plain copy stopped
-    being counted twice (once in the products' rate), all four were predicted slower than classical."""
+    being counted twice (once in the products' rate), all four were predicted slower than classical.
+    Then, predicted 3.3-4.6% faster, the shapes the 5% margin had kept classical and that measured
+    1.06-1.18x (Llama-3-8B gate/up at 1024 tokens, Qwen2.5-7B q/o, DeepSeek-V3's down at 2048, the issue's
+    unaligned 1000x5000x3000): x86-falcon's margin is 3%."""
     d = _decide(M, N, K)
     assert d.choice.schemes == ("strassen",) and d.choice.form == "kernel", d.reason
 
 
-@pytest.mark.parametrize("M, N, K", [(512, 512, 512), (2048, 2048, 2048), (1024, 14336, 4096)])
+@pytest.mark.parametrize("M, N, K", [(512, 512, 512), (2048, 2048, 2048), (2048, 24576, 1536)])
 def test_auto_keeps_classical_where_the_products_do_not_pay(M, N, K):
     """At 2048^3 Strassen's 1024^3 products run at 339 GFLOP/s against the whole GEMM's 373: predicted
     50 ms against 46 ms (measured 0.955x on the Xeon); at 512^3 its 256^3 products at IREE's 300 against
-    412. Llama-3-8B's gate/up at 1024 tokens: Strassen 325 ms against 337, under the 5% margin (measured
-    1.03x on the Xeon, 1.14x on the Zen 5)."""
+    412. DeepSeek-V3's q_b at 2048 tokens: Strassen predicted 2.3% faster, under the 3% margin (measured
+    0.994x on the Xeon)."""
     d = _decide(M, N, K)
-    assert d.choice.is_classical and "not 5% faster" in d.reason and "(kernel, pad)" in d.reason
+    assert d.choice.is_classical and "not 3% faster" in d.reason and "(kernel, pad)" in d.reason
 
 
 @pytest.mark.parametrize("M, N, K, narrow", [(2048, 576, 7168, True), (2048, 512, 8192, True),

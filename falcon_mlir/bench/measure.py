@@ -355,6 +355,8 @@ def bench_shape(shape: Shape, cands: List[Candidate], config: BenchConfig,
         blocks += [{i: run} for i, run in runners.items() if cands[i].kind != "iree"]
     for block in blocks:
         order = list(block)
+        if not order:  # every candidate failed (a shape IREE cannot compile, no peers): nothing to time
+            continue
         settle = {i: PEER_SETTLE_S if config.interleave and cands[i].kind != "iree" else 0.0 for i in order}
         for _ in range(max(config.warmup - 1, 0)):
             for i in order:

@@ -381,7 +381,9 @@ def imply_kernel_defaults(stages: list) -> list:
     ``lcma-rewrite`` stage followed, anywhere later, by a ``falcon-kernels`` stage whose kernels run
     (``arch`` not ``none``: ``x86-avx512`` on the CPU, ``sm_90a`` or ``auto`` on CUDA) gets the profile of
     those kernels where its own options leave it ``auto`` (``x86-falcon``, unless ``$FALCON_PROFILE`` is
-    set; ``h200-falcon``), and its report entries name the default (``defaults``). Without it,
+    set; ``h200-falcon``), and its report entries name the default (``defaults``). On the CPU the
+    :data:`CPU_DEFAULTS` of the target CPU the kernels' ``cpu-flags`` name come first, as in
+    falcon-compile (``skylake-avx512``: ``x86-avx2``, bf16 emulated). Without it,
     ``falcon-opt --lcma-rewrite --falcon-kernels=x86-avx512`` decided on the host profile (IREE's own
     GEMM: Strassen in the per-product form at 4096^3, predicted 1.83x) where falcon-compile decides
     on falcon's kernel (the kernel form, predicted 1.09x). Other stages are returned as they are.
@@ -395,7 +397,11 @@ def imply_kernel_defaults(stages: list) -> list:
         if kopts is None:
             continue
         applied: dict = {}
-        options = _apply(st.options, KERNEL_DEFAULTS["cpu" if kopts.on_cpu else "cuda"].get("lcma-rewrite", ()),
+        options = st.options
+        cpu = _target_cpu(kopts.cpu_flags) if kopts.on_cpu else ""  # () is the host: nothing implied
+        if cpu in CPU_DEFAULTS:  # the target CPU's before the kernel's, as _with_defaults
+            options = _apply(options, CPU_DEFAULTS[cpu].get("lcma-rewrite", ()), applied)
+        options = _apply(options, KERNEL_DEFAULTS["cpu" if kopts.on_cpu else "cuda"].get("lcma-rewrite", ()),
                          applied)
         if applied:
             extra = dict(st.report_extra)

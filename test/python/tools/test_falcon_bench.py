@@ -317,3 +317,22 @@ def test_interleave_puts_the_peers_into_the_rounds(monkeypatch, interleave):
     assert calls == checks + rounds
     assert [len(r.times) for r in results] == [3, 3, 3]
     assert all(t >= 0 for r in results for t in r.times)
+
+
+@pytest.mark.parametrize("interleave", [False, True])
+def test_a_shape_where_nothing_runs_is_rows_of_failures_not_a_crash(monkeypatch, interleave):
+    """Were: with ``interleave`` and every candidate failed (all IREE compiles failed, no peers),
+    the rounds' rotation took ``rnd % 0``: falcon-bench stopped with an internal error
+    (ZeroDivisionError) and the other shapes of the run were never measured. Each candidate is a
+    row with its status and no times, as without ``interleave``."""
+    from falcon_mlir.bench import BenchConfig, Shape, measure, parse_candidates
+
+    def failing_iree(source, a, b, c, config, r, log):
+        r.status = "compile failed: no such flag"
+        return None
+
+    monkeypatch.setattr(measure, "_iree_runner", failing_iree)
+    monkeypatch.setattr(measure.time, "sleep", lambda s: None)
+    cands = parse_candidates("classical,scheme=strassen levels=1", numpy_peer=False, torch_peer=False)
+    results = measure.bench_shape(Shape(32, 48, 40), cands, BenchConfig(repeat=3, warmup=2, interleave=interleave))
+    assert [(r.status, r.times) for r in results] == [("compile failed: no such flag", [])] * 2

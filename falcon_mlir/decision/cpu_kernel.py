@@ -34,8 +34,8 @@ MAX_COEF_NUM = 511
 MAX_COEF_SHIFT = 15
 #: Blocks per dimension of the composed format the kernel's terms can address (``encode_term``: 0..63).
 MAX_GRID = 64
-#: Columns of C one workgroup of the kernel's products computes (``falcon_mlir.kernels.cpu_gemm.PLAN_CONFIG.nc``):
-#: a product narrower than this runs every packed block of A against fewer columns.
+#: Product width (columns of C) below which :func:`narrow_factor` prices a kernel-form product up: the
+#: column block of the products' default blocking (``falcon_mlir.kernels.cpu_gemm.PLAN_CONFIG.nc``).
 COLUMN_BLOCK = 512
 #: Bytes of an f32 element: the kernel's only type.
 F32 = 4
@@ -150,8 +150,10 @@ def narrow_factor(Nb: int) -> float:
     GFLOP/s alone (0.665 of the whole GEMM's rate; ``COLUMN_BLOCK / Nb`` says 0.56), where the model
     had predicted Strassen faster; the M = 2048 workloads run had measured 0.904x. Products 512 wide
     (Llama-3-70B's k, v at 2048 tokens, 2048x1024x8192) measured 1.018x, and are not scaled. A bound
-    on the safe side, not a fit: plans whose products are narrower than one column block stay
-    classical unless they gain more than the factor costs.
+    on the safe side from one measurement, not the kernel's mechanism (a product with few blocks of C
+    runs on the small blocking, 256 columns, ``cpu_gemm.choose_plan_config``), and only the plan's
+    products are scaled, not a classical GEMM as narrow: plans whose products are under 512 columns
+    stay classical unless they gain more than the factor costs.
     """
     return max(1.0, COLUMN_BLOCK / max(Nb, 1))
 

@@ -34,9 +34,9 @@ pass it changed lists it under ``"defaults"`` (``--lcma-explain`` shows it).
 The compile target itself defaults to this machine's CPU
 (:data:`DEFAULT_TARGET`) when the flags name no device.
 
-(About 700 lines: the defaults tables, the readers of the target from the
-flags they key on, and the stage assembly that applies them are one
-decision, read together. Split candidate: the target readers,
+(About 750 lines: the defaults tables, the readers of the target from the
+flags they key on, and the stage assembly that applies them (falcon-compile's
+and falcon-opt's) are one decision, read together. Split candidate: the target readers,
 ``target_devices`` to ``check_cuda_target`` and ``_target_cpu``.)
 """
 
@@ -353,6 +353,20 @@ def _apply(options, defaults, applied: dict):
     return options
 
 
+def _cpu_and_kernel_defaults(options, pass_name: str, cpu: str, kernels: Optional[str], applied: dict):
+    """``options`` with the :data:`CPU_DEFAULTS` of target CPU ``cpu`` (``""``: none) and then the
+    :data:`KERNEL_DEFAULTS` of ``kernels`` (``"cuda"``, ``"cpu"`` or ``None``) for ``pass_name``; ``applied``
+    gets what was set. The target CPU's come first: x86-falcon's bf16 table is a native-bf16 CPU's, and
+    on an AVX-512 CPU without AVX512-BF16 (skylake-avx512, x86-64-v4, icelake-server ...) it kept a
+    2048^3 bf16 GEMM classical (predicted 17 ms) where x86-avx2 knows IREE's emulated bf16 GEMM (3.6 s)
+    and takes Strassen with f32 products (55 ms)."""
+    if cpu in CPU_DEFAULTS:
+        options = _apply(options, CPU_DEFAULTS[cpu].get(pass_name, ()), applied)
+    if kernels:
+        options = _apply(options, KERNEL_DEFAULTS[kernels].get(pass_name, ()), applied)
+    return options
+
+
 def _with_defaults(options, pass_name: str, flags: Sequence[str], kernels: Optional[str] = None):
     """``(options, applied)``: :data:`PIPELINE_DEFAULTS`, the :data:`CPU_DEFAULTS` of the target CPU,
     :data:`KERNEL_DEFAULTS` (when falcon-kernels runs: ``kernels`` is ``"cuda"`` or ``"cpu"``, where its
@@ -360,15 +374,8 @@ def _with_defaults(options, pass_name: str, flags: Sequence[str], kernels: Optio
     that order (the first to set an option wins)."""
     applied: dict = {}
     options = _apply(options, PIPELINE_DEFAULTS.get(pass_name, ()), applied)
-    # The target CPU's before the CPU kernel's: x86-falcon's bf16 table is a native-bf16 CPU's, and on
-    # an AVX-512 CPU without AVX512-BF16 (skylake-avx512, x86-64-v4, icelake-server ...) it kept a
-    # 2048^3 bf16 GEMM classical (predicted 17 ms) where x86-avx2 knows IREE's emulated bf16 GEMM
-    # (3.6 s) and takes Strassen with f32 products (55 ms).
-    cpu = _target_cpu(flags)
-    if cpu in CPU_DEFAULTS and not targets_cuda(flags):
-        options = _apply(options, CPU_DEFAULTS[cpu].get(pass_name, ()), applied)
-    if kernels:
-        options = _apply(options, KERNEL_DEFAULTS[kernels].get(pass_name, ()), applied)
+    cpu = "" if targets_cuda(flags) else _target_cpu(flags)
+    options = _cpu_and_kernel_defaults(options, pass_name, cpu, kernels, applied)
     devices = {d.split(":")[0] for d in target_devices(flags)}
     for device, per_pass in TARGET_DEFAULTS.items():
         if any(d.startswith(device) for d in devices):
@@ -397,12 +404,9 @@ def imply_kernel_defaults(stages: list) -> list:
         if kopts is None:
             continue
         applied: dict = {}
-        options = st.options
         cpu = _target_cpu(kopts.cpu_flags) if kopts.on_cpu else ""  # () is the host: nothing implied
-        if cpu in CPU_DEFAULTS:  # the target CPU's before the kernel's, as _with_defaults
-            options = _apply(options, CPU_DEFAULTS[cpu].get("lcma-rewrite", ()), applied)
-        options = _apply(options, KERNEL_DEFAULTS["cpu" if kopts.on_cpu else "cuda"].get("lcma-rewrite", ()),
-                         applied)
+        options = _cpu_and_kernel_defaults(st.options, "lcma-rewrite", cpu, "cpu" if kopts.on_cpu else "cuda",
+                                           applied)
         if applied:
             extra = dict(st.report_extra)
             extra["defaults"] = {**extra.get("defaults", {}), **applied}

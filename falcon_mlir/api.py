@@ -11,7 +11,8 @@ runs to the rewrite phase, the stages that
 :mod:`falcon_mlir.pipeline.assemble` builds run (``lcma-rewrite`` on the
 matrix multiplications, ``falcon-tiles`` when the target device is ``cuda``),
 and IREE compiles the result to the end. ``lcma=None`` is a plain IREE
-compile. What the target implies for the options (e.g. cuda: the
+compile but for contractions over an empty reduction (K = 0), which are
+replaced by their init (the ``empty-reduction`` pass; IREE 3.13 crashes on them). What the target implies for the options (e.g. cuda: the
 ``h200-iree`` profile) is listed in each report entry's ``defaults``.
 """
 

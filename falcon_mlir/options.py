@@ -261,7 +261,8 @@ def parse_options(cls, text: Optional[str]):
     Raises:
         OptionError: a token without ``=`` (unless the class has a positional
             option), an unknown key (the message lists the keys), a key given
-            twice, or a value the option does not allow.
+            twice, a value the option does not allow, or any token for a class
+            without options.
     """
     name = getattr(cls, "PASS", cls.__name__)
     specs = option_specs(cls)
@@ -275,6 +276,8 @@ def parse_options(cls, text: Optional[str]):
     words = strip_text(text).split()
     if words == [getattr(cls, "AUTO", None)]:
         words = []
+    if words and not specs:
+        raise OptionError(f"{name} takes no options (given: '{words[0]}')")
     for tok in words:
         key, eq, val = tok.partition("=")
         if not eq and positional is not None:

@@ -12,8 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from falcon_mlir.options import format_help, parse_options
+from falcon_mlir.options import format_help, option_specs, parse_options
 
+from .empty_reduction import EmptyReductionOptions, run_empty_reduction
 from .falcon_kernels import KernelsOptions, run_falcon_kernels
 from .falcon_tiles import TilesOptions, run_falcon_tiles
 from .lcma_rewrite import LcmaOptions, run_lcma_rewrite
@@ -50,6 +51,10 @@ PASSES = {p.name: p for p in (
     PassInfo("falcon-tiles", TilesOptions, run_falcon_tiles,
              "attach CUDA tile choices (compilation_info) to contractions and to the "
              "rewrite's combines:"),
+    PassInfo("empty-reduction", EmptyReductionOptions, run_empty_reduction,
+             "replace each contraction whose reduction (K) has the static size 0 by its init "
+             "(IREE 3.13 crashes on them; lcma-rewrite does it too, falcon-compile runs this "
+             "pass where lcma-rewrite is off)"),
 )}
 
 
@@ -67,13 +72,13 @@ def parse_pass_options(name: str, text: Optional[str], filename: Optional[str] =
 
 
 def pass_help(flag_width: int = 26, width: int = 79) -> list:
-    """``--NAME[=OPTIONS]`` lines for every falcon pass: its summary, then its
-    options (generated from their declarations)."""
+    """``--NAME[=OPTIONS]`` lines for every falcon pass (``--NAME`` for one without
+    options): its summary, then its options (generated from their declarations)."""
     import textwrap
 
     lines = []
     for p in PASSES.values():
-        flag = f"  --{p.name}[=OPTIONS]".ljust(flag_width + 2)
+        flag = (f"  --{p.name}" + ("[=OPTIONS]" if option_specs(p.options) else "")).ljust(flag_width + 2)
         summary = textwrap.wrap(p.summary, width=width - len(flag))
         lines.append(flag + summary[0])
         lines += [" " * len(flag) + s for s in summary[1:]]

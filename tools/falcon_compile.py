@@ -18,8 +18,10 @@ Ours:
   --lcma-rewrite[=OPTIONS]  run the rewrite with OPTIONS ("scheme=S levels=L";
                             the default, without this flag, is "auto"; see
                             falcon-opt --help for the keys)
-  --no-lcma                 do not rewrite (plain iree-compile); an error
-                            together with --lcma-rewrite
+  --no-lcma                 do not rewrite (plain iree-compile, but for
+                            contractions whose K is 0: replaced by their init,
+                            as always, since IREE 3.13 crashes on them); an
+                            error together with --lcma-rewrite
   --lcma-report=FILE        write the rewrite's report as JSON (a list of
                             entries, one per contraction; "defaults" lists
                             what falcon-compile or the target implied)

@@ -35,7 +35,8 @@ def _mib(nbytes) -> str:
 def explain_entry(e: dict) -> str:
     """Explain one report entry (see ``run_lcma_rewrite``) in a few indented lines.
 
-    The first line is ``LOCATION: OP M x N x K [batch] (lhs x rhs -> acc): DECISION``;
+    The first line is ``LOCATION: OP M x N x K [batch] (lhs x rhs -> acc): DECISION``
+    (rewritten with its plan, classical, or replaced by its init: an empty reduction);
     then the reason, the defaults falcon-compile or the target implied (if
     any), the predicted times (classical, the plan, the next best
     alternatives, with the profile used) and the predicted errors.
@@ -61,11 +62,13 @@ def explain_entry(e: dict) -> str:
                 what += " (not built there: the op stays classical)"
         elif "products" in e:
             what += f"; {e['products']} products, {e.get('combines', 0)} combines emitted"
+    elif e.get("replaced_by"):  # an empty reduction (K = 0): no op left
+        what = f"replaced by its {e['replaced_by']}"
     else:
         what = "classical"
     lines = [f"{e.get('location')}: {e.get('op')} {shape}{types}: {what}",
              f"  why: {e.get('reason')}"]
-    if e.get("defaults"):  # what falcon-compile / the API / the target implied
+    if e.get("defaults") and not e.get("replaced_by"):  # what falcon-compile / the API / the target implied
         lines.append("  defaults: " + "; ".join(f"{k}={v}" for k, v in e["defaults"].items()))
     pt = e.get("predicted_time")
     if pt:
@@ -194,6 +197,9 @@ def explain(report: List[dict]) -> str:
     total_c = sum((e.get("predicted_time") or {}).get("classical", 0) for e in report)
     total_p = sum((e.get("predicted_time") or {}).get("plan", 0) for e in report if served(e))
     summary = f"lcma-explain: {rewritten} of {len(blocks)} contractions rewritten"
+    replaced = sum(1 for e in report if e.get("replaced_by"))
+    if replaced:
+        summary += f", {replaced} replaced by {'its' if replaced == 1 else 'their'} init (K = 0)"
     if unserved:
         summary += (f" ({unserved} more handed to falcon-kernels, which left them classical: "
                     "see their 'kernels' lines)")

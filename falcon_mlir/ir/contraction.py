@@ -98,6 +98,11 @@ class Contraction:
             :data:`FOLD_REASON` when nothing else is wrong.
         group_sizes: the sizes of the dims of each role held by several loop
             dimensions (in operand order when they fold), also when they do not.
+        empty_reduction: a reduction (K) loop dimension has the static size 0
+            in every operand that carries it: the body never runs and the
+            result is the init (outs operand), whatever else the op holds
+            (``unsupported`` may be set as well). IREE 3.13 crashes compiling
+            such an op (SIGFPE); :mod:`passes.empty_reduction` replaces it.
     """
 
     op: ir.Operation
@@ -121,6 +126,7 @@ class Contraction:
     dynamic: list = field(default_factory=list)
     groups: dict = field(default_factory=dict)
     group_sizes: dict = field(default_factory=dict)
+    empty_reduction: bool = False
 
     @property
     def is_float(self) -> bool:
@@ -290,6 +296,7 @@ def analyze(op: ir.Operation) -> Optional[Contraction]:
         return c
     sizes = _loop_sizes(ttypes, c)
     _set_sizes(c, sizes, m, n, k, b)
+    c.empty_reduction = any(sizes[d] == 0 for d in k)
     if not m or not n or not k:
         c.unsupported = (f"needs an M, an N and a K dimension "
                          f"(has {len(m)} M, {len(n)} N, {len(k)} K)")

@@ -5,7 +5,11 @@ One function builds it for both (:func:`make_rewrite`, and
 iree-compile flags it makes the stage list (:mod:`falcon_mlir.pipeline.stages`,
 the same machinery falcon-opt runs)::
 
-    lcma-rewrite{...}      the user's options, plus the defaults below
+    lcma-rewrite{...}      the user's options, plus the defaults below; it
+                           replaces a contraction over an empty reduction
+                           (K = 0) by its init, as IREE 3.13 crashes on one
+    empty-reduction        in its place when the rewrite is off (--no-lcma,
+                           lcma=None): that replacement alone
     canonicalize,cse       only when something was rewritten: folds the
                            rewrite's slices of fills and shares its constants
                            (without it llvm-cpu codegen of the products can
@@ -49,6 +53,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from falcon_mlir import targets
 from falcon_mlir.options import OptionTypeError, option_specs, to_text
+from falcon_mlir.passes.empty_reduction import EmptyReductionOptions
 from falcon_mlir.passes.falcon_kernels import KernelsOptions, triton_available
 from falcon_mlir.passes.falcon_tiles import TilesOptions
 from falcon_mlir.passes.lcma_rewrite import LcmaOptions
@@ -609,10 +614,14 @@ def _rewritten(report: list) -> bool:
     return any(e.get("plan") != "classical" for e in report)
 
 
-def rewrite_stages(lcma, tiles, flags: Sequence[str], kernels="auto") -> list:
+def rewrite_stages(lcma, tiles, flags: Sequence[str], kernels="auto", empty_reduction: bool = True) -> list:
     """The stages run between IREE phases for ``lcma`` (see :func:`lcma_options`;
     not a callable), ``tiles`` (see :func:`tiles_options`), ``kernels`` (see
-    :func:`kernels_options`) and ``flags``.
+    :func:`kernels_options`) and ``flags``. With the rewrite off the
+    ``empty-reduction`` pass comes first (unless ``empty_reduction`` is false:
+    a custom rewrite in its place), so IREE 3.13 never meets a contraction
+    over an empty reduction (K = 0), on which it crashes; lcma-rewrite
+    replaces those itself.
 
     Raises:
         OptionError: bad option text.
@@ -636,6 +645,8 @@ def rewrite_stages(lcma, tiles, flags: Sequence[str], kernels="auto") -> list:
         stages.append(Stage("lcma-rewrite", f"lcma-rewrite{{{to_text(options)}}}", options,
                             report_extra=extra))
         stages.append(Stage("canonicalize", "canonicalize,cse", when=_rewritten))
+    elif empty_reduction:
+        stages.append(Stage("empty-reduction", "empty-reduction", EmptyReductionOptions()))
     if kopts is not None:
         stages.append(Stage("falcon-kernels", f"falcon-kernels{{{to_text(kopts)}}}", kopts,
                             report_extra={"defaults": kapplied} if kapplied else {}))
@@ -652,9 +663,14 @@ def make_rewrite(lcma="auto", tiles="auto", flags: Sequence[str] = (),
     between phases, or ``None`` when nothing is to run. Options are parsed
     here, before any compilation.
 
+    With the rewrite off (``lcma`` ``None``/``"none"``) the callback still runs
+    the empty-reduction pass (:func:`rewrite_stages`), so it is ``None`` only
+    for a callable ``lcma`` with nothing else to run.
+
     ``lcma`` may also be a callable ``rewrite(module_op) -> list[dict]``: it
-    runs in place of lcma-rewrite (and its cleanup), falcon-tiles after it.
-    The callback returns the lcma-rewrite report, with falcon-kernels'
+    runs in place of lcma-rewrite (and its cleanup, and of empty-reduction),
+    falcon-tiles after it.
+    The callback returns the lcma-rewrite report (or empty-reduction's), with falcon-kernels'
     entries joined to it (each contraction's ``kernels`` list); falcon-tiles'
     entries go to ``tiles_report`` when given. Where the cost model's profile
     is for another kind of target than ``flags`` compile for
@@ -666,7 +682,7 @@ def make_rewrite(lcma="auto", tiles="auto", flags: Sequence[str] = (),
         OptionError (a ValueError): bad option text.
     """
     custom = lcma if callable(lcma) and not isinstance(lcma, (str, bool)) else None
-    stages = rewrite_stages(None if custom else lcma, tiles, flags, kernels)
+    stages = rewrite_stages(None if custom else lcma, tiles, flags, kernels, empty_reduction=custom is None)
     if custom is None and not stages:
         return None
     if custom is not None and not stages:
@@ -701,8 +717,8 @@ def make_rewrite(lcma="auto", tiles="auto", flags: Sequence[str] = (),
             else:
                 report.extend(entries)
         if no_kernels:
-            for e in report:
-                if e.get("element_types") is not None and "kernels" not in e:
+            for e in report:  # (an op replaced by its init is gone: no kernel to speak of)
+                if e.get("element_types") is not None and "kernels" not in e and not e.get("replaced_by"):
                     e["kernels"] = [{"kernel": None, "reason": no_kernels_why,
                                      "defaults": {"arch": no_kernels}}]
         return report

@@ -11,6 +11,9 @@ dimension) and static N, K get a run-time dispatch (:mod:`.dispatch`).
 A contraction with several loop dimensions in one role that fold into one
 (a ``batch_matmul`` whose B has no batch dimension: a matmul over batch x M)
 is planned and rewritten through its folded view (:mod:`.fold`).
+A contraction whose reduction (K) has the static size 0 is replaced by its
+init under every option (:func:`passes.empty_reduction.replace_by_init`: the
+sum over no terms; IREE 3.13 crashes compiling the op).
 Everything emitted is upstream ``linalg``/``tensor``/``arith``/``scf`` (plus
 ``iree_tensor_ext.compute_barrier.start`` with ``barriers=true``).
 
@@ -42,6 +45,7 @@ from falcon_mlir.dialects.plan import PLAN_ATTR
 from falcon_mlir.ir.contraction import FOLD_REASON, analyze, find_contractions, format_location
 from falcon_mlir.pipeline.diagnostics import RewriteError
 
+from ..empty_reduction import replace_by_init
 from .dispatch import DYNAMIC_CHUNK_CANDIDATES, DYNAMIC_CHUNK_M, dynamic_choice, dynamic_entry, \
     emit_dispatch
 from .emit import Emitter
@@ -439,7 +443,9 @@ def run_lcma_rewrite(module_op, options: LcmaOptions) -> list:
         run-time dispatch (:func:`.dispatch.dynamic_choice`) also has ``dispatch``
         (``{"threshold_M": T, "chunk_M": Mc}``, or ``_batch``), its plan is
         the chunk's and ``products`` counts the chunk's plan plus the
-        classical remainder op.
+        classical remainder op. A contraction with an empty reduction (K = 0)
+        replaced by its init has ``replaced_by: "init"``, plan ``"classical"``
+        and ``remark`` false (:func:`passes.empty_reduction.entry_of`).
 
     Raises:
         ProfileError: the options' profile does not load (checked by
@@ -455,6 +461,9 @@ def run_lcma_rewrite(module_op, options: LcmaOptions) -> list:
         fuse_c = False
     emission = _Emission(options, fuse_c)
     for c in contractions:
+        if c.empty_reduction:  # K = 0: the sum over no terms is the init, whatever was asked
+            report.append(replace_by_init(c, options.filename))
+            continue
         folded = None
         if c.unsupported == FOLD_REASON:  # e.g. batch_matmul with a broadcast B: a matmul
             with c.op.location, ir.InsertionPoint(c.op):

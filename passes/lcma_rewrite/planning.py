@@ -267,8 +267,9 @@ def plan_for(c: Contraction, options: LcmaOptions) -> tuple:
     form = "per-product" if options.form == "auto" else options.form
     edge = options.edge_strategy()
     if forced is None:
-        if min(c.M, c.N, c.K) < 1:
-            return None, "auto: an empty contraction stays classical"
+        if min(c.M, c.N, c.K) < 1:  # (the pass replaces a K = 0 op by its init before asking)
+            return None, ("auto: an empty reduction (K = 0) has no plan (lcma-rewrite replaces the op by "
+                          "its init)" if c.empty_reduction else "auto: an empty result (M or N = 0) stays classical")
         d = decision_for(c, options)
         if d.choice.is_classical:
             return None, d.reason

@@ -105,6 +105,21 @@ def test_falcon_opt_help_lists_every_declared_option(capfd):
             assert line in out
 
 
+def test_a_pass_without_options_says_so(capfd):
+    """empty-reduction has no options: any text is one line saying so, --help shows the bare flag."""
+    from falcon_mlir.passes.empty_reduction import EmptyReductionOptions
+    from falcon_mlir.tools import falcon_opt
+
+    assert EmptyReductionOptions.parse("") == EmptyReductionOptions.parse("{}") == EmptyReductionOptions()
+    for text, given in (("x=1", "x=1"), ("auto", "auto")):
+        with pytest.raises(OptionError) as ei:
+            EmptyReductionOptions.parse(text)
+        assert str(ei.value) == f"empty-reduction takes no options (given: '{given}')"
+    assert falcon_opt.main(["--help"]) == 0
+    out = capfd.readouterr().out
+    assert "  --empty-reduction  " in out and "--empty-reduction[=OPTIONS]" not in out
+
+
 def test_new_and_old_keys_give_the_same_ir(capfd, tmp_path):
     """profile= / target= (lcma-rewrite) and table= / target= (falcon-tiles) are one option."""
     from falcon_mlir.tools import falcon_opt

@@ -802,4 +802,6 @@ def test_lcma_none_is_off_like_the_tiles_and_kernels_specs():
     assert assemble.lcma_options("none") is None and assemble.lcma_options(None) is None
     assert assemble.lcma_options("auto") is not None
     assert assemble.lcma_options("scheme=strassen").scheme == ("strassen",)
-    assert assemble.rewrite_stages("none", "none", ["--iree-hal-target-device=local"], kernels="none") == []
+    # only the replacement of contractions over an empty reduction, on which IREE 3.13 crashes
+    assert [s.name for s in assemble.rewrite_stages("none", "none", ["--iree-hal-target-device=local"],
+                                                    kernels="none")] == ["empty-reduction"]

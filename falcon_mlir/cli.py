@@ -51,14 +51,32 @@ def error_line(e: BaseException, limit: int = 300) -> str:
     return msg[:limit]
 
 
+class _VersionAction(argparse.Action):
+    """``--version``: :func:`version_text` on stdout as written (argparse's own
+    version action reflows it to the terminal's width), then exit status 0."""
+
+    def __init__(self, option_strings, dest, help=None):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        sys.stdout.write(version_text(parser.prog) + "\n")
+        sys.stdout.flush()
+        parser.exit(0)
+
+
 class ArgumentParser(argparse.ArgumentParser):
     """argparse without the usage dump: a bad command line raises
     :class:`ToolError` with one line ``PROG: error: MESSAGE (see PROG --help)``
-    and ``usage_status`` (default 1) as its exit status."""
+    and ``usage_status`` (default 1) as its exit status. A top-level parser
+    (``version=True``, the default; subcommands' parsers have none) takes
+    ``--version``: :func:`version_text` on stdout, exit status 0."""
 
-    def __init__(self, *args, usage_status: int = 1, **kwargs):
+    def __init__(self, *args, usage_status: int = 1, version: bool = True, **kwargs):
         super().__init__(*args, **kwargs)
         self.usage_status = usage_status
+        if version:
+            self.add_argument("--version", action=_VersionAction,
+                              help="print the versions of falcon-mlir and IREE and exit")
 
     def error(self, message):
         raise ToolError(f"{self.prog}: error: {message} (see {self.prog} --help)", self.usage_status)
@@ -66,8 +84,31 @@ class ArgumentParser(argparse.ArgumentParser):
     def add_subparsers(self, **kwargs):
         """As argparse's, the subcommands' parsers reporting errors the same way
         (one line, ``usage_status``)."""
-        kwargs.setdefault("parser_class", functools.partial(type(self), usage_status=self.usage_status))
+        kwargs.setdefault("parser_class", functools.partial(type(self), usage_status=self.usage_status,
+                                                            version=False))
         return super().add_subparsers(**kwargs)
+
+
+def version_text(prog: str) -> str:
+    """What ``PROG --version`` prints (every falcon tool, as ``iree-compile
+    --version`` and ``mlir-opt --version`` do): falcon-mlir's version and the
+    IREE compiler and runtime it runs on, from the installed distributions'
+    metadata (``not installed`` where one is missing), e.g.::
+
+        falcon-opt (falcon-mlir 0.1.0)
+          iree-base-compiler 3.13.0, iree-base-runtime 3.13.0
+    """
+    from importlib import metadata
+
+    def dist(name: str) -> str:
+        try:
+            return f"{name} {metadata.version(name)}"
+        except metadata.PackageNotFoundError:
+            return f"{name} not installed"
+
+    from falcon_mlir import __version__
+
+    return f"{prog} (falcon-mlir {__version__})\n  {dist('iree-base-compiler')}, {dist('iree-base-runtime')}"
 
 
 def silence_stdout() -> None:

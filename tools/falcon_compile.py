@@ -46,6 +46,7 @@ Ours:
                             such as "arch=sm_90a f32-mode=ieee min-flops=0";
                             the report lists each contraction's kernel.
                             --falcon-tiles and --falcon-kernels alone mean auto
+  --version                 print the versions of falcon-mlir and IREE and exit
 
 Defaults inside IREE's pipeline (barriers=true), for a cuda target (the
 h200-iree profile, or h200-falcon with falcon's kernels, padding for a forced
@@ -72,7 +73,7 @@ import os
 import sys
 from typing import Optional, Sequence
 
-from falcon_mlir.cli import ToolError, one_line, run_tool, silence_stdout, write_stdout
+from falcon_mlir.cli import ToolError, one_line, run_tool, silence_stdout, version_text, write_stdout
 from falcon_mlir.files import unwritable_reason, write_files_atomic
 
 PROG = "falcon-compile"
@@ -104,7 +105,8 @@ def parse_args(argv: Sequence[str]) -> dict:
     """Splits the command line into ours and IREE's.
 
     Returns:
-        ``{"help": True}``, or a dict with ``input``, ``output``,
+        ``{"help": True, "version": False}``, ``{"help": False, "version": True}``
+        (``--version``), or a dict with ``input``, ``output``,
         ``iree_flags``, ``lcma`` (option text, ``"auto"``, or None for
         ``--no-lcma``), ``report_file``, ``explain``, ``phase``, ``tiles``, ``kernels``.
 
@@ -129,6 +131,8 @@ def parse_args(argv: Sequence[str]) -> dict:
         name = arg.split("=", 1)[0]
         if name in ("-h", "--help", "-help"):
             a["help"], i = True, i + 1
+        elif arg in ("--version", "-version"):
+            return {"help": False, "version": True}
         elif name in ("-o", "--o", "--output"):
             a["output"], i = _take_value(argv, i, arg, name)
         elif name in ("--lcma-rewrite", "-lcma-rewrite"):
@@ -150,7 +154,7 @@ def parse_args(argv: Sequence[str]) -> dict:
             iree_flags.append(arg)
             i += 1
     if a["help"]:
-        return {"help": True}
+        return {"help": True, "version": False}
     if len(given) == 2:
         raise _fail(f"{given['off']} and {given['rewrite']} contradict each other: give one "
                     "(--no-lcma turns the rewrite off, as --lcma-rewrite=none does)")
@@ -262,6 +266,9 @@ def _body(argv: list) -> int:
         args = parse_args(argv)
         if args["help"]:
             sys.stdout.write((__doc__ or "").strip() + "\n")
+            return 0
+        if args.get("version"):
+            sys.stdout.write(version_text(PROG) + "\n")
             return 0
         return _compile(args)
     except (ToolError, BrokenPipeError):

@@ -71,7 +71,7 @@ def _parser() -> ArgumentParser:
 
 _OWN_FLAGS = {"-o", "--pass-pipeline", "--split-input-file", "--verify-each", "--mlir-print-ir-after-all",
               "--mlir-print-ir-before-all", "--mlir-print-debuginfo", "--allow-unregistered-dialect",
-              "--lcma-report", "--lcma-explain", "--emit-bytecode", "-h", "--help"}
+              "--lcma-report", "--lcma-explain", "--emit-bytecode", "-h", "--help", "--version"}
 _TAKES_VALUE = {"-o", "--pass-pipeline", "--lcma-report", "--verify-each"}
 
 

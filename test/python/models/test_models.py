@@ -295,12 +295,15 @@ def test_compile_split_tile_bytes_reach_both_builds():
     """The matmul tile bytes (a global LLVM option) reach the back half of both
     builds: at 256x2048x1024 with data tiling IREE's default gives each
     workgroup 1x2 16x16 tiles of C (plain) and 8x2 (Strassen's 128x1024x512
-    products); 4 MiB gives 16x16 and 8x8. Nothing is set process-wide. (The
+    products); 4 MiB gives 16x16 and 8x8. Nothing is set process-wide (IREE's
+    global options stay as they were: unset unless an earlier test in this
+    process compiled CUDA kernels). (The
     falcon build keeps IREE's products, kernels=None: on an AVX-512 host
     falcon's CPU kernel would take them, with no IREE matmul tiles left.)"""
     from falcon_mlir.models.main_job import BASE_FLAGS, DATA_TILING_FLAGS, compile_split, tile_flags
     from falcon_mlir.pipeline.capi import global_flags
 
+    before = global_flags()
     flags = list(BASE_FLAGS) + list(DATA_TILING_FLAGS)
     to = ["--compile-to=executable-configurations"]
     got = {}
@@ -312,7 +315,7 @@ def test_compile_split_tile_bytes_reach_both_builds():
             assert len(report) == (1 if falcon else 0)
     assert got[0, False] == ["1, 2, 0, 0, 0, 0"] and got[4 << 20, False] == ["16, 16, 0, 0, 0, 0"], got
     assert set(got[0, True]) == {"8, 2, 0, 0, 0, 0"} and set(got[4 << 20, True]) == {"8, 8, 0, 0, 0, 0"}, got
-    assert global_flags() is None
+    assert global_flags() == before
 
 
 def test_compile_split_with_tile_bytes_computes_the_product():

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import subprocess
 import sys
 
@@ -35,17 +36,20 @@ def test_syntax_error_one_line_with_location(capfd, src, tmp_path):
     no_files_left(tmp_path)
 
 
+_NOISE = random.Random(0)  # the same bytes in every process (pytest-xdist's workers collect alike)
+
+
 @pytest.mark.parametrize("data,needle", [
     (bytes(range(256)) * 3, "neither MLIR text"),
-    (b"\x89PNG\r\n\x1a\n" + os.urandom(64), "neither MLIR text"),
+    (b"\x89PNG\r\n\x1a\n" + _NOISE.randbytes(64), "neither MLIR text"),
     (MM.encode()[:50] + b"\x00" + MM.encode()[50:], "NUL byte"),
     (b"\xef\xbb\xbf" + MM.encode(), "error"),           # UTF-8 BOM: MLIR rejects it, with a location
     ("func.func @f() {\n  \u00e9\n}\n".encode(), "error"),
     (b"ML\xefR", "error"),                              # bytecode magic alone
-    (b"ML\xefR" + os.urandom(200), "error"),
+    (b"ML\xefR" + _NOISE.randbytes(200), "error"),
     (b"}" * 100000, "error"),
     (b"(" * 200000, "error"),                           # deep nesting: no recursion crash
-])
+], ids=["all-bytes", "png", "nul", "bom", "non-ascii", "magic-alone", "magic-noise", "braces", "nesting"])
 def test_garbage_input(capfd, src, tmp_path, data, needle):
     p, snap = src(data)
     out = tmp_path / "out.mlir"

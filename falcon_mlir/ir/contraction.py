@@ -99,10 +99,13 @@ class Contraction:
         group_sizes: the sizes of the dims of each role held by several loop
             dimensions (in operand order when they fold), also when they do not.
         empty_reduction: a reduction (K) loop dimension has the static size 0
-            in every operand that carries it: the body never runs and the
-            result is the init (outs operand), whatever else the op holds
-            (``unsupported`` may be set as well). IREE 3.13 crashes compiling
-            such an op (SIGFPE); :mod:`passes.empty_reduction` replaces it.
+            in an operand that carries it (:func:`_zero_dims`: also where the
+            other operand has it dynamic, or where a ``tensor.cast`` made a
+            static 0 dynamic): the body never runs and the result is the init
+            (outs operand), whatever else the op holds (``unsupported`` may be
+            set as well). IREE 3.13 crashes compiling such an op (SIGFPE; once
+            its canonicalization has made the 0 static);
+            :mod:`passes.empty_reduction` replaces it.
     """
 
     op: ir.Operation
@@ -228,6 +231,30 @@ def _loop_sizes(ttypes: list, c: Contraction) -> dict:
     return sizes
 
 
+def _zero_dims(values: list, c: Contraction) -> set:
+    """The loop dimensions that some operand in ``values`` (lhs, rhs, out) has with the static size 0,
+    seen through the ``tensor.cast`` ops that made the operand (a cast to a dynamic size hides a
+    static 0 that IREE's canonicalization folds back into the op).
+
+    A dimension that one operand has as 0 and another as dynamic is 0 in any valid run, so it counts:
+    ``tensor<8x?xf32>`` by ``tensor<0x16xf32>`` sums over no terms, and IREE 3.13 crashed on it
+    (SIGFPE) once its canonicalization had made the 0 static (were: both left to IREE).
+    """
+    zero = set()
+    for v, dl in zip(values, (c.lhs_dims, c.rhs_dims, c.out_dims)):
+        seen = 0
+        while isinstance(v.type, ir.RankedTensorType) and seen < 64:
+            t = ir.RankedTensorType(v.type)
+            if t.rank != len(dl):
+                break
+            zero.update(d for pos, d in enumerate(dl) if not t.is_dynamic_dim(pos) and t.shape[pos] == 0)
+            owner = v.owner if isinstance(v, ir.OpResult) else None
+            if owner is None or owner.name != "tensor.cast":
+                break
+            v, seen = owner.operands[0], seen + 1
+    return zero
+
+
 def _set_sizes(c: Contraction, sizes: dict, m: list, n: list, k: list, b: list) -> None:
     """Set ``c``'s M, N, K, batch and dynamic roles from the loop sizes.
 
@@ -296,7 +323,7 @@ def analyze(op: ir.Operation) -> Optional[Contraction]:
         return c
     sizes = _loop_sizes(ttypes, c)
     _set_sizes(c, sizes, m, n, k, b)
-    c.empty_reduction = any(sizes[d] == 0 for d in k)
+    c.empty_reduction = bool(_zero_dims(operands, c).intersection(k))
     if not m or not n or not k:
         c.unsupported = (f"needs an M, an N and a K dimension "
                          f"(has {len(m)} M, {len(n)} N, {len(k)} K)")

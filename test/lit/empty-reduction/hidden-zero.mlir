@@ -68,4 +68,52 @@ func.func @empty_n_stays(%a: tensor<8x4xf32>, %b0: tensor<4x0xf32>, %c: tensor<8
 // REPORT: "replaced_by": "init"
 // REPORT: "location": "{{.*}}hidden-zero.mlir:39:8",
 // REPORT: "replaced_by": "init"
+
+// A K that slices or empty tensors fix at 0 by a constant size (IREE's
+// canonicalization makes it static too).
+// CHECK-LABEL: func.func @sliced
+// CHECK-SAME: %[[C:[a-z0-9]+]]: tensor<8x16xf32>
+// CHECK-NOT: linalg.matmul
+// CHECK: return %[[C]] : tensor<8x16xf32>
+func.func @sliced(%a: tensor<8x4xf32>, %b: tensor<4x16xf32>, %c: tensor<8x16xf32>) -> tensor<8x16xf32> {
+  %z = arith.constant 0 : index
+  %sa = tensor.extract_slice %a[0, 0] [8, %z] [1, 1] : tensor<8x4xf32> to tensor<8x?xf32>
+  %sb = tensor.extract_slice %b[0, 0] [%z, 16] [1, 1] : tensor<4x16xf32> to tensor<?x16xf32>
+  %0 = linalg.matmul ins(%sa, %sb : tensor<8x?xf32>, tensor<?x16xf32>) outs(%c : tensor<8x16xf32>) -> tensor<8x16xf32>
+  return %0 : tensor<8x16xf32>
+}
+// CHECK-LABEL: func.func @emptied
+// CHECK-NOT: linalg.matmul
+// CHECK: return
+func.func @emptied(%n: index, %c: tensor<8x16xf32>) -> tensor<8x16xf32> {
+  %z = arith.constant 0 : index
+  %a = tensor.empty(%n, %z) : tensor<?x?xf32>
+  %b = tensor.empty(%z) : tensor<?x16xf32>
+  %0 = linalg.matmul ins(%a, %b : tensor<?x?xf32>, tensor<?x16xf32>) outs(%c : tensor<8x16xf32>) -> tensor<8x16xf32>
+  return %0 : tensor<8x16xf32>
+}
+
+// A constant size other than 0, and a rank-reducing slice (its sizes do not
+// line up with the result's dimensions; K is an argument): both stay.
+// CHECK-LABEL: func.func @sliced_one
+// CHECK: linalg.matmul
+// CHECK-LABEL: func.func @rank_reducing
+// CHECK: linalg.matmul
+func.func @sliced_one(%a: tensor<8x4xf32>, %b: tensor<4x16xf32>, %c: tensor<8x16xf32>) -> tensor<8x16xf32> {
+  %one = arith.constant 1 : index
+  %sa = tensor.extract_slice %a[0, 0] [8, %one] [1, 1] : tensor<8x4xf32> to tensor<8x?xf32>
+  %sb = tensor.extract_slice %b[0, 0] [%one, 16] [1, 1] : tensor<4x16xf32> to tensor<?x16xf32>
+  %0 = linalg.matmul ins(%sa, %sb : tensor<8x?xf32>, tensor<?x16xf32>) outs(%c : tensor<8x16xf32>) -> tensor<8x16xf32>
+  return %0 : tensor<8x16xf32>
+}
+func.func @rank_reducing(%a3: tensor<1x8x4xf32>, %k: index, %b: tensor<?x16xf32>, %c: tensor<8x16xf32>) -> tensor<8x16xf32> {
+  %a = tensor.extract_slice %a3[0, 0, 0] [1, 8, %k] [1, 1, 1] : tensor<1x8x4xf32> to tensor<8x?xf32>
+  %0 = linalg.matmul ins(%a, %b : tensor<8x?xf32>, tensor<?x16xf32>) outs(%c : tensor<8x16xf32>) -> tensor<8x16xf32>
+  return %0 : tensor<8x16xf32>
+}
+
+// REPORT: "op": "linalg.matmul",
+// REPORT: "replaced_by": "init"
+// REPORT: "op": "linalg.matmul",
+// REPORT: "replaced_by": "init"
 // REPORT-NOT: "location"

@@ -59,8 +59,7 @@ class _VersionAction(argparse.Action):
         super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
 
     def __call__(self, parser, namespace, values, option_string=None):
-        sys.stdout.write(version_text(parser.prog) + "\n")
-        sys.stdout.flush()
+        print_version(parser.prog)
         parser.exit(0)
 
 
@@ -109,6 +108,26 @@ def version_text(prog: str) -> str:
     from falcon_mlir import __version__
 
     return f"{prog} (falcon-mlir {__version__})\n  {dist('iree-base-compiler')}, {dist('iree-base-runtime')}"
+
+
+def print_version(prog: str) -> None:
+    """Write :func:`version_text` and a newline to stdout (``PROG --version``).
+
+    Raises:
+        BrokenPipeError: the reader went away (:func:`run_tool`: nothing said, status 1).
+        ToolError: stdout is closed or cannot be written (a full disk):
+            ``PROG: error: cannot write to stdout: REASON``, status 1 (was an
+            "internal error ... please report this", status 2).
+    """
+    if sys.stdout is None:  # fd 1 closed when Python started (``PROG --version >&-``)
+        raise ToolError(f"{prog}: error: cannot write to stdout: it is closed")
+    try:
+        write_stdout((version_text(prog) + "\n").encode())
+    except BrokenPipeError:
+        raise
+    except (OSError, ValueError) as e:  # ValueError: the stream was closed
+        silence_stdout()  # what stayed in the buffer is not flushed again at exit
+        raise ToolError(f"{prog}: error: cannot write to stdout: {getattr(e, 'strerror', None) or e}") from None
 
 
 def silence_stdout() -> None:

@@ -73,7 +73,7 @@ import os
 import sys
 from typing import Optional, Sequence
 
-from falcon_mlir.cli import ToolError, one_line, run_tool, silence_stdout, version_text, write_stdout
+from falcon_mlir.cli import ToolError, one_line, print_version, run_tool, silence_stdout, write_stdout
 from falcon_mlir.files import unwritable_reason, write_files_atomic
 
 PROG = "falcon-compile"
@@ -268,7 +268,7 @@ def _body(argv: list) -> int:
             sys.stdout.write((__doc__ or "").strip() + "\n")
             return 0
         if args.get("version"):
-            sys.stdout.write(version_text(PROG) + "\n")
+            print_version(PROG)
             return 0
         return _compile(args)
     except (ToolError, BrokenPipeError):

@@ -99,10 +99,13 @@ class Contraction:
         group_sizes: the sizes of the dims of each role held by several loop
             dimensions (in operand order when they fold), also when they do not.
         empty_reduction: a reduction (K) loop dimension has the static size 0
-            in every operand that carries it: the body never runs and the
-            result is the init (outs operand), whatever else the op holds
-            (``unsupported`` may be set as well). IREE 3.13 crashes compiling
-            such an op (SIGFPE); :mod:`passes.empty_reduction` replaces it.
+            in an operand that carries it (:func:`_zero_dims`: also where the
+            other operand has it dynamic, or where a ``tensor.cast`` made a
+            static 0 dynamic): the body never runs and the result is the init
+            (outs operand), whatever else the op holds (``unsupported`` may be
+            set as well). IREE 3.13 crashes compiling such an op (SIGFPE; once
+            its canonicalization has made the 0 static);
+            :mod:`passes.empty_reduction` replaces it.
     """
 
     op: ir.Operation
@@ -228,6 +231,64 @@ def _loop_sizes(ttypes: list, c: Contraction) -> dict:
     return sizes
 
 
+def _constant_index(v) -> Optional[int]:
+    """The value of ``v`` where an ``arith.constant`` of an integer or index type makes it, else None."""
+    owner = v.owner if isinstance(v, ir.OpResult) else None
+    if owner is None or owner.name != "arith.constant" or "value" not in owner.attributes:
+        return None
+    attr = owner.attributes["value"]
+    return ir.IntegerAttr(attr).value if isinstance(attr, ir.IntegerAttr) else None
+
+
+def _size_is_zero(v, pos: int) -> bool:
+    """Whether dimension ``pos`` of tensor value ``v`` has the size 0 for certain: static 0 in its type,
+    or a dynamic size that the ops making ``v`` fix at 0, as IREE's canonicalization will see it: a
+    ``tensor.cast`` of a static 0 (any chain of them), a ``tensor.empty`` or a ``tensor.extract_slice``
+    (not rank-reducing) whose size there is an ``arith.constant`` 0."""
+    for _ in range(64):  # a chain of casts, bounded
+        if not isinstance(v.type, ir.RankedTensorType):
+            return False
+        t = ir.RankedTensorType(v.type)
+        if pos >= t.rank:
+            return False
+        if not t.is_dynamic_dim(pos):
+            return t.shape[pos] == 0
+        owner = v.owner if isinstance(v, ir.OpResult) else None
+        if owner is None:
+            return False
+        nth = sum(t.is_dynamic_dim(p) for p in range(pos))  # which dynamic size operand is ``pos``'s
+        if owner.name == "tensor.cast":
+            v = owner.operands[0]
+            if not isinstance(v.type, ir.RankedTensorType) or ir.RankedTensorType(v.type).rank != t.rank:
+                return False
+            continue
+        if owner.name == "tensor.empty":
+            sizes = list(owner.operands)
+            return nth < len(sizes) and _constant_index(sizes[nth]) == 0
+        if owner.name == "tensor.extract_slice":
+            static = list(owner.opview.static_sizes)
+            if len(static) != t.rank:  # rank-reducing: positions differ
+                return False
+            dyn = [i for i, x in enumerate(static) if x == ir.ShapedType.get_dynamic_size()]
+            sizes = list(owner.opview.sizes)
+            return pos in dyn and len(sizes) == len(dyn) and _constant_index(sizes[dyn.index(pos)]) == 0
+        return False
+    return False
+
+
+def _zero_dims(values: list, c: Contraction) -> set:
+    """The loop dimensions that some operand in ``values`` (lhs, rhs, out) has with the size 0 for
+    certain (:func:`_size_is_zero`: static, or a dynamic size its producers fix at 0, which IREE's
+    canonicalization folds back into the op as a static 0).
+
+    A dimension that one operand has as 0 and another as dynamic is 0 in any valid run, so it counts:
+    ``tensor<8x?xf32>`` by ``tensor<0x16xf32>`` sums over no terms, and IREE 3.13 crashed on it
+    (SIGFPE) once its canonicalization had made the 0 static (were: all left to IREE).
+    """
+    return {d for v, dl in zip(values, (c.lhs_dims, c.rhs_dims, c.out_dims))
+            for pos, d in enumerate(dl) if _size_is_zero(v, pos)}
+
+
 def _set_sizes(c: Contraction, sizes: dict, m: list, n: list, k: list, b: list) -> None:
     """Set ``c``'s M, N, K, batch and dynamic roles from the loop sizes.
 
@@ -296,7 +357,7 @@ def analyze(op: ir.Operation) -> Optional[Contraction]:
         return c
     sizes = _loop_sizes(ttypes, c)
     _set_sizes(c, sizes, m, n, k, b)
-    c.empty_reduction = any(sizes[d] == 0 for d in k)
+    c.empty_reduction = bool(_zero_dims(operands, c).intersection(k))
     if not m or not n or not k:
         c.unsupported = (f"needs an M, an N and a K dimension "
                          f"(has {len(m)} M, {len(n)} N, {len(k)} K)")

@@ -9,10 +9,15 @@
   ``__init__.py``: pytest imports each test file by its basename (rootdir-based
   "prepend" import mode), so every ``test_*.py`` basename must be unique
   across all folders (pytest stops with "import file mismatch" otherwise).
+- Every test runs with ``$FALCON_KERNEL_CACHE`` on a fresh folder of the
+  session (``kernel_cache``), whatever the order or the pytest-xdist worker:
+  the user's ~/.cache/falcon-mlir stays out.
 """
 
 import os
 import sys
+
+import pytest
 
 # No triton in the test process (set FALCON_TEST_ALLOW_TRITON to allow it).
 # TensorFlow (imported by keras-hub in the main job's tests) and triton both
@@ -31,6 +36,23 @@ SCRIPTS = os.path.join(os.path.dirname(os.path.dirname(HERE)), "scripts")
 for _path in (SCRIPTS, os.path.join(HERE, "helpers")):
     if _path not in sys.path:
         sys.path.insert(0, _path)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def kernel_cache(tmp_path_factory):
+    """Point $FALCON_KERNEL_CACHE at a fresh folder for this session (the user's cache stays out), for
+    every test: falcon's Triton kernels and CPU kernel objects (``$FALCON_KERNEL_CACHE/cpu``) go there.
+
+    Was test/python/kernels/conftest.py's: a session fixture set up by the first kernels/ test and
+    kept to the end, so the tests after it in one process used this folder and the tests before it,
+    or in a pytest-xdist worker that drew no kernels/ test, wrote the user's ~/.cache/falcon-mlir
+    (e.g. test_falcon_kernels_cpu.py's objects): which cache a test saw hung on the order."""
+    mp = pytest.MonkeyPatch()
+    path = tmp_path_factory.mktemp("falcon-kernel-cache")
+    mp.setenv("FALCON_KERNEL_CACHE", str(path))
+    yield path
+    mp.undo()
+
 
 # The `src` fixture (a temporary input file and a snapshot of it) of the
 # falcon-opt, falcon-compile and lcma-rewrite bad-input tests, for every folder.

@@ -111,3 +111,17 @@ def test_decision_never_compiles():
            if (target.startswith("falcon_mlir") and not target.startswith(allowed)
                and target != "falcon_mlir") or target.startswith("iree")]
     assert bad == []
+
+
+def test_every_package_folder_is_listed_in_pyproject():
+    """Was: passes/empty_reduction/ was not in pyproject's ``packages``; the editable install (the
+    tests') found it through the folder, but a wheel (``pip install .``) left it out and every tool
+    died at import, ``--version`` included ("internal error: ModuleNotFoundError: No module named
+    'falcon_mlir.passes.empty_reduction'"). Every folder with an ``__init__.py`` under the
+    package-dir trees must be listed, and every listed package must have one."""
+    import tomllib
+
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+        listed = set(tomllib.load(f)["tool"]["setuptools"]["packages"])
+    found = {m for m, path in MODULES.items() if path.endswith("__init__.py")}
+    assert sorted(found - listed) == [] and sorted(listed - found) == []

@@ -1,4 +1,5 @@
-"""Shared fixtures of the kernel tests: an isolated kernel cache and compiled kernels reused per session."""
+"""Shared fixtures of the kernel tests: compiled kernels reused per session (the isolated kernel cache,
+``kernel_cache``, is test/python/conftest.py's, for every test)."""
 
 from __future__ import annotations
 
@@ -10,16 +11,6 @@ from kernel_helpers import have
 from falcon_mlir.kernels.aot import CompiledKernel
 from falcon_mlir.kernels.configs import KernelConfig
 from falcon_mlir.kernels.spec import GemmSpec
-
-
-@pytest.fixture(scope="session", autouse=True)
-def kernel_cache(tmp_path_factory):
-    """Point $FALCON_KERNEL_CACHE at a fresh folder for this session (the user's cache stays out)."""
-    mp = pytest.MonkeyPatch()
-    path = tmp_path_factory.mktemp("falcon-kernel-cache")
-    mp.setenv("FALCON_KERNEL_CACHE", str(path))
-    yield path
-    mp.undo()
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -36,3 +36,29 @@ def test_subcommands_take_no_version(capsys):
     assert falcon_catalog.main(["list", "--version"]) == 2
     out, err = capsys.readouterr()
     assert out == "" and err.startswith("falcon-catalog: error: unrecognized arguments: --version")
+
+
+@pytest.mark.parametrize("prog", sorted(TOOLS))
+@pytest.mark.parametrize("stdout", ["closed", "full"])
+def test_version_to_an_unwritable_stdout_is_one_line(prog, stdout):
+    """Were (break-it): ``PROG --version >&-`` and ``PROG --version > /dev/full`` printed "internal
+    error: AttributeError ..." / "OSError: [Errno 28] ..." with "please report this", status 2
+    (falcon-compile 1); now one line saying stdout cannot be written, status 1, as for the tools'
+    other output."""
+    import os
+    import subprocess
+    import sys
+
+    if stdout == "full" and not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full")
+    module = TOOLS[prog].__name__
+    sink = open("/dev/full", "wb") if stdout == "full" else None
+    try:  # closed: fd 1 shut before the child's Python starts (sys.stdout is None), as ``>&-`` does
+        r = subprocess.run([sys.executable, "-m", module, "--version"], stdout=sink, stderr=subprocess.PIPE,
+                           preexec_fn=(lambda: os.close(1)) if stdout == "closed" else None, timeout=300)
+    finally:
+        if sink is not None:
+            sink.close()
+    err = r.stderr.decode()
+    reason = "it is closed" if stdout == "closed" else "No space left on device"
+    assert (r.returncode, err) == (1, f"{prog}: error: cannot write to stdout: {reason}\n")

@@ -80,6 +80,34 @@ CASES = {
 }
 
 
+#: K = 0 that the op's own types do not show in both operands (were: left to IREE, exit status 136).
+HIDDEN = {
+    # K is 0 in B, dynamic in A; M and N dynamic as well.
+    "mixed": ("""func.func @main(%a: tensor<?x?xf32>, %b: tensor<0x?xf32>, %c: tensor<?x?xf32>) -> tensor<?x?xf32> {
+  %r = linalg.matmul ins(%a, %b : tensor<?x?xf32>, tensor<0x?xf32>) outs(%c : tensor<?x?xf32>) -> tensor<?x?xf32>
+  return %r : tensor<?x?xf32>
+}
+""", (5, 0), (0, 7), (5, 7)),
+    # K dynamic in both, each operand a tensor.cast of a static 0 (IREE folds the casts into the op).
+    "casts": ("""func.func @main(%a0: tensor<2x8x0xf32>, %b0: tensor<2x0x16xf32>, %c: tensor<2x8x16xf32>) -> tensor<2x8x16xf32> {
+  %a = tensor.cast %a0 : tensor<2x8x0xf32> to tensor<2x8x?xf32>
+  %b = tensor.cast %b0 : tensor<2x0x16xf32> to tensor<2x?x16xf32>
+  %r = linalg.batch_matmul ins(%a, %b : tensor<2x8x?xf32>, tensor<2x?x16xf32>) outs(%c : tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  return %r : tensor<2x8x16xf32>
+}
+""", (2, 8, 0), (2, 0, 16), (2, 8, 16)),
+    # K dynamic, sliced to the constant size 0 out of non-empty operands (random A and B).
+    "slices": ("""func.func @main(%a: tensor<8x4xf32>, %b: tensor<4x16xf32>, %c: tensor<8x16xf32>) -> tensor<8x16xf32> {
+  %z = arith.constant 0 : index
+  %sa = tensor.extract_slice %a[0, 0] [8, %z] [1, 1] : tensor<8x4xf32> to tensor<8x?xf32>
+  %sb = tensor.extract_slice %b[0, 0] [%z, 16] [1, 1] : tensor<4x16xf32> to tensor<?x16xf32>
+  %r = linalg.matmul ins(%sa, %sb : tensor<8x?xf32>, tensor<?x16xf32>) outs(%c : tensor<8x16xf32>) -> tensor<8x16xf32>
+  return %r : tensor<8x16xf32>
+}
+""", (8, 4), (4, 16), (8, 16)),
+}
+
+
 def falcon_compile(tmp_path, text: str, *argv) -> tuple:
     """falcon-compile ``text`` in a child process with ``argv``; returns
     ``(returncode, stderr, vmfb bytes or None, report list or None)``."""
@@ -127,6 +155,26 @@ def test_k0_compiles_and_returns_the_init(tmp_path, case, mode, flags):
     assert e["K"] == 0 and e["plan"] == "classical" and e["remark"] is False
     assert e["reason"].startswith("an empty reduction (K = 0): replaced by its init")
     assert "kernels" not in e  # the op is gone: no kernel to speak of
+
+
+@pytest.mark.parametrize("case", sorted(HIDDEN))
+@pytest.mark.parametrize("mode", [None, "--no-lcma"])
+def test_k0_hidden_by_dynamic_sizes_compiles_and_returns_the_init(tmp_path, case, mode):
+    """Were (break-it): a K that is 0 in one operand and dynamic in the other, or 0 behind a
+    tensor.cast, was not seen as empty; IREE's canonicalization made the 0 static and IREE died of
+    SIGFPE (exit status 136, no report, no word); likewise a K sliced to the constant size 0. Now
+    it is replaced by its init like any K = 0 op."""
+    text, sa, sb, sc = HIDDEN[case]
+    rc, err, vmfb, report = falcon_compile(tmp_path, text, *LLVM_CPU, *([mode] if mode else []))
+    assert rc == 0, (rc, err)
+    g = np.random.default_rng([20261205, len(sc)])
+    c = _init(sc, np.float32, g)
+    a, b = _init(sa, np.float32, g), _init(sb, np.float32, g)  # empty unless sliced to K = 0
+    got = Module(vmfb)("main", a, b, c)
+    assert got.shape == sc
+    np.testing.assert_array_equal(got, c)
+    [e] = report
+    assert e["replaced_by"] == "init" and e["K"] == 0 and e["plan"] == "classical"
 
 
 def test_k0_module_of_the_bug_report_compiles_and_explains(tmp_path):

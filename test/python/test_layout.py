@@ -130,11 +130,10 @@ def test_every_package_folder_is_listed_in_pyproject():
 def test_ci_runs_readmes_test_command():
     """CI runs exactly what a new user runs: the last line of ``.ci/run`` is README's second
     command (the one that runs the tests), character for character."""
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    with open(os.path.join(root, "README.md"), encoding="utf-8") as f:
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
         readme = f.read()
     blocks = [b.split("```", 1)[0].strip() for b in readme.split("```sh\n")[1:3]]
     assert len(blocks) == 2 and "pytest" in blocks[1] and "run_model.py" in blocks[0], blocks
-    with open(os.path.join(root, ".ci", "run"), encoding="utf-8") as f:
+    with open(os.path.join(ROOT, ".ci", "run"), encoding="utf-8") as f:
         ci_lines = [ln for ln in f.read().splitlines() if ln.strip() and not ln.startswith("#")]
     assert ci_lines[-1] == blocks[1]

@@ -111,18 +111,27 @@ def version_text(prog: str) -> str:
 
 
 def print_version(prog: str) -> None:
-    """Write :func:`version_text` and a newline to stdout (``PROG --version``).
+    """Write :func:`version_text` and a newline to stdout (``PROG --version``), as
+    :func:`emit_stdout` does.
+
+    Raises:
+        BrokenPipeError, ToolError: as :func:`emit_stdout`.
+    """
+    emit_stdout(prog, (version_text(prog) + "\n").encode())
+
+
+def emit_stdout(prog: str, data: bytes) -> None:
+    """A tool's output ``data`` to stdout (:func:`write_stdout`), a failure as one line.
 
     Raises:
         BrokenPipeError: the reader went away (:func:`run_tool`: nothing said, status 1).
         ToolError: stdout is closed or cannot be written (a full disk):
-            ``PROG: error: cannot write to stdout: REASON``, status 1 (was an
-            "internal error ... please report this", status 2).
+            ``PROG: error: cannot write to stdout: REASON``, status 1.
     """
     if sys.stdout is None:  # fd 1 closed when Python started (``PROG --version >&-``)
         raise ToolError(f"{prog}: error: cannot write to stdout: it is closed")
     try:
-        write_stdout((version_text(prog) + "\n").encode())
+        write_stdout(data)
     except BrokenPipeError:
         raise
     except (OSError, ValueError) as e:  # ValueError: the stream was closed

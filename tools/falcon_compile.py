@@ -73,7 +73,7 @@ import os
 import sys
 from typing import Optional, Sequence
 
-from falcon_mlir.cli import ToolError, one_line, print_version, run_tool, silence_stdout, write_stdout
+from falcon_mlir.cli import ToolError, emit_stdout, one_line, print_version, run_tool
 from falcon_mlir.files import unwritable_reason, write_files_atomic
 
 PROG = "falcon-compile"
@@ -250,13 +250,7 @@ def _compile(args: dict) -> int:
     except OSError as e:
         raise _fail(f"cannot write '{e.filename}': {e.strerror or e}") from None
     if to_stdout:
-        try:
-            write_stdout(res.output)
-        except BrokenPipeError:  # the reader went away
-            silence_stdout()
-            return 1
-        except OSError as e:
-            raise _fail(f"cannot write to stdout: {e.strerror or e}") from None
+        emit_stdout(PROG, res.output)  # a reader gone away: nothing said, status 1 (run_tool)
     return 0
 
 

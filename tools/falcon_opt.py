@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import sys
 
-from falcon_mlir.cli import ArgumentParser, ToolError, run_tool, write_stdout
+from falcon_mlir.cli import ArgumentParser, ToolError, emit_stdout, run_tool
 from falcon_mlir.files import unwritable_reason, write_files_atomic
 
 TOOL = "falcon-opt"
@@ -248,12 +248,7 @@ def run(argv: list) -> int:
         files.append((args.output, payload))
     _write_files(files)
     if args.output == "-":
-        try:
-            write_stdout(payload)
-        except BrokenPipeError:
-            raise
-        except OSError as e:
-            raise ToolError(f"{TOOL}: error: cannot write to stdout: {e.strerror or e}") from None
+        emit_stdout(TOOL, payload)
     return 0
 
 

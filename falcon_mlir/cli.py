@@ -69,7 +69,8 @@ class _VersionAction(argparse.Action):
 class ArgumentParser(argparse.ArgumentParser):
     """argparse without the usage dump: a bad command line raises
     :class:`ToolError` with one line ``PROG: error: MESSAGE (see PROG --help)``
-    and ``usage_status`` (default 1) as its exit status. A top-level parser
+    and ``usage_status`` (default 1) as its exit status; ``--help`` writes as
+    :func:`emit_stdout` does. A top-level parser
     (``version=True``, the default; subcommands' parsers have none) takes
     ``--version``: :func:`version_text` on stdout, exit status 0."""
 
@@ -82,6 +83,17 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def error(self, message):
         raise ToolError(f"{self.prog}: error: {message} (see {self.prog} --help)", self.usage_status)
+
+    def print_help(self, file=None):
+        """As argparse's; to stdout through :func:`emit_stdout` (``--help`` to a full or
+        closed stdout: one line, status 1, not a silent status 0).
+
+        Raises:
+            BrokenPipeError, ToolError: as :func:`emit_stdout`.
+        """
+        if file is not None:
+            return super().print_help(file)
+        emit_stdout(self.prog, self.format_help().encode())
 
     def add_subparsers(self, **kwargs):
         """As argparse's, the subcommands' parsers reporting errors the same way

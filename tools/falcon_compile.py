@@ -264,7 +264,7 @@ def _body(argv: list) -> int:
     try:
         args = parse_args(argv)
         if args["help"]:
-            sys.stdout.write((__doc__ or "").strip() + "\n")
+            emit_stdout(PROG, ((__doc__ or "").strip() + "\n").encode())  # a full stdout: one line
             return 0
         if args.get("version"):
             print_version(PROG)

@@ -49,7 +49,11 @@ candidate (IREE candidates only), falcon's choice (``auto``) against it and
 against classical, whether it is within 3% of the best, and each peer's
 median / auto's; and the summary: the share of shapes within 3%, the worst
 slowdown of ``auto`` against classical and the geometric means of classical
-/ auto and of each peer / auto.
+/ auto and of each peer / auto. The same comparisons paired round by round
+(the median of the per-round ratio of two calls made in the same round, with
+its interquartile range) sit beside them: they say which verdicts a drift of a
+shared machine between calls could have made. The CSV's ``times_s`` holds every
+timed call's seconds in round order.
 
 Candidates are separated by commas (option strings hold spaces, not commas).
 

@@ -13,7 +13,7 @@ import platform
 import re
 import shlex
 import statistics
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -27,7 +27,7 @@ __all__ = ["COLUMNS", "MD_COLUMNS", "rows_of", "markdown_table", "command_line",
 COLUMNS = [
     "label", "M", "N", "K", "dtype", "flags", "const_weights", "candidate", "plan",
     "compile_s", "median_s", "min_s", "gflops", "speedup_vs_classical", "auto_speedup",
-    "rel_err_f64", "rel_err_vs_classical", "status",
+    "rel_err_f64", "rel_err_vs_classical", "status", "times_s",
 ]
 
 #: Markdown columns: (heading, row key; None: the MxNxK shape).
@@ -47,7 +47,8 @@ def rows_of(results: List[Result], config: BenchConfig) -> List[dict]:
     this median, auto_speedup = this median / the ``auto`` candidate's
     median (falcon auto's speed-up over this row, > 1: auto faster; the peers
     numpy and torch are compared with auto this way) (NaN where nothing was
-    timed or auto was not run)."""
+    timed or auto was not run); ``times_s``: every timed call's seconds in round order, space-separated
+    (the decision-quality table pairs candidates round by round from them)."""
     rows = []
     by_shape: Dict[tuple, List[Result]] = {}
     for r in results:
@@ -70,7 +71,7 @@ def rows_of(results: List[Result], config: BenchConfig) -> List[dict]:
                 "speedup_vs_classical": t_cls / med if r.times else float("nan"),
                 "auto_speedup": med / t_auto if r.times else float("nan"),
                 "rel_err_f64": r.rel_err_f64, "rel_err_vs_classical": r.rel_err_cls,
-                "status": r.status,
+                "status": r.status, "times_s": " ".join(f"{t:.6g}" for t in r.times),
             })
     return rows
 
@@ -289,6 +290,43 @@ def _quality_row(group: List[dict], M: int, N: int, K: int):
     return auto, min(timed, key=lambda r: r["median_s"]), cls
 
 
+def _round_times(row: dict) -> List[float]:
+    """A row's per-round seconds (``times_s``: a list, or the CSV's space-separated text; [] if absent)."""
+    t = row.get("times_s") or []
+    if isinstance(t, str):
+        t = [_num(v) for v in t.split()]
+    return [float(v) for v in t]
+
+
+def _paired(group: List[dict], M: int, N: int, K: int) -> Optional[Tuple[float, float, float]]:
+    """Auto against the other IREE candidates of one shape round by round: ``(best / auto, its
+    interquartile range, classical / auto)``, each the median over the rounds of the ratio of the two
+    calls made in the same round (a drift of a shared machine that spans a round cancels in it; best /
+    auto is at most 1, auto being a candidate, and the range is the closest rival's ratio's), or
+    None where auto's row carries no per-round times (a CSV of an older falcon-bench). Candidates that
+    ran auto's code (classical where auto kept the shape classical) are left out, as in the median-based
+    columns. The IREE candidates always share their rounds
+    (:func:`falcon_mlir.bench.measure.bench_shape`); peers are not candidates here."""
+    auto = next((r for r in group if r["candidate"] == "auto"), None)
+    cls = next((r for r in group if r["candidate"] == "classical"), None)
+    t_auto = _round_times(auto) if auto else []
+    if not t_auto or cls is None:
+        return None
+    ratios = {}
+    for r in group:
+        t = _round_times(r)
+        if (r["candidate"] in PEERS or r is auto or len(t) != len(t_auto)
+                or _same_code(r["plan"], auto["plan"], M, N, K)):
+            continue
+        ratios[id(r)] = [x / y for x, y in zip(t, t_auto)]
+    if not ratios:  # nothing else ran a different module (auto classical, classical alone): auto is the best
+        return 1.0, 0.0, 1.0
+    best = min(ratios.values(), key=statistics.median)  # the closest rival (faster than auto or not)
+    q1, _, q3 = statistics.quantiles(best, n=4) if len(best) > 1 else (best[0],) * 3
+    vs = statistics.median(ratios[id(cls)]) if id(cls) in ratios else 1.0
+    return min(1.0, statistics.median(best)), q3 - q1, vs
+
+
 def _peer_medians(group: List[dict]) -> Dict[str, float]:
     """Peer name -> its median (seconds) in one shape's rows, timed peers only."""
     out = {}
@@ -311,6 +349,13 @@ def decision_quality(rows: List[dict], tolerance: float = 0.03) -> Tuple[str, di
     (lowest classical/auto), ``geomean_vs_classical``, and per peer
     ``geomean_vs_<peer>`` (geometric mean of peer/auto over the shapes it was
     timed on).
+
+    The same comparisons paired round by round (:func:`_paired`; "-" for rows without per-round times):
+    ``best / auto, paired`` with the interquartile range of that per-round ratio (how noisy the
+    comparison was), ``classical / auto, paired`` and ``within 3%, paired``; summary ``within_paired``,
+    ``worst_vs_classical_paired`` and ``geomean_vs_classical_paired`` over the shapes that have them.
+    The median-based columns stay the criterion's own; the paired ones say which verdicts a drift of
+    the machine between calls could have made.
     """
     by_shape: Dict[tuple, List[dict]] = {}
     for r in rows:
@@ -318,10 +363,12 @@ def decision_quality(rows: List[dict], tolerance: float = 0.03) -> Tuple[str, di
         by_shape.setdefault((r["label"], int(r["M"]), int(r["N"]), int(r["K"])), []).append(r)
     peers = [p for p in PEERS if any(r["candidate"] == p for r in rows)]
     lines = ["| shape MxNxK | weights | auto's plan | best measured | best / auto | "
-             "classical / auto | within 3% |" + "".join(f" {p} / auto |" for p in peers),
-             "|---|---|---|---|---|---|---|" + "---|" * len(peers)]
+             "classical / auto | within 3% | best / auto, paired (IQR) | classical / auto, paired | "
+             "within 3%, paired |" + "".join(f" {p} / auto |" for p in peers),
+             "|---|---|---|---|---|---|---|---|---|---|" + "---|" * len(peers)]
     ok = total = 0
     worst, logs = float("inf"), []
+    paired_ok, paired_logs = 0, []
     peer_logs: Dict[str, list] = {p: [] for p in peers}
     for (label, M, N, K), group in by_shape.items():
         found = _quality_row(group, M, N, K)
@@ -336,7 +383,14 @@ def decision_quality(rows: List[dict], tolerance: float = 0.03) -> Tuple[str, di
         worst = min(worst, vs)
         logs.append(math.log(vs))
         best_name = best["candidate"] if best["candidate"] in ("classical", "auto") else best["plan"]
-        cells = []
+        paired = _paired(group, M, N, K)
+        if paired is None:
+            cells = [" - | - | - |"]
+        else:
+            pq, iqr, pvs = paired
+            paired_ok += pq >= 1.0 - tolerance
+            paired_logs.append(math.log(pvs))
+            cells = [f" {pq:.3f} ({iqr:.3f}) | {pvs:.3f} | {'yes' if pq >= 1.0 - tolerance else 'NO'} |"]
         pm = _peer_medians(group)
         for p in peers:
             if p in pm:
@@ -348,7 +402,12 @@ def decision_quality(rows: List[dict], tolerance: float = 0.03) -> Tuple[str, di
                      f"{vs:.3f} | {'yes' if good else 'NO'} |" + "".join(cells))
     summary = {"shapes": total, "within": ok / total if total else float("nan"),
                "worst_vs_classical": worst if total else float("nan"),
-               "geomean_vs_classical": math.exp(sum(logs) / len(logs)) if logs else float("nan")}
+               "geomean_vs_classical": math.exp(sum(logs) / len(logs)) if logs else float("nan"),
+               "paired_shapes": len(paired_logs),
+               "within_paired": paired_ok / len(paired_logs) if paired_logs else float("nan"),
+               "worst_vs_classical_paired": math.exp(min(paired_logs)) if paired_logs else float("nan"),
+               "geomean_vs_classical_paired": (math.exp(sum(paired_logs) / len(paired_logs)) if paired_logs
+                                               else float("nan"))}
     for p, pl in peer_logs.items():
         summary[f"geomean_vs_{p}"] = math.exp(sum(pl) / len(pl)) if pl else float("nan")
     if total:
@@ -360,6 +419,12 @@ def decision_quality(rows: List[dict], tolerance: float = 0.03) -> Tuple[str, di
                      f"{summary['worst_vs_classical']:.3f} (a slowdown of "
                      f"{max(0.0, 1 - summary['worst_vs_classical']):.1%}); geometric mean "
                      f"classical/auto {summary['geomean_vs_classical']:.3f}{peer_text}.")
+        if paired_logs:
+            n = len(paired_logs)
+            lines.append(f"Paired round by round: auto within {tolerance:.0%} of the best on {paired_ok} of {n} "
+                         f"shapes ({summary['within_paired']:.0%}); worst classical/auto "
+                         f"{summary['worst_vs_classical_paired']:.3f}; geometric mean classical/auto "
+                         f"{summary['geomean_vs_classical_paired']:.3f}.")
     return "\n".join(lines), summary
 
 

@@ -8,6 +8,8 @@ import csv
 import importlib.util
 import math
 
+import statistics
+
 import pytest
 
 from falcon_mlir.bench import report
@@ -122,10 +124,51 @@ def test_quality_peer_columns():
     table, summary = report.decision_quality(rows)
     head, _, r4, r8 = table.splitlines()[:4]
     assert head.endswith("| numpy / auto | torch / auto |")
-    assert r4.endswith("| yes | 0.500 | 4.000 |") and r8.endswith("| yes | 2.000 | - |")
+    # rows without per-round times (an older CSV): the paired columns are "-"
+    assert r4.endswith("| yes | - | - | - | 0.500 | 4.000 |") and r8.endswith("| yes | - | - | - | 2.000 | - |")
+    assert summary["paired_shapes"] == 0
     assert summary["geomean_vs_numpy"] == pytest.approx(1.0)
     assert summary["geomean_vs_torch"] == pytest.approx(4.0)
 
+
+
+def test_quality_pairs_candidates_round_by_round():
+    """The paired columns: per round, the two calls' ratio; the median over rounds. Shape 4: the medians
+    tie (2.0 and 2.0: within 3%) while in every round but one classical ran faster (0.833, 1.5, 0.8:
+    median 0.833, NO); pairing round i with round i+1 would read 1.2. Shape 8: auto faster than both
+    rivals in the rounds (best / auto capped at 1; the range is the closest rival's). Shape 16: auto kept
+    classical, the same module: nothing to pair against, 1."""
+    def row(M, cand, times, plan="classical"):
+        return {"label": "w", "M": M, "N": 8, "K": 8, "candidate": cand, "plan": plan,
+                "median_s": statistics.median(times), "times_s": " ".join(str(t) for t in times)}
+
+    rows = [row(4, "classical", [1.0, 3.0, 2.0]), row(4, "auto", [1.2, 2.0, 2.5], "strassen x1"),
+            row(8, "classical", [1.0, 1.2, 1.1]), row(8, "auto", [0.9, 1.3, 1.0], "strassen x1"),
+            row(8, "top", [0.8, 1.4, 1.05], "strassen x2"),
+            row(16, "classical", [1.0, 1.1, 0.9]), row(16, "auto", [1.2, 0.8, 1.0])]
+    table, summary = report.decision_quality(rows)
+    r4, r8, r16 = table.splitlines()[2:5]
+    assert "| 1.000 | 1.000 | yes | 0.833 (0.700) | 0.833 | NO |" in r4, r4
+    assert "| 1.000 (0.188) | 1.100 | yes |" in r8, r8  # top/auto 0.889, 1.077, 1.05: median 1.05, capped
+    assert "| 1.000 (0.000) | 1.000 | yes |" in r16, r16
+    assert summary["paired_shapes"] == 3 and summary["within_paired"] == pytest.approx(2 / 3)
+    assert summary["worst_vs_classical_paired"] == pytest.approx(1 / 1.2)
+    assert summary["geomean_vs_classical_paired"] == pytest.approx((1 / 1.2 * 1.1) ** (1 / 3))
+    assert "Paired round by round: auto within 3% of the best on 2 of 3 shapes (67%)" in table
+
+
+def test_rows_carry_every_rounds_seconds():
+    """rows_of writes each candidate's per-round seconds in round order (what the pairing reads back from
+    the CSV)."""
+    from falcon_mlir.bench import BenchConfig, Shape
+    from falcon_mlir.bench.measure import Result
+    from falcon_mlir.bench.candidates import parse_candidates
+
+    cands = parse_candidates("classical", numpy_peer=False, torch_peer=False)
+    r = Result(Shape(8, 8, 8), cands[0], plan="classical", times=[0.25, 0.125, 0.5])
+    row = report.rows_of([r], BenchConfig())[0]
+    assert row["times_s"] == "0.25 0.125 0.5" and row["median_s"] == 0.25
+    assert report._round_times(row) == [0.25, 0.125, 0.5]
 
 def test_bench_const_weights(tmp_path):
     _, rows, _ = _run(tmp_path, "--const-weights", "--flags", "default", "--no-peers")

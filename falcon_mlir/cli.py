@@ -237,8 +237,7 @@ def run_tool_guarded(prog: str, body: Callable[[list], int], argv: Optional[Sequ
     SIGSEGV, SIGFPE, SIGABRT ...) ends in one line instead of a bare signal.
 
     The child runs ``run_tool(prog, body, argv)`` on the parent's stdin,
-    stdout and stderr and ends with its exit status (atexit functions run,
-    the interpreter's teardown is skipped); the parent only waits and returns
+    stdout and stderr and exits with its status; the parent only waits and returns
     that status. When the child dies of a signal, the parent removes the
     temporary files the child left beside the outputs
     (:func:`falcon_mlir.files.remove_temporaries`), prints one line::
@@ -318,8 +317,9 @@ def _flush_std() -> bool:
 
 
 def _child(prog: str, body: Callable[[list], int], argv: list, mask, parent: int) -> None:
-    """The forked child of :func:`run_tool_guarded`: ``run_tool`` and
-    ``os._exit`` with its status; never returns, never raises."""
+    """The forked child of :func:`run_tool_guarded`: ``run_tool``, then the interpreter's normal
+    exit with its status (``SystemExit``: atexit functions run, e.g. the temporary folders of compiled
+    kernels); ``os._exit(1)`` if anything before that raised. Never returns."""
     status = 1
     try:
         _die_with(parent)
@@ -327,13 +327,11 @@ def _child(prog: str, body: Callable[[list], int], argv: list, mask, parent: int
             signal.signal(signal.SIGINT, _interrupt_once)
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         status = run_tool(prog, body, argv)
-        import atexit
-
-        atexit._run_exitfuncs()  # e.g. temporary folders of compiled kernels
-    finally:
         if not _flush_std():  # what the interpreter's exit would have found
             status = status or 1
-        os._exit(status)
+    except BaseException:  # noqa: BLE001 - run_tool raises nothing; never back into the parent's code
+        os._exit(1)
+    sys.exit(status)
 
 
 def _interrupt_once(signum, frame):

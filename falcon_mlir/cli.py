@@ -1,7 +1,9 @@
 """What every falcon command-line tool shares: one error type, an argparse
 parser that reports a bad command line as one line, and the wrapper that
 turns any failure into one line on stderr and an exit status (never a
-traceback).
+traceback); for the tools that run IREE through its Python API, the
+wrapper that also turns a crash of IREE's native code into one line
+(:func:`run_tool_guarded`).
 
     def main(argv=None) -> int:
         return run_tool("falcon-x", _body, argv)
@@ -19,6 +21,7 @@ from __future__ import annotations
 import argparse
 import functools
 import os
+import signal
 import sys
 from typing import Callable, Optional, Sequence
 
@@ -66,7 +69,8 @@ class _VersionAction(argparse.Action):
 class ArgumentParser(argparse.ArgumentParser):
     """argparse without the usage dump: a bad command line raises
     :class:`ToolError` with one line ``PROG: error: MESSAGE (see PROG --help)``
-    and ``usage_status`` (default 1) as its exit status. A top-level parser
+    and ``usage_status`` (default 1) as its exit status; ``--help`` writes as
+    :func:`emit_stdout` does. A top-level parser
     (``version=True``, the default; subcommands' parsers have none) takes
     ``--version``: :func:`version_text` on stdout, exit status 0."""
 
@@ -79,6 +83,17 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def error(self, message):
         raise ToolError(f"{self.prog}: error: {message} (see {self.prog} --help)", self.usage_status)
+
+    def print_help(self, file=None):
+        """As argparse's; to stdout through :func:`emit_stdout` (``--help`` to a full or
+        closed stdout: one line, status 1, not a silent status 0).
+
+        Raises:
+            BrokenPipeError, ToolError: as :func:`emit_stdout`.
+        """
+        if file is not None:
+            return super().print_help(file)
+        emit_stdout(self.prog, self.format_help().encode())
 
     def add_subparsers(self, **kwargs):
         """As argparse's, the subcommands' parsers reporting errors the same way
@@ -201,3 +216,167 @@ def run_tool(prog: str, body: Callable[[list], int], argv: Optional[Sequence[str
         print(f"{prog}: internal error: {type(e).__name__}: {one_line(e)} "
               "(please report this with the input)", file=sys.stderr)
         return 2
+
+
+#: The environment variable that keeps :func:`run_tool_guarded` in one process
+#: (set to anything but ``""`` or ``"0"``): for debuggers, which follow the parent.
+NO_FORK_ENV = "FALCON_NO_FORK"
+
+#: Signals that mean the process's own code crashed (not a kill from outside).
+_CRASH_SIGNALS = {signal.SIGSEGV, signal.SIGFPE, signal.SIGILL, signal.SIGABRT} | {
+    getattr(signal, name) for name in ("SIGBUS", "SIGTRAP", "SIGSYS") if hasattr(signal, name)}
+
+#: Signals the parent passes on to the child (Ctrl-C, kill, a closed terminal).
+_FORWARDED = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
+
+
+def run_tool_guarded(prog: str, body: Callable[[list], int], argv: Optional[Sequence[str]] = None, *,
+                     doing: str = "running", paths: Optional[Callable[[list], tuple]] = None) -> int:
+    """:func:`run_tool`, with ``body`` in a forked child process when the tool
+    runs as its own program, so that a crash of native code (IREE, MLIR, LLVM:
+    SIGSEGV, SIGFPE, SIGABRT ...) ends in one line instead of a bare signal.
+
+    The child runs ``run_tool(prog, body, argv)`` on the parent's stdin,
+    stdout and stderr and exits with its status; the parent only waits and returns
+    that status. When the child dies of a signal, the parent removes the
+    temporary files the child left beside the outputs
+    (:func:`falcon_mlir.files.remove_temporaries`), prints one line::
+
+        PROG: error: IREE crashed (SIGFPE) while DOING in.mlir; nothing was written
+
+    (``killed by SIGKILL`` for a signal that is not a crash: out of memory, a
+    kill from outside) and returns 128 + the signal's number: the status a
+    shell shows for a process killed by that signal (136 for SIGFPE, what
+    scripts saw before), apart from 1 (a diagnosed error) and 2 (a bug of
+    ours). SIGINT, SIGTERM and SIGHUP sent to the parent go on to the child;
+    the child takes SIGINT as one ``KeyboardInterrupt`` (``PROG:
+    interrupted``, 130, from ``body`` or :func:`run_tool`). On Linux the
+    child is killed when the parent is (SIGKILL from a timeout).
+
+    It runs ``body`` in this process, exactly as :func:`run_tool`, where
+    ``argv`` is given (a caller in Python, e.g. a test, whose process is not
+    ours to fork), where ``os.fork`` does not exist (not POSIX), or where
+    ``$FALCON_NO_FORK`` is set (:data:`NO_FORK_ENV`). The fork is safe
+    because a tool's module imports nothing heavy and starts no thread
+    before its ``main``.
+
+    Args:
+        doing: what the tool does to its input, for the line (``compiling``).
+        paths: ``paths(argv) -> (input, outputs)``, called in the parent only
+            after a signal, for the input's name in the line (``-``: stdin)
+            and the outputs whose temporary files to remove; a failure there
+            gives ``its input`` and no outputs.
+
+    Returns:
+        The exit status. Never raises.
+    """
+    if argv is not None or not hasattr(os, "fork") or os.environ.get(NO_FORK_ENV, "") not in ("", "0"):
+        return run_tool(prog, body, argv)
+    argv = list(sys.argv[1:])
+    if signal.getsignal(signal.SIGCHLD) == signal.SIG_IGN:  # inherited: waitpid would find no child
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    parent = os.getpid()
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, _FORWARDED)  # none between fork and handlers
+    _flush_std()
+    try:
+        pid = os.fork()
+    except OSError:  # no process left to fork (EAGAIN, ENOMEM): in this process
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        return run_tool(prog, body, argv)
+    if pid == 0:
+        _child(prog, body, argv, mask, parent)  # never returns
+    child = [pid]
+
+    def forward(signum, frame):  # kept until exit: after the child, nothing to forward
+        if child:
+            try:
+                os.kill(child[0], signum)
+            except OSError:
+                pass
+
+    for s in _FORWARDED:
+        signal.signal(s, forward)
+    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    status = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    child.clear()
+    if status >= 0:
+        return status
+    return _report_death(prog, -status, pid, argv, doing, paths)
+
+
+def _flush_std() -> bool:
+    """Flush stdout and stderr (those that exist); False if one failed (closed, disk full)."""
+    ok = True
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None:
+                stream.flush()
+        except Exception:  # noqa: BLE001 - the caller decides what it means
+            ok = False
+    return ok
+
+
+def _child(prog: str, body: Callable[[list], int], argv: list, mask, parent: int) -> None:
+    """The forked child of :func:`run_tool_guarded`: ``run_tool``, then the interpreter's normal
+    exit with its status (``SystemExit``: atexit functions run, e.g. the temporary folders of compiled
+    kernels); ``os._exit(1)`` if anything before that raised. Never returns."""
+    status = 1
+    try:
+        _die_with(parent)
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not where it is ignored
+            signal.signal(signal.SIGINT, _interrupt_once)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        status = run_tool(prog, body, argv)
+        if not _flush_std():  # what the interpreter's exit would have found
+            status = status or 1
+    except BaseException:  # noqa: BLE001 - run_tool raises nothing; never back into the parent's code
+        os._exit(1)
+    sys.exit(status)
+
+
+def _interrupt_once(signum, frame):
+    """The child's SIGINT handler: one ``KeyboardInterrupt`` (Ctrl-C reaches
+    the child from the terminal and again from the parent), later ones ignored."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    raise KeyboardInterrupt
+
+
+def _die_with(parent: int) -> None:
+    """Linux: this process gets SIGKILL when its parent ``parent`` dies (a
+    timeout's SIGKILL to the tool must not leave its compile running);
+    elsewhere nothing."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # the parent died before prctl
+        os._exit(1)
+
+
+def _report_death(prog: str, signum: int, pid: int, argv: list, doing: str, paths) -> int:
+    """After the child ``pid`` died of ``signum``: remove its temporaries, say so in one
+    line, return 128 + ``signum``."""
+    name, outputs = "its input", []
+    if paths is not None:
+        try:
+            name, outputs = paths(argv)
+            name = "<stdin>" if name == "-" else name
+        except (Exception, SystemExit):  # noqa: BLE001 - a command line the child had refused
+            pass
+    from falcon_mlir.files import remove_temporaries
+
+    remove_temporaries([p for p in outputs if p not in (None, "", "-")], pid)
+    try:
+        signame = signal.Signals(signum).name
+    except ValueError:
+        signame = f"signal {signum}"
+    what = f"IREE crashed ({signame})" if signum in _CRASH_SIGNALS else f"killed by {signame}"
+    try:
+        print(f"{prog}: error: {what} while {doing} {name}; nothing was written", file=sys.stderr)
+    except Exception:  # noqa: BLE001 - no stderr: the status says it
+        pass
+    return 128 + signum

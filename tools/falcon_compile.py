@@ -64,6 +64,11 @@ status stays 0.
 
 Outputs are written atomically.  On error: one line
 ``falcon-compile: error: ...`` on stderr, exit status 1, no output file.
+IREE runs in a child process of falcon-compile: if it crashes, one line
+``falcon-compile: error: IREE crashed (SIGFPE) while compiling FILE; nothing
+was written``, exit status 128 + the signal's number (136 for SIGFPE), no
+output file; FALCON_NO_FORK=1 in the environment keeps it in one process
+(for a debugger).
 """
 
 from __future__ import annotations
@@ -73,7 +78,7 @@ import os
 import sys
 from typing import Optional, Sequence
 
-from falcon_mlir.cli import ToolError, emit_stdout, one_line, print_version, run_tool
+from falcon_mlir.cli import ToolError, emit_stdout, one_line, print_version, run_tool_guarded
 from falcon_mlir.files import unwritable_reason, write_files_atomic
 
 PROG = "falcon-compile"
@@ -259,7 +264,7 @@ def _body(argv: list) -> int:
     try:
         args = parse_args(argv)
         if args["help"]:
-            sys.stdout.write((__doc__ or "").strip() + "\n")
+            emit_stdout(PROG, ((__doc__ or "").strip() + "\n").encode())  # a full stdout: one line
             return 0
         if args.get("version"):
             print_version(PROG)
@@ -273,9 +278,21 @@ def _body(argv: list) -> int:
         raise _fail(f"internal error: {type(e).__name__}: {e}") from None
 
 
+def _paths(argv: list) -> tuple:
+    """``(input, [output, report])`` of a command line, for the line after a crash.
+
+    Raises:
+        ToolError, KeyError: a command line without an input (the child said why).
+    """
+    args = parse_args(argv)
+    return args["input"], [args["output"], args["report_file"]]
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Runs falcon-compile; returns the exit status (0 ok, 1 on any error)."""
-    return run_tool(PROG, _body, argv)
+    """Runs falcon-compile; returns the exit status (0 ok, 1 on any error, 128 + N when IREE
+    crashed of signal N: :func:`falcon_mlir.cli.run_tool_guarded`, in a child process when
+    ``argv`` is None)."""
+    return run_tool_guarded(PROG, _body, argv, doing="compiling", paths=_paths)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,11 @@ Usage::
 
 Passes run in command-line order; ``--NAME[=OPTIONS]`` for any upstream or
 IREE pass works as in mlir-opt. Errors are one line ``file:line:col: error:
-message`` on stderr, exit status 1, and no output file is written.
+message`` on stderr, exit status 1, and no output file is written. The
+passes run in a child process of falcon-opt: if IREE or MLIR crashes, one
+line ``falcon-opt: error: IREE crashed (SIGSEGV) while running passes on
+FILE; nothing was written``, exit status 128 + the signal's number;
+FALCON_NO_FORK=1 keeps it in one process (for a debugger).
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from __future__ import annotations
 import json
 import sys
 
-from falcon_mlir.cli import ArgumentParser, ToolError, emit_stdout, run_tool
+from falcon_mlir.cli import ArgumentParser, ToolError, emit_stdout, run_tool_guarded
 from falcon_mlir.files import unwritable_reason, write_files_atomic
 
 TOOL = "falcon-opt"
@@ -40,12 +44,13 @@ def _epilog() -> str:
     return "\n".join(lines) + "\n" + _AUTO_NOTE
 
 
-def _parser() -> ArgumentParser:
+def _parser(epilog: bool = True) -> ArgumentParser:
+    """falcon-opt's parser; ``epilog=False`` leaves out the pass list (which imports the passes)."""
     import argparse
 
     p = ArgumentParser(
         prog=TOOL, description="Run falcon-mlir passes (and upstream MLIR/IREE passes) on MLIR.",
-        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=_epilog())
+        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=_epilog() if epilog else None)
     p.add_argument("input", nargs="?", default="-", help="input file (MLIR text or bytecode; - = stdin)")
     p.add_argument("-o", dest="output", default="-", help="output file (default: stdout); written atomically")
     p.add_argument("--pass-pipeline", help="textual pipeline, e.g. "
@@ -252,9 +257,21 @@ def run(argv: list) -> int:
     return 0
 
 
+def _paths(argv: list) -> tuple:
+    """``(input, [output, report])`` of a command line, for the line after a crash.
+
+    Raises:
+        ToolError: a command line that does not parse (the child said why).
+    """
+    args = _parser(epilog=False).parse_args(_split_argv(argv)[0])
+    return args.input, [args.output, args.lcma_report]
+
+
 def main(argv=None) -> int:
-    """Console entry point: ``falcon-opt [options] [input]``; returns the exit status."""
-    return run_tool(TOOL, run, argv)
+    """Console entry point: ``falcon-opt [options] [input]``; returns the exit status (0 ok,
+    1 on an error, 128 + N when IREE or MLIR crashed of signal N:
+    :func:`falcon_mlir.cli.run_tool_guarded`, in a child process when ``argv`` is None)."""
+    return run_tool_guarded(TOOL, run, argv, doing="running passes on", paths=_paths)
 
 
 if __name__ == "__main__":

@@ -40,11 +40,13 @@ def test_subcommands_take_no_version(capsys):
 
 @pytest.mark.parametrize("prog", sorted(TOOLS))
 @pytest.mark.parametrize("stdout", ["closed", "full"])
-def test_version_to_an_unwritable_stdout_is_one_line(prog, stdout):
+@pytest.mark.parametrize("flag", ["--version", "--help"])
+def test_version_and_help_to_an_unwritable_stdout_are_one_line(prog, stdout, flag):
     """Were (break-it): ``PROG --version >&-`` and ``PROG --version > /dev/full`` printed "internal
     error: AttributeError ..." / "OSError: [Errno 28] ..." with "please report this", status 2
     (falcon-compile 1); now one line saying stdout cannot be written, status 1, as for the tools'
-    other output."""
+    other output. The same for ``--help``, which was falcon-compile's internal error and the other
+    tools' silent status 0 (argparse's help, flushed at exit)."""
     import os
     import subprocess
     import sys
@@ -54,7 +56,7 @@ def test_version_to_an_unwritable_stdout_is_one_line(prog, stdout):
     module = TOOLS[prog].__name__
     sink = open("/dev/full", "wb") if stdout == "full" else None
     try:  # closed: fd 1 shut before the child's Python starts (sys.stdout is None), as ``>&-`` does
-        r = subprocess.run([sys.executable, "-m", module, "--version"], stdout=sink, stderr=subprocess.PIPE,
+        r = subprocess.run([sys.executable, "-m", module, flag], stdout=sink, stderr=subprocess.PIPE,
                            preexec_fn=(lambda: os.close(1)) if stdout == "closed" else None, timeout=300)
     finally:
         if sink is not None:

@@ -1,0 +1,232 @@
+"""The crash guard of falcon-compile and falcon-opt
+(:func:`falcon_mlir.cli.run_tool_guarded`): run as programs, they do their
+work in a forked child, so that IREE dying of a signal ends in one line
+(signal and input named), exit status 128 + the signal, no output file and no
+temporary left, the input untouched; normal runs are unchanged, and
+``FALCON_NO_FORK=1`` keeps everything in one process.
+
+Every case runs the tool (or a small program around the helper) as a
+process of its own: the guard forks only a process that runs a tool as its
+program, never pytest's.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from tool_checks import MM, one_line_error
+
+CPU = ["--iree-hal-target-device=local", "--iree-hal-local-target-device-backends=llvm-cpu"]
+
+# K = 0 only after size arithmetic folds (4 - 4): falcon's empty-reduction check
+# (static 0, casts, constant sizes) does not see it; IREE 3.13's canonicalization
+# does and then dies of SIGFPE (docs/robustness.md, "Not covered"). Should it
+# stop crashing (IREE fixed, or falcon folding sizes first),
+# test_iree_crash_in_falcon_compile_is_one_line fails on its exit status: find
+# another crasher; the self-killing tests below cover the guard without IREE.
+CRASHER = """func.func @f(%a: tensor<8x4xf32>, %b: tensor<4x16xf32>, %c: tensor<8x16xf32>) -> tensor<8x16xf32> {
+  %c4 = arith.constant 4 : index
+  %z = arith.subi %c4, %c4 : index
+  %sa = tensor.extract_slice %a[0, 0] [8, %z] [1, 1] : tensor<8x4xf32> to tensor<8x?xf32>
+  %sb = tensor.extract_slice %b[0, 0] [%z, 16] [1, 1] : tensor<4x16xf32> to tensor<?x16xf32>
+  %0 = linalg.matmul ins(%sa, %sb : tensor<8x?xf32>, tensor<?x16xf32>) outs(%c : tensor<8x16xf32>) -> tensor<8x16xf32>
+  return %0 : tensor<8x16xf32>
+}
+"""
+
+
+def _env(no_fork: bool) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "FALCON_NO_FORK"}
+    if no_fork:
+        env["FALCON_NO_FORK"] = "1"
+    return env
+
+
+def tool(name, *args, cwd, no_fork=False, stdin=b""):
+    """``python -m falcon_mlir.tools.NAME ARGS`` in ``cwd``: (status, stdout bytes, stderr text)."""
+    r = subprocess.run([sys.executable, "-m", f"falcon_mlir.tools.{name}", *map(str, args)], cwd=cwd,
+                       input=stdin, capture_output=True, env=_env(no_fork), timeout=600)
+    return r.returncode, r.stdout, r.stderr.decode()
+
+
+# A program around the helper: BODY is the tool's body (argv: input, output folder).
+PROGRAM = """\
+import os, signal, sys, time
+from falcon_mlir.cli import run_tool_guarded
+from falcon_mlir.files import write_atomic
+
+def body(argv):
+{body}
+
+print("program", os.getpid(), flush=True)
+sys.exit(run_tool_guarded("falcon-x", body, doing="testing",
+                          paths=lambda argv: (argv[0], [os.path.join(argv[1], "o.vmfb")])))
+"""
+
+BODIES = {
+    "segv": "os.kill(os.getpid(), signal.SIGSEGV)",
+    "abort": "os.abort()",
+    # dies half-way through write_files_atomic: its temporary file is on disk
+    "mid-write": "os.fsync = lambda fd: os.kill(os.getpid(), signal.SIGSEGV)\n"
+                 "write_atomic(os.path.join(argv[1], 'o.vmfb'), b'half' * 1000)",
+    "oom-kill": "os.kill(os.getpid(), signal.SIGKILL)",
+    "status": "print('body', os.getpid(), flush=True)\nprint('a word', file=sys.stderr)\nreturn 3",
+    "ready": "print('body', os.getpid(), flush=True)\ntime.sleep(120)",
+}
+
+
+def program(tmp_path, body, *, no_fork=False, wait=True, stdin=subprocess.DEVNULL):
+    """Run PROGRAM with BODIES[body] on ``in.mlir`` and the folder ``out`` in ``tmp_path``."""
+    (tmp_path / "in.mlir").write_text("module {}\n")
+    (tmp_path / "out").mkdir(exist_ok=True)
+    code = PROGRAM.format(body=textwrap.indent(BODIES[body], "    "))
+    p = subprocess.Popen([sys.executable, "-c", code, "in.mlir", "out"], cwd=tmp_path, env=_env(no_fork),
+                         stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    if not wait:
+        return p
+    out, err = p.communicate(timeout=120)
+    return p.returncode, out.decode(), err.decode()
+
+
+@pytest.mark.parametrize("body,sig,what", [
+    ("segv", signal.SIGSEGV, "IREE crashed (SIGSEGV)"),
+    ("abort", signal.SIGABRT, "IREE crashed (SIGABRT)"),
+    ("mid-write", signal.SIGSEGV, "IREE crashed (SIGSEGV)"),
+    ("oom-kill", signal.SIGKILL, "killed by SIGKILL"),
+])
+def test_child_killed_by_a_signal_is_one_line(tmp_path, body, sig, what):
+    rc, out, err = program(tmp_path, body)
+    line = one_line_error(rc, err, rc_expected=128 + sig)
+    assert line == f"falcon-x: error: {what} while testing in.mlir; nothing was written"
+    assert list((tmp_path / "out").iterdir()) == []  # mid-write: the child's temporary removed
+
+
+def test_normal_status_output_and_stderr_pass_through_from_a_child(tmp_path):
+    rc, out, err = program(tmp_path, "status")
+    assert (rc, err) == (3, "a word\n")
+    (_, parent), (_, child) = [line.split() for line in out.splitlines()]
+    assert parent != child  # the body ran in a child process
+
+
+def test_no_fork_runs_in_process(tmp_path):
+    rc, out, err = program(tmp_path, "status", no_fork=True)
+    assert (rc, err) == (3, "a word\n")
+    (_, parent), (_, child) = [line.split() for line in out.splitlines()]
+    assert parent == child
+    rc, _, err = program(tmp_path, "segv", no_fork=True)
+    assert rc == -signal.SIGSEGV and err == ""  # as before the guard: the process dies, nothing said
+
+
+def _ready(p) -> int:
+    """Wait for the body's ``body PID`` line; returns the child's pid."""
+    assert p.stdout.readline().split()[0] == b"program"
+    return int(p.stdout.readline().split()[1])
+
+
+def test_interrupt_reaches_the_child(tmp_path):
+    """SIGINT to the parent alone (``kill -INT``; Ctrl-C sends it to both): the child
+    is interrupted, one line, status 130, no traceback from either."""
+    p = program(tmp_path, "ready", wait=False)
+    _ready(p)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=60)
+    assert one_line_error(p.returncode, err.decode(), rc_expected=130) == "falcon-x: interrupted"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_child_dies_with_its_parent(tmp_path):
+    """A timeout's SIGKILL to the tool does not leave its work running."""
+    p = program(tmp_path, "ready", wait=False)
+    child = _ready(p)
+    p.kill()
+    p.communicate(timeout=60)
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        try:
+            with open(f"/proc/{child}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":  # dead, not yet reaped by init
+                    break
+        except FileNotFoundError:
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(child, signal.SIGKILL)
+        pytest.fail("the child outlived its parent")
+
+
+def test_tool_modules_import_nothing_heavy():
+    """The guard forks in the tools' main: before it only light modules and one thread."""
+    code = ("import sys, threading\n"
+            "import falcon_mlir.tools.falcon_compile, falcon_mlir.tools.falcon_opt\n"
+            "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('iree', 'numpy', 'ml_dtypes'))\n"
+            "print(heavy, threading.active_count())\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.stdout == "[] 1\n", r.stdout + r.stderr
+
+
+def test_iree_crash_in_falcon_compile_is_one_line(src, tmp_path):
+    p, snap = src(CRASHER)
+    out = tmp_path / "out"
+    out.mkdir()
+    rc, stdout, err = tool("falcon_compile", "in.mlir", "-o", "out/o.vmfb", "--lcma-report=out/r.json", *CPU,
+                           cwd=tmp_path)
+    line = one_line_error(rc, err, rc_expected=128 + signal.SIGFPE)
+    assert line == "falcon-compile: error: IREE crashed (SIGFPE) while compiling in.mlir; nothing was written"
+    assert stdout == b"" and list(out.iterdir()) == [] and snap.unchanged()
+    # stdin, output to stdout
+    rc, stdout, err = tool("falcon_compile", "-", *CPU, cwd=tmp_path, stdin=CRASHER.encode())
+    assert one_line_error(rc, err, "while compiling <stdin>;", rc_expected=136) and stdout == b""
+    # FALCON_NO_FORK=1: in this process, as before the guard (the shell's 136, nothing said)
+    rc, stdout, err = tool("falcon_compile", "in.mlir", "-o", "out/o.vmfb", *CPU, cwd=tmp_path, no_fork=True)
+    assert rc == -signal.SIGFPE and "falcon-compile" not in err
+    assert list(out.iterdir()) == [] and snap.unchanged()
+
+
+def test_normal_compile_is_unchanged(src, tmp_path):
+    """Exit status, stderr and output of a compile that works, guarded and in one process."""
+    p, snap = src(MM)
+    runs = {}
+    for no_fork in (False, True):
+        o = f"o{int(no_fork)}.vmfb"
+        runs[no_fork] = tool("falcon_compile", "in.mlir", "-o", o, *CPU, "--iree-llvmcpu-target-cpu=generic",
+                             cwd=tmp_path, no_fork=no_fork) + ((tmp_path / o).read_bytes(),)
+    (rc, out, err, vmfb), (rc1, out1, err1, vmfb1) = runs[False], runs[True]
+    assert (rc, out, err) == (rc1, out1, err1) == (0, b"", "")
+    assert vmfb == vmfb1 and len(vmfb) > 1000
+    rc, out, err = tool("falcon_compile", "in.mlir", *CPU, "--iree-llvmcpu-target-cpu=generic", cwd=tmp_path)
+    assert (rc, out, err) == (0, vmfb, "")  # to stdout
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["in.mlir", "o0.vmfb", "o1.vmfb"] and snap.unchanged()
+
+
+# falcon-opt: its passes made to crash (IREE's do not on the inputs found so far)
+OPT_CRASH = """\
+import os, signal, sys
+import falcon_mlir.pipeline.opt as opt
+from falcon_mlir.tools import falcon_opt
+
+def crash(*args, **kwargs):
+    os.kill(os.getpid(), signal.SIGSEGV)
+
+opt.run_on_source = crash
+sys.argv[0] = "falcon-opt"
+sys.exit(falcon_opt.main())
+"""
+
+
+@pytest.mark.parametrize("name", ["in.mlir", "-"])
+def test_crash_in_falcon_opt_is_one_line(src, tmp_path, name):
+    p, snap = src(MM)
+    r = subprocess.run([sys.executable, "-c", OPT_CRASH, name, "--canonicalize", "-o", "o.mlir",
+                        "--lcma-report", "r.json"], cwd=tmp_path, input=MM.encode(), capture_output=True,
+                       env=_env(False), timeout=300)
+    line = one_line_error(r.returncode, r.stderr.decode(), rc_expected=128 + signal.SIGSEGV)
+    shown = "<stdin>" if name == "-" else name
+    assert line == f"falcon-opt: error: IREE crashed (SIGSEGV) while running passes on {shown}; nothing was written"
+    assert r.stdout == b"" and [f.name for f in tmp_path.iterdir()] == ["in.mlir"] and snap.unchanged()

@@ -271,11 +271,11 @@ def _num(v) -> float:
 
 def _quality_row(group: List[dict], M: int, N: int, K: int):
     """``(auto row with its best time, best row, classical row)`` of one shape,
-    or None when auto or classical was not timed. The same plan under another
+    or None when auto or classical was not timed (no finite, positive median). The same plan under another
     name (a forced candidate equal to auto's choice, or its "pad" twin on a
     shape that needs no padding) is the same code: its best time counts for auto."""
     timed = [r for r in group if r["candidate"] not in PEERS
-             and isinstance(r["median_s"], float) and r["median_s"] == r["median_s"]]
+             and isinstance(r["median_s"], float) and math.isfinite(r["median_s"]) and r["median_s"] > 0]
     auto = next((r for r in timed if r["candidate"] == "auto"), None)
     cls = next((r for r in timed if r["candidate"] == "classical"), None)
     if not auto or not cls:
@@ -303,22 +303,28 @@ def _paired(group: List[dict], M: int, N: int, K: int) -> Optional[Tuple[float, 
     interquartile range, classical / auto)``, each the median over the rounds of the ratio of the two
     calls made in the same round (a drift of a shared machine that spans a round cancels in it; best /
     auto is at most 1, auto being a candidate, and the range is the closest rival's ratio's), or
-    None where auto's row carries no per-round times (a CSV of an older falcon-bench). Candidates that
-    ran auto's code (classical where auto kept the shape classical) are left out, as in the median-based
-    columns. The IREE candidates always share their rounds
-    (:func:`falcon_mlir.bench.measure.bench_shape`); peers are not candidates here."""
+    None where auto's row carries no per-round times (a CSV of an older falcon-bench) or where a rival
+    that was timed cannot be paired with auto: another number of rounds, or no round in which both
+    times are finite and positive (a hand-made or damaged CSV; a round with a NaN or zero time is left
+    out of the pairing, not divided by). Candidates that ran auto's code (classical where auto kept the
+    shape classical) and candidates never timed (failed) are left out, as in the median-based columns.
+    The IREE candidates always share their rounds (:func:`falcon_mlir.bench.measure.bench_shape`);
+    peers are not candidates here."""
     auto = next((r for r in group if r["candidate"] == "auto"), None)
     cls = next((r for r in group if r["candidate"] == "classical"), None)
     t_auto = _round_times(auto) if auto else []
     if not t_auto or cls is None:
         return None
     ratios = {}
+    usable = lambda x: math.isfinite(x) and x > 0  # noqa: E731
     for r in group:
         t = _round_times(r)
-        if (r["candidate"] in PEERS or r is auto or len(t) != len(t_auto)
-                or _same_code(r["plan"], auto["plan"], M, N, K)):
+        if not t or r["candidate"] in PEERS or r is auto or _same_code(r["plan"], auto["plan"], M, N, K):
             continue
-        ratios[id(r)] = [x / y for x, y in zip(t, t_auto)]
+        pairs = [x / y for x, y in zip(t, t_auto) if usable(x) and usable(y)]
+        if len(t) != len(t_auto) or not pairs:  # a rival left out would make auto look best
+            return None
+        ratios[id(r)] = pairs
     if not ratios:  # nothing else ran a different module (auto classical, classical alone): auto is the best
         return 1.0, 0.0, 1.0
     best = min(ratios.values(), key=statistics.median)  # the closest rival (faster than auto or not)

@@ -345,7 +345,10 @@ def _peer_medians(group: List[dict]) -> Dict[str, float]:
 def decision_quality(rows: List[dict], tolerance: float = 0.03) -> Tuple[str, dict]:
     """Decision quality from measured rows: a markdown table and a summary dict.
 
-    Per shape: the best measured IREE candidate (lowest median), ``auto``'s
+    Per shape and run (a CSV that ``--append`` wrote several runs into holds a shape once per run:
+    a candidate seen again starts the next run's rows; rows of another dtype, flags or const
+    weights are another run; runs are never mixed, in the medians or in the pairing): the best
+    measured IREE candidate (lowest median), ``auto``'s
     median, ``best / auto`` and ``classical / auto``, and for each CPU peer
     measured (numpy, torch) ``peer / auto`` (its median / auto's: auto's
     speed-up over it, > 1: auto faster). Summary: ``shapes``, ``within``
@@ -363,10 +366,17 @@ def decision_quality(rows: List[dict], tolerance: float = 0.03) -> Tuple[str, di
     The median-based columns stay the criterion's own; the paired ones say which verdicts a drift of
     the machine between calls could have made.
     """
-    by_shape: Dict[tuple, List[dict]] = {}
+    by_shape: Dict[tuple, List[dict]] = {}  # (label, M, N, K, dtype, flags, const, n) -> one run's rows
+    current: Dict[tuple, tuple] = {}
     for r in rows:
         r = dict(r, median_s=_num(r["median_s"]))
-        by_shape.setdefault((r["label"], int(r["M"]), int(r["N"]), int(r["K"])), []).append(r)
+        shape = (r["label"], int(r["M"]), int(r["N"]), int(r["K"]), str(r.get("dtype")), str(r.get("flags")),
+                 str(r.get("const_weights")))
+        key = current.get(shape)
+        if key is None or any(x["candidate"] == r["candidate"] for x in by_shape[key]):  # the next run's
+            key = current[shape] = shape + (len(by_shape),)
+            by_shape[key] = []
+        by_shape[key].append(r)
     peers = [p for p in PEERS if any(r["candidate"] == p for r in rows)]
     lines = ["| shape MxNxK | weights | auto's plan | best measured | best / auto | "
              "classical / auto | within 3% | best / auto, paired (IQR) | classical / auto, paired | "
@@ -376,7 +386,7 @@ def decision_quality(rows: List[dict], tolerance: float = 0.03) -> Tuple[str, di
     worst, logs = float("inf"), []
     paired_ok, paired_logs = 0, []
     peer_logs: Dict[str, list] = {p: [] for p in peers}
-    for (label, M, N, K), group in by_shape.items():
+    for (label, M, N, K, *_), group in by_shape.items():
         found = _quality_row(group, M, N, K)
         if found is None:
             continue

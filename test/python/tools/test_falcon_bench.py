@@ -189,6 +189,27 @@ def test_quality_paired_unusable_rounds():
     assert summary["geomean_vs_classical_paired"] == pytest.approx((1.15 * (1.1 + 1 / 0.9) / 2 * 2.0) ** (1 / 3))
 
 
+def test_quality_keeps_appended_runs_apart():
+    """Were (break-it): ``falcon-bench --append --quality`` read the whole CSV and grouped it by shape
+    alone, so a second run of a shape (or the same shape in f16, or with other flags) joined the first:
+    its candidates' rounds were paired with the first run's auto, calls minutes apart, and the second
+    run had no row of its own. Now each run of a shape is a row of its own."""
+    def row(cand, times, plan="classical", dtype="f32"):
+        t = [float(x) for x in times.split()]
+        return {"label": "w", "M": 8, "N": 8, "K": 8, "dtype": dtype, "flags": "best", "const_weights": "0",
+                "candidate": cand, "plan": plan, "median_s": str(statistics.median(t)), "times_s": times}
+
+    run1 = [row("classical", "2.0 2.0 2.0"), row("auto", "1.0 1.0 1.0", "strassen x1")]
+    run2 = [row("classical", "1.0 1.0 1.0"), row("auto", "2.0 2.0 2.0", "strassen x1")]
+    f16 = [row("classical", "4.0 4.0 4.0", dtype="f16"), row("auto", "2.0 2.0 2.0", "strassen x1", dtype="f16")]
+    table, summary = report.decision_quality(run1 + run2 + f16)
+    r1, r2, r3 = table.splitlines()[2:5]
+    assert "| 1.000 | 2.000 | yes | 1.000 (0.000) | 2.000 | yes |" in r1, r1
+    assert "| 0.500 | 0.500 | NO | 0.500 (0.000) | 0.500 | NO |" in r2, r2
+    assert "| 1.000 | 2.000 | yes | 1.000 (0.000) | 2.000 | yes |" in r3, r3
+    assert summary["shapes"] == summary["paired_shapes"] == 3
+
+
 def test_rows_carry_every_rounds_seconds():
     """rows_of writes each candidate's per-round seconds in round order (what the pairing reads back from
     the CSV)."""

@@ -154,6 +154,21 @@ def emit_stdout(prog: str, data: bytes) -> None:
         raise ToolError(f"{prog}: error: cannot write to stdout: {getattr(e, 'strerror', None) or e}") from None
 
 
+def read_stdin(prog: str) -> bytes:
+    """All of stdin, as bytes (a tool's input ``-``).
+
+    Raises:
+        ToolError: stdin is closed (``PROG - <&-``: ``sys.stdin`` is None) or cannot be read:
+            ``PROG: error: cannot read stdin: REASON``, status 1.
+    """
+    if sys.stdin is None:  # fd 0 closed when Python started
+        raise ToolError(f"{prog}: error: cannot read stdin: it is closed")
+    try:
+        return sys.stdin.buffer.read()
+    except (OSError, ValueError) as e:  # ValueError: the stream was closed
+        raise ToolError(f"{prog}: error: cannot read stdin: {getattr(e, 'strerror', None) or e}") from None
+
+
 def silence_stdout() -> None:
     """Point fd 1 at /dev/null, so that Python's final flush of a pipe whose
     reader went away prints no "Exception ignored ... BrokenPipeError"."""

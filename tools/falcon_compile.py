@@ -78,7 +78,7 @@ import os
 import sys
 from typing import Optional, Sequence
 
-from falcon_mlir.cli import ToolError, emit_stdout, one_line, print_version, run_tool_guarded
+from falcon_mlir.cli import ToolError, emit_stdout, one_line, print_version, read_stdin, run_tool_guarded
 from falcon_mlir.files import unwritable_reason, write_files_atomic
 
 PROG = "falcon-compile"
@@ -211,7 +211,7 @@ def _check_options(args: dict) -> None:
 def _source(src: str) -> tuple:
     """``(source, input name)`` for ``compile_source``: stdin bytes or a path."""
     if src == "-":
-        return sys.stdin.buffer.read(), "<stdin>"
+        return read_stdin(PROG), "<stdin>"
     if not os.path.isfile(src):
         raise _fail(f"cannot open input file '{src}'")
     import pathlib

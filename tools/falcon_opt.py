@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import sys
 
-from falcon_mlir.cli import ArgumentParser, ToolError, emit_stdout, run_tool_guarded
+from falcon_mlir.cli import ArgumentParser, ToolError, emit_stdout, read_stdin, run_tool_guarded
 from falcon_mlir.files import unwritable_reason, write_files_atomic
 
 TOOL = "falcon-opt"
@@ -112,7 +112,7 @@ def _pass_flag_to_element(flag: str) -> str:
 
 def _read_input(path: str) -> bytes:
     if path == "-":
-        return sys.stdin.buffer.read()
+        return read_stdin(TOOL)
     try:
         with open(path, "rb") as f:
             return f.read()

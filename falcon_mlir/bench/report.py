@@ -271,11 +271,11 @@ def _num(v) -> float:
 
 def _quality_row(group: List[dict], M: int, N: int, K: int):
     """``(auto row with its best time, best row, classical row)`` of one shape,
-    or None when auto or classical was not timed. The same plan under another
+    or None when auto or classical was not timed (no finite, positive median). The same plan under another
     name (a forced candidate equal to auto's choice, or its "pad" twin on a
     shape that needs no padding) is the same code: its best time counts for auto."""
     timed = [r for r in group if r["candidate"] not in PEERS
-             and isinstance(r["median_s"], float) and r["median_s"] == r["median_s"]]
+             and isinstance(r["median_s"], float) and math.isfinite(r["median_s"]) and r["median_s"] > 0]
     auto = next((r for r in timed if r["candidate"] == "auto"), None)
     cls = next((r for r in timed if r["candidate"] == "classical"), None)
     if not auto or not cls:
@@ -303,22 +303,28 @@ def _paired(group: List[dict], M: int, N: int, K: int) -> Optional[Tuple[float, 
     interquartile range, classical / auto)``, each the median over the rounds of the ratio of the two
     calls made in the same round (a drift of a shared machine that spans a round cancels in it; best /
     auto is at most 1, auto being a candidate, and the range is the closest rival's ratio's), or
-    None where auto's row carries no per-round times (a CSV of an older falcon-bench). Candidates that
-    ran auto's code (classical where auto kept the shape classical) are left out, as in the median-based
-    columns. The IREE candidates always share their rounds
-    (:func:`falcon_mlir.bench.measure.bench_shape`); peers are not candidates here."""
+    None where auto's row carries no per-round times (a CSV of an older falcon-bench) or where a rival
+    that was timed cannot be paired with auto: another number of rounds, or no round in which both
+    times are finite and positive (a hand-made or damaged CSV; a round with a NaN or zero time is left
+    out of the pairing, not divided by). Candidates that ran auto's code (classical where auto kept the
+    shape classical) and candidates never timed (failed) are left out, as in the median-based columns.
+    The IREE candidates always share their rounds (:func:`falcon_mlir.bench.measure.bench_shape`);
+    peers are not candidates here."""
     auto = next((r for r in group if r["candidate"] == "auto"), None)
     cls = next((r for r in group if r["candidate"] == "classical"), None)
     t_auto = _round_times(auto) if auto else []
     if not t_auto or cls is None:
         return None
     ratios = {}
+    usable = lambda x: math.isfinite(x) and x > 0  # noqa: E731
     for r in group:
         t = _round_times(r)
-        if (r["candidate"] in PEERS or r is auto or len(t) != len(t_auto)
-                or _same_code(r["plan"], auto["plan"], M, N, K)):
+        if not t or r["candidate"] in PEERS or r is auto or _same_code(r["plan"], auto["plan"], M, N, K):
             continue
-        ratios[id(r)] = [x / y for x, y in zip(t, t_auto)]
+        pairs = [x / y for x, y in zip(t, t_auto) if usable(x) and usable(y)]
+        if len(t) != len(t_auto) or not pairs:  # a rival left out would make auto look best
+            return None
+        ratios[id(r)] = pairs
     if not ratios:  # nothing else ran a different module (auto classical, classical alone): auto is the best
         return 1.0, 0.0, 1.0
     best = min(ratios.values(), key=statistics.median)  # the closest rival (faster than auto or not)
@@ -339,7 +345,10 @@ def _peer_medians(group: List[dict]) -> Dict[str, float]:
 def decision_quality(rows: List[dict], tolerance: float = 0.03) -> Tuple[str, dict]:
     """Decision quality from measured rows: a markdown table and a summary dict.
 
-    Per shape: the best measured IREE candidate (lowest median), ``auto``'s
+    Per shape and run (a CSV that ``--append`` wrote several runs into holds a shape once per run:
+    a candidate seen again starts the next run's rows; rows of another dtype, flags or const
+    weights are another run; runs are never mixed, in the medians or in the pairing): the best
+    measured IREE candidate (lowest median), ``auto``'s
     median, ``best / auto`` and ``classical / auto``, and for each CPU peer
     measured (numpy, torch) ``peer / auto`` (its median / auto's: auto's
     speed-up over it, > 1: auto faster). Summary: ``shapes``, ``within``
@@ -357,10 +366,17 @@ def decision_quality(rows: List[dict], tolerance: float = 0.03) -> Tuple[str, di
     The median-based columns stay the criterion's own; the paired ones say which verdicts a drift of
     the machine between calls could have made.
     """
-    by_shape: Dict[tuple, List[dict]] = {}
+    by_shape: Dict[tuple, List[dict]] = {}  # (label, M, N, K, dtype, flags, const, n) -> one run's rows
+    current: Dict[tuple, tuple] = {}
     for r in rows:
         r = dict(r, median_s=_num(r["median_s"]))
-        by_shape.setdefault((r["label"], int(r["M"]), int(r["N"]), int(r["K"])), []).append(r)
+        shape = (r["label"], int(r["M"]), int(r["N"]), int(r["K"]), str(r.get("dtype")), str(r.get("flags")),
+                 str(r.get("const_weights")))
+        key = current.get(shape)
+        if key is None or any(x["candidate"] == r["candidate"] for x in by_shape[key]):  # the next run's
+            key = current[shape] = shape + (len(by_shape),)
+            by_shape[key] = []
+        by_shape[key].append(r)
     peers = [p for p in PEERS if any(r["candidate"] == p for r in rows)]
     lines = ["| shape MxNxK | weights | auto's plan | best measured | best / auto | "
              "classical / auto | within 3% | best / auto, paired (IQR) | classical / auto, paired | "
@@ -370,7 +386,7 @@ def decision_quality(rows: List[dict], tolerance: float = 0.03) -> Tuple[str, di
     worst, logs = float("inf"), []
     paired_ok, paired_logs = 0, []
     peer_logs: Dict[str, list] = {p: [] for p in peers}
-    for (label, M, N, K), group in by_shape.items():
+    for (label, M, N, K, *_), group in by_shape.items():
         found = _quality_row(group, M, N, K)
         if found is None:
             continue

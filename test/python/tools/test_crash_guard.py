@@ -230,3 +230,16 @@ def test_crash_in_falcon_opt_is_one_line(src, tmp_path, name):
     shown = "<stdin>" if name == "-" else name
     assert line == f"falcon-opt: error: IREE crashed (SIGSEGV) while running passes on {shown}; nothing was written"
     assert r.stdout == b"" and [f.name for f in tmp_path.iterdir()] == ["in.mlir"] and snap.unchanged()
+
+
+@pytest.mark.parametrize("name", ["falcon_compile", "falcon_opt"])
+def test_closed_stdin_is_one_line(tmp_path, name):
+    """Were (break-it): ``PROG - <&-`` (fd 0 closed, so ``sys.stdin`` is None in the child as in
+    the parent) said "internal error: AttributeError: 'NoneType' object has no attribute
+    'buffer'" (falcon-opt with "please report this", status 2); now one line, status 1."""
+    r = subprocess.run([sys.executable, "-m", f"falcon_mlir.tools.{name}", "-",
+                        *(CPU if name == "falcon_compile" else [])], cwd=tmp_path,
+                       capture_output=True, env=_env(False), timeout=300, preexec_fn=lambda: os.close(0))
+    prog = name.replace("_", "-")
+    assert (r.returncode, r.stdout, r.stderr.decode()) == (1, b"", f"{prog}: error: cannot read stdin: it is closed\n")
+    assert list(tmp_path.iterdir()) == []

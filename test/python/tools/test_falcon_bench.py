@@ -157,6 +157,59 @@ def test_quality_pairs_candidates_round_by_round():
     assert "Paired round by round: auto within 3% of the best on 2 of 3 shapes (67%)" in table
 
 
+def test_quality_paired_unusable_rounds():
+    """Were (break-it): a zero time in auto's rounds or a zero median (a hand-made or damaged CSV read back by --quality
+    --append) raised ZeroDivisionError out of decision_quality, after the whole run; NaN rounds gave
+    "(nan)" ranges and medians of NaN; a rival with another number of rounds was dropped silently, so
+    auto read as the best (1.000 (0.000), classical / auto 1.000). Now a NaN or zero round is left out
+    of the pairing, and a rival that cannot be paired makes the shape's paired columns "-"; a rival
+    never timed (failed) is left out, as in the medians."""
+    def row(M, cand, times, plan="classical", status="ok", median=None):
+        t = [float(x) for x in times.split() if float(x) == float(x)]  # the medians are not at issue here
+        median = median if median is not None else statistics.median(t) if t else float("nan")
+        return {"label": "w", "M": M, "N": 8, "K": 8, "candidate": cand, "plan": plan, "status": status,
+                "median_s": median, "times_s": times}
+
+    rows = [row(4, "classical", "1.0 3.0 2.0"), row(4, "auto", "0 2.0 2.5", "strassen x1"),
+            row(8, "classical", "1.0 nan 1.1"), row(8, "auto", "0.9 1.3 1.0", "strassen x1"),
+            row(16, "classical", "1.0 1.1 0.9 1.0"), row(16, "auto", "0.5 0.5 0.5", "strassen x1"),
+            row(32, "classical", "1.0 1.1 0.9"), row(32, "auto", "0.5 0.5 0.5", "strassen x1"),
+            row(32, "scheme=winograd", "", "winograd x1", status="compile failed"),
+            row(64, "classical", "0 nan 0", median=1.0), row(64, "auto", "0.5 0.5 0.5", "strassen x1"),
+            row(128, "classical", "0 0 0"), row(128, "auto", "0.5 0.5 0.5", "strassen x1")]
+    table, summary = report.decision_quality(rows)
+    r4, r8, r16, r32, r64, blank = table.splitlines()[2:8]
+    assert "| 1.000 (1.050) | 1.150 | yes |" in r4, r4  # rounds 2, 3 only: 1.5 and 0.8
+    assert "| 1.000 (0.017) | 1.106 | yes |" in r8, r8  # rounds 1, 3 only: 1.111 and 1.1
+    assert r16.endswith("| - | - | - |"), r16  # 4 rounds against 3: cannot be paired
+    assert "| 1.000 (0.400) | 2.000 | yes |" in r32, r32  # the failed winograd left out
+    assert r64.endswith("| - | - | - |"), r64  # no usable round
+    assert blank == "" and summary["shapes"] == 5  # 128: classical's median 0 is no time (was: log(0) raised)
+    assert summary["paired_shapes"] == 3
+    assert summary["geomean_vs_classical_paired"] == pytest.approx((1.15 * (1.1 + 1 / 0.9) / 2 * 2.0) ** (1 / 3))
+
+
+def test_quality_keeps_appended_runs_apart():
+    """Were (break-it): ``falcon-bench --append --quality`` read the whole CSV and grouped it by shape
+    alone, so a second run of a shape (or the same shape in f16, or with other flags) joined the first:
+    its candidates' rounds were paired with the first run's auto, calls minutes apart, and the second
+    run had no row of its own. Now each run of a shape is a row of its own."""
+    def row(cand, times, plan="classical", dtype="f32"):
+        t = [float(x) for x in times.split()]
+        return {"label": "w", "M": 8, "N": 8, "K": 8, "dtype": dtype, "flags": "best", "const_weights": "0",
+                "candidate": cand, "plan": plan, "median_s": str(statistics.median(t)), "times_s": times}
+
+    run1 = [row("classical", "2.0 2.0 2.0"), row("auto", "1.0 1.0 1.0", "strassen x1")]
+    run2 = [row("classical", "1.0 1.0 1.0"), row("auto", "2.0 2.0 2.0", "strassen x1")]
+    f16 = [row("classical", "4.0 4.0 4.0", dtype="f16"), row("auto", "2.0 2.0 2.0", "strassen x1", dtype="f16")]
+    table, summary = report.decision_quality(run1 + run2 + f16)
+    r1, r2, r3 = table.splitlines()[2:5]
+    assert "| 1.000 | 2.000 | yes | 1.000 (0.000) | 2.000 | yes |" in r1, r1
+    assert "| 0.500 | 0.500 | NO | 0.500 (0.000) | 0.500 | NO |" in r2, r2
+    assert "| 1.000 | 2.000 | yes | 1.000 (0.000) | 2.000 | yes |" in r3, r3
+    assert summary["shapes"] == summary["paired_shapes"] == 3
+
+
 def test_rows_carry_every_rounds_seconds():
     """rows_of writes each candidate's per-round seconds in round order (what the pairing reads back from
     the CSV)."""

@@ -300,10 +300,11 @@ def run_tool_guarded(prog: str, body: Callable[[list], int], argv: Optional[Sequ
         return run_tool(prog, body, argv)
     if pid == 0:
         _child(prog, body, argv, mask, parent)  # never returns
-    child = [pid]
+    child, forwarded = [pid], []
 
     def forward(signum, frame):  # kept until exit: after the child, nothing to forward
         if child:
+            forwarded.append(signum)
             try:
                 os.kill(child[0], signum)
             except OSError:
@@ -316,7 +317,7 @@ def run_tool_guarded(prog: str, body: Callable[[list], int], argv: Optional[Sequ
     child.clear()
     if status >= 0:
         return status
-    return _report_death(prog, -status, pid, argv, doing, paths)
+    return _report_death(prog, -status, pid, argv, doing, paths, interrupted=signal.SIGINT in forwarded)
 
 
 def _flush_std() -> bool:
@@ -372,9 +373,12 @@ def _die_with(parent: int) -> None:
         os._exit(1)
 
 
-def _report_death(prog: str, signum: int, pid: int, argv: list, doing: str, paths) -> int:
+def _report_death(prog: str, signum: int, pid: int, argv: list, doing: str, paths,
+                  interrupted: bool = False) -> int:
     """After the child ``pid`` died of ``signum``: remove its temporaries, say so in one
-    line, return 128 + ``signum``."""
+    line, return 128 + ``signum``; where an interrupt had been passed on to it (``interrupted``:
+    Ctrl-C while the child was still importing IREE's native code can end in SIGABRT), the line is
+    ``PROG: interrupted`` and the status 130, as for an interrupt the child took itself."""
     name, outputs = "its input", []
     if paths is not None:
         try:
@@ -385,6 +389,12 @@ def _report_death(prog: str, signum: int, pid: int, argv: list, doing: str, path
     from falcon_mlir.files import remove_temporaries
 
     remove_temporaries([p for p in outputs if p not in (None, "", "-")], pid)
+    if interrupted:
+        try:
+            print(f"{prog}: interrupted", file=sys.stderr)
+        except Exception:  # noqa: BLE001 - no stderr: the status says it
+            pass
+        return 130
     try:
         signame = signal.Signals(signum).name
     except ValueError:

@@ -79,6 +79,9 @@ BODIES = {
     "oom-kill": "os.kill(os.getpid(), signal.SIGKILL)",
     "status": "print('body', os.getpid(), flush=True)\nprint('a word', file=sys.stderr)\nreturn 3",
     "ready": "print('body', os.getpid(), flush=True)\ntime.sleep(120)",
+    # Ctrl-C while the child imports IREE's native code: the interrupt is not taken, the child aborts
+    "abort-after-interrupt": "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+                             "print('body', os.getpid(), flush=True)\ntime.sleep(120)",
 }
 
 
@@ -136,6 +139,18 @@ def test_interrupt_reaches_the_child(tmp_path):
     p = program(tmp_path, "ready", wait=False)
     _ready(p)
     p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=60)
+    assert one_line_error(p.returncode, err.decode(), rc_expected=130) == "falcon-x: interrupted"
+
+
+def test_a_crash_after_an_interrupt_is_the_interrupt(tmp_path):
+    """The child ignores the forwarded SIGINT and then dies of SIGABRT (what Ctrl-C during the import
+    of IREE's extension did): the line says interrupted, status 130, not 'IREE crashed'."""
+    p = program(tmp_path, "abort-after-interrupt", wait=False)
+    child = _ready(p)
+    p.send_signal(signal.SIGINT)
+    time.sleep(0.5)
+    os.kill(child, signal.SIGABRT)
     out, err = p.communicate(timeout=60)
     assert one_line_error(p.returncode, err.decode(), rc_expected=130) == "falcon-x: interrupted"
 

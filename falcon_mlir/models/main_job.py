@@ -298,9 +298,9 @@ def _export(small: bool, tokens: int, log: Callable, dtype: str = "float32"):
     return cfg, block, text
 
 
-def _random_data(block, seed: int, dtype: str, log: Callable) -> tuple:
+def _random_data(block, seed: int, dtype: str, log: Callable, what: str = "random inputs and weights") -> tuple:
     """``(x, weights)``: the block's random input (``seed``) and weights
-    (``seed + 1``) in ``dtype``; the same arrays on every call."""
+    (``seed + 1``) in ``dtype``; the same arrays on every call (``what``: the log line's words)."""
     t0 = time.perf_counter()
     x = block.random_inputs(seed)
     weights = block.random_weights(seed + 1)
@@ -309,7 +309,7 @@ def _random_data(block, seed: int, dtype: str, log: Callable) -> tuple:
 
         t = np_type({"bfloat16": "bf16", "float16": "f16"}[dtype])
         x, weights = x.astype(t), [w.astype(t) for w in weights]
-    log(f"random inputs and weights ({dtype}) in {time.perf_counter() - t0:.1f} s")
+    log(f"{what} ({dtype}) in {time.perf_counter() - t0:.1f} s")
     return x, weights
 
 
@@ -445,7 +445,7 @@ def run_main_job(*, tokens: int = 1024, lcma: Optional[str] = "auto", repeat: in
         res["rel_err_vs_jax"] = {n: rel_err(y[n], y["jax"]) for n in ("classical", "falcon")}
     if reference:
         t0 = time.perf_counter()
-        x, weights = _random_data(block, seed, dtype, log)
+        x, weights = _random_data(block, seed, dtype, log, "the same inputs and weights again, for the float64 reference")
         y64 = block.reference_f64(x, weights)
         del x, weights
         res["rel_err_vs_f64"] = {n: rel_err(y[n], y64) for n in runs}

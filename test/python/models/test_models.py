@@ -163,9 +163,13 @@ def test_run_model_plain_iree(capsys, tmp_path):
     spec.loader.exec_module(mod)
     out_json = tmp_path / "res.json"
     rc = mod.main(["--small", "--tokens", "32", "--lcma", "none", "--repeat", "2", "--json", str(out_json)])
-    out = capsys.readouterr().out
+    cap = capsys.readouterr()
+    out = cap.out
     assert rc == 0, out
     assert "llama-small block, 32 tokens" in out
+    # the data is made twice (the reference's copy after the runtimes'), and the log says which is which
+    assert cap.err.count("random inputs and weights (float32)") == 1, cap.err
+    assert cap.err.count("the same inputs and weights again, for the float64 reference") == 1, cap.err
     assert "0 of " in out
     assert "JAX/XLA" in out.splitlines()[-1]
     rows = {ln.split("  ")[0]: ln for ln in out.splitlines()

@@ -390,18 +390,16 @@ def _report_death(prog: str, signum: int, pid: int, argv: list, doing: str, path
 
     remove_temporaries([p for p in outputs if p not in (None, "", "-")], pid)
     if interrupted:
+        line, status = f"{prog}: interrupted", 130
+    else:
         try:
-            print(f"{prog}: interrupted", file=sys.stderr)
-        except Exception:  # noqa: BLE001 - no stderr: the status says it
-            pass
-        return 130
+            signame = signal.Signals(signum).name
+        except ValueError:
+            signame = f"signal {signum}"
+        what = f"IREE crashed ({signame})" if signum in _CRASH_SIGNALS else f"killed by {signame}"
+        line, status = f"{prog}: error: {what} while {doing} {name}; nothing was written", 128 + signum
     try:
-        signame = signal.Signals(signum).name
-    except ValueError:
-        signame = f"signal {signum}"
-    what = f"IREE crashed ({signame})" if signum in _CRASH_SIGNALS else f"killed by {signame}"
-    try:
-        print(f"{prog}: error: {what} while {doing} {name}; nothing was written", file=sys.stderr)
+        print(line, file=sys.stderr)
     except Exception:  # noqa: BLE001 - no stderr: the status says it
         pass
-    return 128 + signum
+    return status

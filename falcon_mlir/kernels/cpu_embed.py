@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from ..targets import TARGETS
-from . import cpu_gemm
+from . import cpu_gemm, cpu_object
 from .cpu_gemm import CpuGemmConfig
 from . import embed
 from .embed import executable_target_attribute, module_text, reference_func, tensor_type
@@ -129,10 +129,10 @@ def executable_text(name: str, obj: Path, target_attr: str, config: CpuGemmConfi
 
     Raises:
         ValueError: ``obj``'s absolute path has a character IREE's link step cannot take
-            (:func:`cpu_gemm.linkable_path`: a space, a quote ...).
+            (:func:`cpu_object.linkable_path`: a space, a quote ...).
     """
     path = str(Path(obj).resolve())
-    if not cpu_gemm.linkable_path(path):
+    if not cpu_object.linkable_path(path):
         raise ValueError(f"falcon's CPU kernel object {path!r}: IREE hands the path to its linker through a "
                          "shell, unquoted; use a path of letters, digits and _.+-@%,:=/ only")
     c = config
@@ -387,7 +387,7 @@ def gemm_module(M: int, N: int, K: int, config: Optional[CpuGemmConfig] = None, 
             AVX-512 F/BW/DQ/VL, or the target's ``cpu_features`` lack them (a module for
             another CPU would carry the object to a machine that cannot run it).
     """
-    if "--iree-llvmcpu-target-cpu=host" in flags and not cpu_gemm.host_has_avx512():
+    if "--iree-llvmcpu-target-cpu=host" in flags and not cpu_object.host_has_avx512():
         raise RuntimeError("falcon's CPU GEMM kernel needs AVX-512 (F, BW, DQ, VL), which this machine's CPU lacks")
     _check_sizes("gemm_module", M, N, K)
     spec = gemm_spec(M, N, K, trans_a, trans_b, batch)
@@ -395,7 +395,7 @@ def gemm_module(M: int, N: int, K: int, config: Optional[CpuGemmConfig] = None, 
     target_attr = target_attr or cpu_target_attribute(flags)
     check_target(flags, target_attr)
     if obj is not None:
-        defined = cpu_gemm.defined_symbols(obj) if Path(obj).is_file() else None
+        defined = cpu_object.defined_symbols(obj) if Path(obj).is_file() else None
         need = cpu_gemm.entry_names(config)
         if defined is not None and need[0] not in defined:
             raise ValueError(f"gemm_module: {obj} has no {need[0]}: built for another blocking than "
@@ -419,9 +419,9 @@ def check_target(flags: Sequence[str], target_attr: str) -> None:
             AVX-512 F/BW/DQ/VL, or ``target_attr``'s ``cpu_features`` lack them (a module for another
             CPU would carry the object to a machine that cannot run it).
     """
-    if "--iree-llvmcpu-target-cpu=host" in flags and not cpu_gemm.host_has_avx512():
+    if "--iree-llvmcpu-target-cpu=host" in flags and not cpu_object.host_has_avx512():
         raise RuntimeError("falcon's CPU GEMM kernel needs AVX-512 (F, BW, DQ, VL), which this machine's CPU lacks")
-    missing = cpu_gemm.missing_target_features(target_attr)
+    missing = cpu_object.missing_target_features(target_attr)
     if missing:
         raise RuntimeError(f"falcon's CPU GEMM kernel needs AVX-512 (F, BW, DQ, VL); the IREE target lacks "
                            f"{', '.join(missing)}")

@@ -261,14 +261,14 @@ def cpu_kernel_blocker(flags: tuple) -> Optional[str]:
     """Why falcon's CPU kernel cannot serve an llvm-cpu compile with ``flags``, or None when it can:
     ``"not-x86"`` (the target triple, or without one this machine, is of another architecture: the
     kernel does not apply, no default is stated), ``"avx512"`` (the x86-64 target CPU lacks AVX-512
-    F/BW/DQ/VL) or ``"compiler"`` (no C compiler, :func:`falcon_mlir.kernels.cpu_gemm.compiler`).
+    F/BW/DQ/VL) or ``"compiler"`` (no C compiler, :func:`falcon_mlir.kernels.cpu_object.compiler`).
 
     The ``host`` CPU (without ``--iree-llvmcpu-target-cpu-features``) is this machine's
-    (:func:`~falcon_mlir.kernels.cpu_gemm.host_has_avx512`); any other target's features are read
+    (:func:`~falcon_mlir.kernels.cpu_object.host_has_avx512`); any other target's features are read
     from the executable target IREE makes of ``flags`` (a child iree-compile, cached per flags by
     :func:`falcon_mlir.kernels.cpu_embed.cpu_target_attribute`).
     """
-    from falcon_mlir.kernels import cpu_embed, cpu_gemm
+    from falcon_mlir.kernels import cpu_embed, cpu_object
 
     cpu = features = None
     for f in flags:
@@ -280,7 +280,7 @@ def cpu_kernel_blocker(flags: tuple) -> Optional[str]:
     if _target_cpu(flags) == "":  # a triple (or, without one, this machine) of another architecture
         return "not-x86"
     if cpu == "host" and not features:
-        ok = cpu_gemm.host_has_avx512()
+        ok = cpu_object.host_has_avx512()
     elif cpu is None and not features:  # LLVM's generic x86-64
         ok = False
     else:
@@ -288,11 +288,11 @@ def cpu_kernel_blocker(flags: tuple) -> Optional[str]:
             target = cpu_embed.cpu_target_attribute(flags)
         except Exception:  # IREE rejects the flags: the compile itself says why
             return "avx512"
-        ok = 'cpu_features = "' in target and not cpu_gemm.missing_target_features(target)
+        ok = 'cpu_features = "' in target and not cpu_object.missing_target_features(target)
     if not ok:
         return "avx512"
     try:
-        cpu_gemm.compiler()
+        cpu_object.compiler()
     except RuntimeError:
         return "compiler"
     return None

@@ -59,7 +59,7 @@ def cpu_target(options: KernelsOptions) -> str:
         PassError: IREE rejects the flags, they give no llvm-cpu target, or the target CPU lacks
             the AVX-512 subsets the kernel needs.
     """
-    from falcon_mlir.kernels import cpu_embed, cpu_gemm
+    from falcon_mlir.kernels import cpu_embed, cpu_object
 
     flags = options.cpu_flags or cpu_embed.DEFAULT_CPU_FLAGS
     try:
@@ -68,8 +68,8 @@ def cpu_target(options: KernelsOptions) -> str:
         lines = [ln.strip() for ln in str(e).splitlines() if "error:" in ln]
         why = lines[0].split("error:", 1)[1].strip() if lines else " ".join(str(e).split())[:200]
         raise PassError(f"falcon-kernels: no llvm-cpu target for cpu-flags={','.join(flags)}: {why}") from None
-    missing = cpu_gemm.missing_target_features(target) if 'cpu_features = "' in target else \
-        [f"+{f}" for f in cpu_gemm.REQUIRED_FEATURES]
+    missing = cpu_object.missing_target_features(target) if 'cpu_features = "' in target else \
+        [f"+{f}" for f in cpu_object.REQUIRED_FEATURES]
     if missing:
         raise PassError(f"falcon-kernels: arch={options.arch} needs AVX-512 F/BW/DQ/VL on the target CPU; "
                         f"the llvm-cpu target of cpu-flags={','.join(flags)} lacks {', '.join(missing)}")
@@ -82,10 +82,10 @@ def run_cpu(root, contractions, options: KernelsOptions) -> list:
     Raises:
         PassError: see :func:`cpu_target`; the C compiler failed on the kernel.
     """
-    from falcon_mlir.kernels import cpu_gemm
+    from falcon_mlir.kernels import cpu_gemm, cpu_object
 
     try:
-        cpu_gemm.compiler()
+        cpu_object.compiler()
     except RuntimeError as e:  # no C compiler: nothing is served, each entry says why
         return [left(report_entry(c, options), str(e)) for c in contractions]
     items = choose_cpu(contractions, options)

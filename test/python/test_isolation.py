@@ -11,9 +11,9 @@ def test_kernel_cache_is_the_sessions_own_in_every_folder(kernel_cache):
     on the first kernels/ test of the process; a worker that drew none (or the tests before it)
     compiled falcon's kernels into the user's ~/.cache/falcon-mlir. This test, outside kernels/, sees
     the session's folder, and so do falcon's cache paths."""
-    from falcon_mlir.kernels import aot, cpu_gemm
+    from falcon_mlir.kernels import aot, cpu_object
 
     assert os.environ["FALCON_KERNEL_CACHE"] == str(kernel_cache)
-    assert cpu_gemm.cache_dir() == Path(kernel_cache) / "cpu"
+    assert cpu_object.cache_dir() == Path(kernel_cache) / "cpu"
     assert aot.cache_dir() == Path(kernel_cache)
     assert not str(kernel_cache).startswith(str(Path.home() / ".cache"))

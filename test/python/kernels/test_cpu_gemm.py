@@ -11,7 +11,7 @@ import shutil
 import numpy as np
 import pytest
 
-from falcon_mlir.kernels import cpu_embed, cpu_gemm
+from falcon_mlir.kernels import cpu_embed, cpu_gemm, cpu_object
 from falcon_mlir.kernels.cpu_gemm import CpuGemmConfig
 from falcon_mlir.runner import BEST_CPU_FLAGS, Module
 
@@ -21,7 +21,7 @@ TARGET = ('#hal.executable.target<"llvm-cpu", "embedded-elf-x86_64", {cpu = "znv
           'max_stack_allocation_size = 32768 : i64, target_triple = "x86_64-unknown-unknown-eabi-elf"}>')
 GENERIC = '#hal.executable.target<"llvm-cpu", "embedded-elf-x86_64", {target_triple = "x86_64-unknown-unknown-eabi-elf"}>'
 
-needs_avx512 = pytest.mark.skipif(not cpu_gemm.host_has_avx512() or shutil.which("gcc") is None,
+needs_avx512 = pytest.mark.skipif(not cpu_object.host_has_avx512() or shutil.which("gcc") is None,
                                   reason="needs gcc and an AVX-512F CPU")
 
 
@@ -65,7 +65,7 @@ def test_choose_config_by_block_count():
 def test_object_has_no_undefined_symbols():
     obj = cpu_gemm.compile_object()
     assert obj.is_file() and obj.read_bytes()[:4] == b"\x7fELF"
-    assert cpu_gemm.undefined_symbols(obj) == []
+    assert cpu_object.undefined_symbols(obj) == []
     assert cpu_gemm.compile_object() == obj  # cached by source hash
 
 
@@ -78,13 +78,13 @@ def test_missing_compiler_is_one_line(monkeypatch):
 @needs_gcc
 def test_compiler_error_is_reported():
     with pytest.raises(RuntimeError, match="failed on falcon's CPU kernel"):
-        cpu_gemm.compile_source("int f( {", "broken")
+        cpu_object.compile_source("int f( {", "broken")
 
 
 @needs_gcc
 def test_library_call_is_refused():
     with pytest.raises(RuntimeError, match="cannot link: .*memcpy"):
-        cpu_gemm.compile_source("void *memcpy(void *, const void *, unsigned long);\n"
+        cpu_object.compile_source("void *memcpy(void *, const void *, unsigned long);\n"
                                 "void f(float *a, float *b) { memcpy(a, b, 64); }", "libc")
 
 
@@ -152,7 +152,7 @@ def test_object_outside_the_cache_outlives_the_process(tmp_path):
     assert r.returncode == 0, r.stderr
     text = out.read_text()
     path = re.search(r'#hal\.executable\.object<\{path = "([^"]+)"\}>', text).group(1)
-    assert cpu_gemm.linkable_path(path) and Path(path).is_file(), path
+    assert cpu_object.linkable_path(path) and Path(path).is_file(), path
     a, b = _inputs(M, N, K)
     c = Module(cpu_embed.compile_module(text))("main", a, b)
     assert _rel_err(c, a, b) < 2e-6
@@ -209,7 +209,7 @@ def test_wrong_index_is_caught():
     src = cpu_gemm.kernel_source(cfg)      # 28 x 256 blocks, NaN with or without the mutant
     bad = src.replace("src[t] = a[t] + i * lda;", "src[t] = a[t] + (i + (i + 1 < mc)) * lda;")
     assert bad != src
-    obj = cpu_gemm.compile_source(bad, "mutant")
+    obj = cpu_object.compile_source(bad, "mutant")
     c, a, b, _ = _run(cpu_embed.gemm_module(M, N, K, cfg, obj=obj), M, N, K)
     assert np.isfinite(c).all() and _rel_err(c, a, b) > 1e-2
 
@@ -239,7 +239,7 @@ def test_compiler_without_a_usable_object_is_one_line(tmp_path, monkeypatch, bod
     monkeypatch.setenv("FALCON_KERNEL_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("FALCON_CC", _script(tmp_path, "cc", body))
     with pytest.raises(RuntimeError, match=match) as e:
-        cpu_gemm.compile_source("void f(float *a) { a[0] = 1.0f; }", "probe")
+        cpu_object.compile_source("void f(float *a) { a[0] = 1.0f; }", "probe")
     assert "\n" not in str(e.value)
     assert not list((tmp_path / "cache").glob("cpu/*")), "nothing is cached, no temporary file is left"
 
@@ -249,7 +249,7 @@ def test_silent_compiler_failure_states_the_exit_status(tmp_path, monkeypatch):
     monkeypatch.setenv("FALCON_CC", "/bin/false")
     with pytest.raises(RuntimeError, match=r"^/bin/false failed on falcon's CPU kernel \(probe\): exit status 1, "
                                            r"no output$"):
-        cpu_gemm.compile_source("void f(void) {}", "probe")
+        cpu_object.compile_source("void f(void) {}", "probe")
 
 
 @needs_gcc
@@ -259,10 +259,10 @@ def test_truncated_cached_object_is_compiled_again(tmp_path, monkeypatch):
     monkeypatch.setenv("FALCON_KERNEL_CACHE", str(tmp_path))
     obj = cpu_gemm.compile_object(cpu_gemm.SMALL_CONFIG)
     good = obj.read_bytes()
-    assert cpu_gemm.object_problem(obj) is None
+    assert cpu_object.object_problem(obj) is None
     for cut in (len(good) - 1, len(good) // 2, 40, 0):
         obj.write_bytes(good[:cut])
-        assert cpu_gemm.object_problem(obj) is not None, cut
+        assert cpu_object.object_problem(obj) is not None, cut
         assert cpu_gemm.compile_object(cpu_gemm.SMALL_CONFIG) == obj
         assert obj.read_bytes() == good, cut
 
@@ -275,7 +275,7 @@ def test_unusable_cache_dir_falls_back_to_a_temporary_one(tmp_path, monkeypatch)
     blocker.write_text("x")
     monkeypatch.setenv("FALCON_KERNEL_CACHE", str(blocker))
     obj = cpu_gemm.compile_object(cpu_gemm.SMALL_CONFIG)
-    assert not str(obj).startswith(str(blocker)) and cpu_gemm.object_problem(obj) is None
+    assert not str(obj).startswith(str(blocker)) and cpu_object.object_problem(obj) is None
 
 
 @pytest.mark.parametrize("flags, ok", [
@@ -285,12 +285,12 @@ def test_unusable_cache_dir_falls_back_to_a_temporary_one(tmp_path, monkeypatch)
 def test_host_check_wants_every_avx512_subset_the_object_uses(tmp_path, flags, ok):
     info = tmp_path / "cpuinfo"
     info.write_text(f"processor\t: 0\nflags\t\t: {flags}\n\nprocessor\t: 1\nflags\t\t: {flags}\n")
-    assert cpu_gemm.host_has_avx512(str(info)) is ok
-    assert cpu_gemm.host_has_avx512(str(tmp_path / "none")) is False
+    assert cpu_object.host_has_avx512(str(info)) is ok
+    assert cpu_object.host_has_avx512(str(tmp_path / "none")) is False
 
 
 def test_host_without_avx512_is_refused(monkeypatch, tmp_path):
-    monkeypatch.setattr(cpu_gemm, "host_has_avx512", lambda *a: False)
+    monkeypatch.setattr(cpu_object, "host_has_avx512", lambda *a: False)
     with pytest.raises(RuntimeError, match="needs AVX-512"):
         cpu_embed.gemm_module(30, 40, 50, obj=tmp_path / "k.o")
 
@@ -327,7 +327,7 @@ def test_wrong_column_in_the_packed_b_tail_is_caught():
     bad = src.replace("src[t] = b[t] + k * ldb + j * NR;",
                       "src[t] = b[t] + (k + (cols < NR && k + 1 < K)) * ldb + j * NR;")
     assert bad != src
-    obj = cpu_gemm.compile_source(bad, "mutant")
+    obj = cpu_object.compile_source(bad, "mutant")
     M, N, K = 29, 97, 511
     c, a, b, _ = _run(cpu_embed.gemm_module(M, N, K, _TINY, obj=obj), M, N, K)
     assert _rel_err(c, a, b) > 1e-2
@@ -450,7 +450,7 @@ def test_wrong_index_in_a_transposing_pack_is_caught(what, old, new, trans_a, tr
     src = cpu_gemm.kernel_source(_EDGES)
     bad = src.replace(old, new)
     assert bad != src, what
-    err, c = _run_layout(M, N, K, trans_a, trans_b, _EDGES, obj=cpu_gemm.compile_source(bad, "mutant"))
+    err, c = _run_layout(M, N, K, trans_a, trans_b, _EDGES, obj=cpu_object.compile_source(bad, "mutant"))
     assert np.isfinite(c).all() and err > 1e-2, (what, err)
 
 
@@ -511,5 +511,5 @@ def test_wrong_batch_entry_is_caught(what, old, new, M):
     bad = src.replace(old, new)
     assert bad != src, what
     assert cpu_gemm.batch_groups(M, 190, 9, _EDGES) == 7
-    err, _ = _run_layout(M, 190, 90, False, True, _EDGES, obj=cpu_gemm.compile_source(bad, "mutant"), batch=9)
+    err, _ = _run_layout(M, 190, 90, False, True, _EDGES, obj=cpu_object.compile_source(bad, "mutant"), batch=9)
     assert not err < 1e-2, (what, err)  # NaN (an entry never written) fails too

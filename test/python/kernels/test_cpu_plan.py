@@ -11,12 +11,12 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from falcon_mlir.kernels import cpu_embed, cpu_gemm, cpu_plan
+from falcon_mlir.kernels import cpu_embed, cpu_gemm, cpu_object, cpu_plan
 from falcon_mlir.kernels.cpu_gemm import MAX_TERMS, CpuGemmConfig
 from falcon_mlir.kernels.cpu_plan import CpuPlan, encode_term
 from falcon_mlir.runner import Module
 
-needs_avx512 = pytest.mark.skipif(not cpu_gemm.host_has_avx512(), reason="falcon's CPU kernel needs AVX-512")
+needs_avx512 = pytest.mark.skipif(not cpu_object.host_has_avx512(), reason="falcon's CPU kernel needs AVX-512")
 #: Small blocking: several workgroups and K blocks at test sizes.
 _TINY = CpuGemmConfig(mc=28, nc=64, kc=64)
 
@@ -105,7 +105,7 @@ def test_wrong_block_column_is_caught():
     src = cpu_gemm.kernel_source(plan.config)
     bad = src.replace("+ term_col(ta[t]) * K)", "+ (term_col(ta[t]) ^ 1) * K)")
     assert bad != src
-    c, a, b = _run(plan, obj=cpu_gemm.compile_source(bad, "mutant"))
+    c, a, b = _run(plan, obj=cpu_object.compile_source(bad, "mutant"))
     assert _rel_err(c, a, b) > 1e-2
 
 
@@ -151,7 +151,7 @@ def test_wrong_transposed_block_is_caught(old, new, trans_a, trans_b):
     src = cpu_gemm.kernel_source(plan.config)
     bad = src.replace(old, new)
     assert bad != src
-    c, a, b = _run(plan, obj=cpu_gemm.compile_source(bad, "mutant"))
+    c, a, b = _run(plan, obj=cpu_object.compile_source(bad, "mutant"))
     assert _rel_err(c, a, b) > 1e-2
 
 
@@ -184,7 +184,7 @@ def test_wrong_batch_entry_of_a_plan_is_caught():
     src = cpu_gemm.kernel_source(plan.config)
     bad = src.replace("a[t] = a_ptr + a_off + bi * sa +", "a[t] = a_ptr + a_off + 0 * sa +")
     assert bad != src
-    c, a, b = _run(plan, obj=cpu_gemm.compile_source(bad, "mutant"))
+    c, a, b = _run(plan, obj=cpu_object.compile_source(bad, "mutant"))
     assert _rel_err(c, a, b) > 1e-2
 
 

@@ -264,7 +264,7 @@ def test_step_on_falcons_cpu_kernel(compiled):
     target) were dropped and the link failed ("undefined symbol: falcon_cpu_pack_b_...")."""
     import shutil
 
-    from falcon_mlir.kernels.cpu_gemm import host_has_avx512
+    from falcon_mlir.kernels.cpu_object import host_has_avx512
     from falcon_mlir.models.main_job import BASE_FLAGS, DATA_TILING_FLAGS
     from falcon_mlir.models.train_job import compile_step, run_steps
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from falcon_mlir.kernels import cpu_gemm
+from falcon_mlir.kernels import cpu_object
 
 SCRIPT = Path(__file__).resolve().parents[3] / "scripts" / "cpu_gemm_bench.py"
 
@@ -26,7 +26,7 @@ def test_bad_runner_is_one_line():
         "cpu_gemm_bench: bad --runners ['blas'] or --repeat/--sizes/--check-rows below 1"]
 
 
-@pytest.mark.skipif(not cpu_gemm.host_has_avx512() or shutil.which("gcc") is None,
+@pytest.mark.skipif(not cpu_object.host_has_avx512() or shutil.which("gcc") is None,
                     reason="needs gcc and an AVX-512F CPU")
 def test_tiny_run_prints_rows_with_small_errors(tmp_path, monkeypatch):
     monkeypatch.setenv("FALCON_KERNEL_CACHE", str(tmp_path))

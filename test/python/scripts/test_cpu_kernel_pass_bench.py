@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from falcon_mlir.kernels import cpu_gemm
+from falcon_mlir.kernels import cpu_object
 
 SCRIPT = Path(__file__).resolve().parents[3] / "scripts" / "cpu_kernel_pass_bench.py"
 
@@ -24,14 +24,14 @@ def test_bad_repeat_is_one_line():
     assert r.stderr.strip().splitlines() == ["cpu_kernel_pass_bench: --repeat and --rounds must be >= 1"]
 
 
-needs_avx512 = pytest.mark.skipif(not cpu_gemm.host_has_avx512() or platform.machine() != "x86_64",
+needs_avx512 = pytest.mark.skipif(not cpu_object.host_has_avx512() or platform.machine() != "x86_64",
                                   reason="needs an AVX-512 F/BW/DQ/VL CPU")
 
 
 @needs_avx512
 def test_tiny_run_prints_a_row(tmp_path, monkeypatch):
     try:
-        cpu_gemm.compiler()
+        cpu_object.compiler()
     except RuntimeError:
         pytest.skip("needs gcc")
     monkeypatch.setenv("FALCON_KERNEL_CACHE", str(tmp_path))

@@ -319,13 +319,13 @@ def test_plan_text_says_classical_for_a_kernel_form_plan_the_kernels_did_not_bui
 
 
 def _cpu_kernel_host() -> bool:
-    from falcon_mlir.kernels import cpu_gemm
+    from falcon_mlir.kernels import cpu_object
 
     try:
-        cpu_gemm.compiler()
+        cpu_object.compiler()
     except RuntimeError:
         return False
-    return cpu_gemm.host_has_avx512()
+    return cpu_object.host_has_avx512()
 
 
 @pytest.mark.skipif(not _cpu_kernel_host(), reason="needs gcc and an AVX-512 F/BW/DQ/VL CPU")

@@ -14,7 +14,7 @@ from iree.compiler import ir
 
 import falcon_mlir
 from falcon_mlir.ir.contraction import find_contractions
-from falcon_mlir.kernels import cpu_gemm
+from falcon_mlir.kernels import cpu_gemm, cpu_object
 from falcon_mlir.options import OptionError
 from falcon_mlir.passes import PassError
 from falcon_mlir.passes.falcon_kernels import KernelsOptions, run_falcon_kernels
@@ -26,14 +26,14 @@ from falcon_mlir.runner import Module
 
 def _have_cc() -> bool:
     try:
-        cpu_gemm.compiler()
+        cpu_object.compiler()
     except RuntimeError:
         return False
     return platform.machine().lower() in ("x86_64", "amd64")
 
 
 needs_cc = pytest.mark.skipif(not _have_cc(), reason="needs an x86-64 machine with gcc")
-needs_avx512 = pytest.mark.skipif(not (_have_cc() and cpu_gemm.host_has_avx512()),
+needs_avx512 = pytest.mark.skipif(not (_have_cc() and cpu_object.host_has_avx512()),
                                   reason="needs gcc and an AVX-512 F/BW/DQ/VL CPU")
 
 #: A named AVX-512 CPU: the pass's object key without depending on this machine's CPU.
@@ -320,7 +320,7 @@ def test_target_defaults_for_cpus(monkeypatch):
     assert k["kernel"] is None and k["reason"] == ("left to IREE: llvm-cpu target, an x86-64 CPU without "
                                                   "AVX-512 F/BW/DQ/VL: falcon's CPU kernel needs them")
     assert k["defaults"]["arch"].startswith("none (llvm-cpu target, an x86-64 CPU without AVX-512")
-    if _have_cc() and cpu_gemm.host_has_avx512():
+    if _have_cc() and cpu_object.host_has_avx512():
         host = assemble.with_default_target([])
         stages = assemble.rewrite_stages("auto", "auto", host)
         assert stages[-1].text.startswith("falcon-kernels{arch=x86-avx512 cpu-flags=--iree-hal-target-device=local")

@@ -64,6 +64,10 @@ status stays 0.
 
 Outputs are written atomically.  On error: one line
 ``falcon-compile: error: ...`` on stderr, exit status 1, no output file.
+An input without operations (0 bytes, only whitespace or comments) is such
+an error: ``falcon-compile: error: FILE: the input is empty (no operations);
+nothing was written`` (iree-compile fails on it too, status 1, with ``outer
+module does not contain a vm.module op``).
 IREE runs in a child process of falcon-compile: if it crashes, one line
 ``falcon-compile: error: IREE crashed (SIGFPE) while compiling FILE; nothing
 was written``, exit status 128 + the signal's number (136 for SIGFPE), no
@@ -208,15 +212,41 @@ def _check_options(args: dict) -> None:
         raise _fail(f"--lcma-rewrite: {e}") from None
 
 
-def _source(src: str) -> tuple:
-    """``(source, input name)`` for ``compile_source``: stdin bytes or a path."""
-    if src == "-":
-        return read_stdin(PROG), "<stdin>"
-    if not os.path.isfile(src):
-        raise _fail(f"cannot open input file '{src}'")
-    import pathlib
+def _no_operations(lines) -> bool:
+    """Whether MLIR text given as byte ``lines`` holds nothing but whitespace and
+    ``//`` comments (MLIR has no other comments, and a string never spans lines,
+    so what is left of a line before its first ``//`` is blank only on such a
+    line). Stops at the first line with anything else: a real input is not read
+    through; bytecode (``ML\\xefR``) is never empty."""
+    return all(not line.split(b"//", 1)[0].strip() for line in lines)
 
-    return pathlib.Path(src), None
+
+def _source(src: str) -> tuple:
+    """``(source, input name)`` for ``compile_source``: stdin bytes or a path.
+
+    Raises:
+        ToolError: a missing input, or one without operations (0 bytes,
+            whitespace, comments): ``falcon-compile: error: NAME: the input is
+            empty (no operations); nothing was written`` (iree-compile fails on
+            it too, with ``outer module does not contain a vm.module op``).
+    """
+    if src == "-":
+        data, name = read_stdin(PROG), "<stdin>"
+        empty = _no_operations(data.splitlines())
+    else:
+        if not os.path.isfile(src):
+            raise _fail(f"cannot open input file '{src}'")
+        import pathlib
+
+        data, name = pathlib.Path(src), None
+        try:
+            with open(src, "rb") as f:
+                empty = _no_operations(f)
+        except OSError as e:
+            raise _fail(f"cannot read '{src}': {e.strerror}") from None
+    if empty:
+        raise _fail(f"{name or src}: the input is empty (no operations); nothing was written")
+    return data, name
 
 
 def _compile(args: dict) -> int:

@@ -24,7 +24,9 @@ Ours:
                             error together with --lcma-rewrite
   --lcma-report=FILE        write the rewrite's report as JSON (a list of
                             entries, one per contraction; "defaults" lists
-                            what falcon-compile or the target implied)
+                            what falcon-compile or the target implied);
+                            FILE - is stdout (then give -o FILE: the output
+                            and the report cannot both go to stdout)
   --lcma-explain            print, per contraction, the decision and why (to
                             stderr), with those defaults
   --lcma-phase=PHASE        IREE phase after which the rewrite runs
@@ -176,12 +178,16 @@ def parse_args(argv: Sequence[str]) -> dict:
 
 
 def _check_outputs(args: dict) -> None:
-    """Fail before compiling when an output cannot be written."""
+    """Fail before compiling when an output cannot be written, or when the
+    report (``--lcma-report=-``) and the output would both go to stdout."""
+    if args["report_file"] == "-" and args["output"] in (None, "-"):
+        raise _fail("--lcma-report=- and the output both go to stdout (give -o FILE, or a file name to "
+                    "--lcma-report)")
     for path, what in ((args["output"], "-o"), (args["report_file"], "--lcma-report")):
         if path is None or path == "-":
             continue
         if path == "":
-            raise _fail(f"{what} needs a file name")
+            raise _fail(f"{what} needs a file name (or - for stdout)")
         why = unwritable_reason(path)
         if why:
             why = f"cannot write '{path}': {why}"
@@ -273,19 +279,22 @@ def _compile(args: dict) -> int:
         from falcon_mlir.decision.explain import off_line
 
         print(off_line("--no-lcma or --lcma-rewrite=none"), file=sys.stderr)
-    files = []
+    files, report_json = [], None
     if args["report_file"] is not None:
-        text = json.dumps(res.report, indent=2, default=str) + "\n"
-        files.append((args["report_file"], text.encode("utf-8")))
+        report_json = (json.dumps(res.report, indent=2, default=str) + "\n").encode("utf-8")
+        if args["report_file"] != "-":
+            files.append((args["report_file"], report_json))
     to_stdout = args["output"] in (None, "-")
     if not to_stdout:
         files.append((args["output"], res.output))
     try:
-        write_files_atomic(files)
+        write_files_atomic(files)  # the files first: an error there leaves stdout empty
     except OSError as e:
         raise _fail(f"cannot write '{e.filename}': {e.strerror or e}") from None
     if to_stdout:
         emit_stdout(PROG, res.output)  # a reader gone away: nothing said, status 1 (run_tool)
+    elif args["report_file"] == "-":  # (not both: refused by _check_outputs)
+        emit_stdout(PROG, report_json)
     return 0
 
 

@@ -10,6 +10,7 @@ pipeline it drives.)
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -163,3 +164,23 @@ def test_compile_empty_stdin_says_so(tmp_path):
                        input=b"\n// nothing\n", capture_output=True, timeout=300, cwd=tmp_path)
     one_line_error(r.returncode, r.stderr.decode(), "<stdin>: the input is empty (no operations)")
     assert r.stdout == b"" and list(tmp_path.iterdir()) == []
+
+
+def test_compile_report_dash_is_stdout(capfd, src, tmp_path, monkeypatch):
+    """--lcma-report=- is stdout, as -o - is (it wrote a file named '-'); with the module also on
+    stdout (no -o, or -o -), one line says the two collide and nothing is written."""
+    monkeypatch.chdir(tmp_path)
+    p, snap = src(MM)
+    out = tmp_path / "o.mlir"
+    rc, stdout, err = compile_(capfd, p, "-o", out, "--lcma-report=-", "--lcma-rewrite=scheme=strassen",
+                               "--falcon-kernels=none", "--compile-to=input", *CPU)
+    assert rc == 0, err
+    report = json.loads(stdout)
+    assert [(e["M"], e["N"], e["K"], e["plan"]["schemes"]) for e in report] == [(8, 4, 6, ["strassen"])]
+    assert out.stat().st_size > 0 and not (tmp_path / "-").exists()
+    for argv in ([], ["-o", "-"]):
+        rc, stdout, err = compile_(capfd, p, "--lcma-report=-", *argv, *CPU)
+        one_line_error(rc, err, "falcon-compile: error: --lcma-report=- and the output both go to stdout")
+        assert stdout == ""
+    assert snap.unchanged()
+    no_files_left(tmp_path, keep=("in.mlir", "o.mlir"))

@@ -94,7 +94,9 @@ redrawn from the whole CSV; a CSV with other columns, written by an older
 falcon-bench, is refused).  The markdown table is printed at the end.
 
 Exit status: 0 all ran (individual compile/run failures are rows with a
-status); 2 bad arguments or an output that cannot be written (one line
+status); 2 bad arguments or an output that cannot be written (``-`` among
+them: stdout holds the table, so ``--csv -`` is refused, not a file named
+``-``; one line
 ``falcon-bench: error: ...`` on stderr, checked before measuring); 1 nothing
 could be measured, or writing an output failed.
 
@@ -167,9 +169,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quality", action="store_true",
                    help="add the decision-quality table (auto vs the best measured candidate)")
     p.add_argument("--seed", type=int, default=0, help="random seed of the inputs")
-    p.add_argument("--csv", help="write rows as CSV")
-    p.add_argument("--md", help="write a markdown report")
-    p.add_argument("--plot", help="write a PNG plot (matplotlib)")
+    p.add_argument("--csv", metavar="FILE",
+                   help="write rows as CSV to FILE (a file: - is refused, the table goes to stdout)")
+    p.add_argument("--md", metavar="FILE",
+                   help="write a markdown report to FILE (a file: - is refused, the table goes to stdout)")
+    p.add_argument("--plot", metavar="FILE",
+                   help="write a PNG plot (matplotlib) to FILE (a file: - is refused, the table goes to stdout)")
     p.add_argument("--append", action="store_true", help="append to --csv/--md; plot the whole CSV")
     p.add_argument("--title", help="heading of this run's markdown section")
     p.add_argument("--device", default="local-task", help="IREE HAL driver (default local-task)")
@@ -210,6 +215,8 @@ def _parse(argv) -> tuple:
         raise _usage("--plot with --append needs --csv (the plot is drawn from it)")
     for opt in ("csv", "md", "plot"):
         path = getattr(args, opt)
+        if path == "-":  # was: a file named '-'; stdout holds the command line and the table
+            raise _usage(f"--{opt} -: stdout is not an output file here (the table goes there); give a file name")
         why = path and unwritable_reason(path)
         if why:
             raise _usage(f"--{opt} {path}: {why}")

@@ -71,7 +71,8 @@ imports (:mod:`falcon_mlir.bundles`). On the GPU machine
 ``python3 DIR/calibrate_run.py DIR -o PROFILE.json`` measures and writes the
 profile JSON; validate it here with ``Profile.from_dict``.
 
-Exit status: 0 profile written (or bundle prepared); 2 bad arguments (one line
+Exit status: 0 profile written (or bundle prepared); 2 bad arguments (``-o -``
+or ``--raw -`` among them: stdout holds the summary; one line
 ``falcon-calibrate: error: ...`` on stderr, nothing measured); 1 a compile or
 run failed (one line, no file written).
 
@@ -111,7 +112,8 @@ def build_parser() -> argparse.ArgumentParser:
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", choices=sorted(DEVICE_FLAGS), default="local-task",
                    help="IREE HAL driver to calibrate (default local-task)")
-    p.add_argument("-o", "--output", help="profile JSON to write")
+    p.add_argument("-o", "--output", metavar="FILE",
+                   help="profile JSON to write (a file: - is refused, the summary goes to stdout)")
     p.add_argument("--prepare", metavar="DIR",
                    help="compile the modules into DIR with calibrate_run.py, measure nothing")
     p.add_argument("--dtypes", nargs="+", metavar="T",
@@ -122,7 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bandwidth-mb", type=int, metavar="MB",
                    help="MB per vector of the bandwidth test and per block of the combine forms")
     p.add_argument("--name", help="profile name (default: the output file's stem)")
-    p.add_argument("--raw", help="also write the raw measurements (JSON)")
+    p.add_argument("--raw", metavar="FILE", help="also write the raw measurements (JSON) to FILE (not -)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar or step lines")
     p.add_argument("--no-fit", action="store_true",
                    help="CPU: skip fitting the form factors to measured Strassen plans "

@@ -24,7 +24,9 @@ Ours:
                             error together with --lcma-rewrite
   --lcma-report=FILE        write the rewrite's report as JSON (a list of
                             entries, one per contraction; "defaults" lists
-                            what falcon-compile or the target implied)
+                            what falcon-compile or the target implied);
+                            FILE - is stdout (then give -o FILE: the output
+                            and the report cannot both go to stdout)
   --lcma-explain            print, per contraction, the decision and why (to
                             stderr), with those defaults
   --lcma-phase=PHASE        IREE phase after which the rewrite runs
@@ -64,6 +66,10 @@ status stays 0.
 
 Outputs are written atomically.  On error: one line
 ``falcon-compile: error: ...`` on stderr, exit status 1, no output file.
+An input without operations (0 bytes, only whitespace or comments) is such
+an error: ``falcon-compile: error: FILE: the input is empty (no operations);
+nothing was written`` (iree-compile fails on it too, status 1, with ``outer
+module does not contain a vm.module op``).
 IREE runs in a child process of falcon-compile: if it crashes, one line
 ``falcon-compile: error: IREE crashed (SIGFPE) while compiling FILE; nothing
 was written``, exit status 128 + the signal's number (136 for SIGFPE), no
@@ -172,12 +178,16 @@ def parse_args(argv: Sequence[str]) -> dict:
 
 
 def _check_outputs(args: dict) -> None:
-    """Fail before compiling when an output cannot be written."""
+    """Fail before compiling when an output cannot be written, or when the
+    report (``--lcma-report=-``) and the output would both go to stdout."""
+    if args["report_file"] == "-" and args["output"] in (None, "-"):
+        raise _fail("--lcma-report=- and the output both go to stdout (give -o FILE, or a file name to "
+                    "--lcma-report)")
     for path, what in ((args["output"], "-o"), (args["report_file"], "--lcma-report")):
         if path is None or path == "-":
             continue
         if path == "":
-            raise _fail(f"{what} needs a file name")
+            raise _fail(f"{what} needs a file name (or - for stdout)")
         why = unwritable_reason(path)
         if why:
             why = f"cannot write '{path}': {why}"
@@ -208,15 +218,41 @@ def _check_options(args: dict) -> None:
         raise _fail(f"--lcma-rewrite: {e}") from None
 
 
-def _source(src: str) -> tuple:
-    """``(source, input name)`` for ``compile_source``: stdin bytes or a path."""
-    if src == "-":
-        return read_stdin(PROG), "<stdin>"
-    if not os.path.isfile(src):
-        raise _fail(f"cannot open input file '{src}'")
-    import pathlib
+def _no_operations(lines) -> bool:
+    """Whether MLIR text given as byte ``lines`` holds nothing but whitespace and
+    ``//`` comments (MLIR has no other comments, and a string never spans lines,
+    so what is left of a line before its first ``//`` is blank only on such a
+    line). Stops at the first line with anything else: a real input is not read
+    through; bytecode (``ML\\xefR``) is never empty."""
+    return all(not line.split(b"//", 1)[0].strip() for line in lines)
 
-    return pathlib.Path(src), None
+
+def _source(src: str) -> tuple:
+    """``(source, input name)`` for ``compile_source``: stdin bytes or a path.
+
+    Raises:
+        ToolError: a missing input, or one without operations (0 bytes,
+            whitespace, comments): ``falcon-compile: error: NAME: the input is
+            empty (no operations); nothing was written`` (iree-compile fails on
+            it too, with ``outer module does not contain a vm.module op``).
+    """
+    if src == "-":
+        data, name = read_stdin(PROG), "<stdin>"
+        empty = _no_operations(data.splitlines())
+    else:
+        if not os.path.isfile(src):
+            raise _fail(f"cannot open input file '{src}'")
+        import pathlib
+
+        data, name = pathlib.Path(src), None
+        try:
+            with open(src, "rb") as f:
+                empty = _no_operations(f)
+        except OSError as e:
+            raise _fail(f"cannot read '{src}': {e.strerror}") from None
+    if empty:
+        raise _fail(f"{name or src}: the input is empty (no operations); nothing was written")
+    return data, name
 
 
 def _compile(args: dict) -> int:
@@ -243,19 +279,22 @@ def _compile(args: dict) -> int:
         from falcon_mlir.decision.explain import off_line
 
         print(off_line("--no-lcma or --lcma-rewrite=none"), file=sys.stderr)
-    files = []
+    files, report_json = [], None
     if args["report_file"] is not None:
-        text = json.dumps(res.report, indent=2, default=str) + "\n"
-        files.append((args["report_file"], text.encode("utf-8")))
+        report_json = (json.dumps(res.report, indent=2, default=str) + "\n").encode("utf-8")
+        if args["report_file"] != "-":
+            files.append((args["report_file"], report_json))
     to_stdout = args["output"] in (None, "-")
     if not to_stdout:
         files.append((args["output"], res.output))
     try:
-        write_files_atomic(files)
+        write_files_atomic(files)  # the files first: an error there leaves stdout empty
     except OSError as e:
         raise _fail(f"cannot write '{e.filename}': {e.strerror or e}") from None
     if to_stdout:
         emit_stdout(PROG, res.output)  # a reader gone away: nothing said, status 1 (run_tool)
+    elif args["report_file"] == "-":  # (not both: refused by _check_outputs)
+        emit_stdout(PROG, report_json)
     return 0
 
 

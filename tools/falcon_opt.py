@@ -5,6 +5,7 @@ Usage::
     falcon-opt INPUT.mlir --lcma-rewrite="scheme=strassen levels=1" -o OUT.mlir
     falcon-opt - --pass-pipeline="builtin.module(lcma-rewrite{scheme=auto},canonicalize)"
     falcon-opt in.mlir --canonicalize --lcma-rewrite --cse --lcma-report=report.json
+    falcon-opt in.mlir --lcma-rewrite -o out.mlir --lcma-report=- | jq .   # the report on stdout
 
 Passes run in command-line order; ``--NAME[=OPTIONS]`` for any upstream or
 IREE pass works as in mlir-opt. Errors are one line ``file:line:col: error:
@@ -65,7 +66,8 @@ def _parser(epilog: bool = True) -> ArgumentParser:
     p.add_argument("--allow-unregistered-dialect", action="store_true", help="accept ops of unknown dialects")
     p.add_argument("--lcma-report", metavar="FILE",
                    help="write a JSON report: one entry per contraction (location, kind, M, N, K, batch, "
-                        "element types, plan or classical, and why)")
+                        "element types, plan or classical, and why); - = stdout (then give -o FILE: "
+                        "the module and the report cannot both go to stdout)")
     p.add_argument("--lcma-explain", action="store_true",
                    help="print, for each contraction, the decision and why: predicted times of "
                         "classical, the plan and the next best alternatives (cost model), and "
@@ -207,7 +209,10 @@ def run(argv: list) -> int:
     if args.output == "":
         raise ToolError(f"{TOOL}: error: -o needs a file name (or - for stdout)")
     if args.lcma_report == "":
-        raise ToolError(f"{TOOL}: error: --lcma-report needs a file name")
+        raise ToolError(f"{TOOL}: error: --lcma-report needs a file name (or - for stdout)")
+    if args.lcma_report == "-" and args.output == "-":
+        raise ToolError(f"{TOOL}: error: --lcma-report=- and the output both go to stdout "
+                        "(give -o FILE, or a file name to --lcma-report)")
     _check_output_writable(args.output)
     if args.lcma_report:
         _check_output_writable(args.lcma_report)
@@ -246,14 +251,17 @@ def run(argv: list) -> int:
         payload = outputs[0]
     else:
         payload = "// -----\n".join(o if o.endswith("\n") else o + "\n" for o in outputs).encode()
+    report_json = (json.dumps(report, indent=2) + "\n").encode()
     files = []
-    if args.lcma_report:
-        files.append((args.lcma_report, (json.dumps(report, indent=2) + "\n").encode()))
+    if args.lcma_report and args.lcma_report != "-":
+        files.append((args.lcma_report, report_json))
     if args.output != "-":
         files.append((args.output, payload))
-    _write_files(files)
+    _write_files(files)  # the files first: an error there leaves stdout empty
     if args.output == "-":
         emit_stdout(TOOL, payload)
+    elif args.lcma_report == "-":  # (not both: refused above)
+        emit_stdout(TOOL, report_json)
     return 0
 
 

@@ -98,9 +98,12 @@ def parse_args(argv=None):
                    help="leave out the JAX/XLA peer (the block under jax.jit on the CPU)")
     p.add_argument("--save-dir", default=None,
                    help="write block.mlir (--train: step.mlir), classical.vmfb, falcon.vmfb, report.json there")
-    p.add_argument("--json", default=None, help="write the results as JSON to this file")
+    p.add_argument("--json", default=None, metavar="FILE",
+                   help="write the results as JSON to this file (not -: the table goes to stdout)")
     p.add_argument("--traceback", action="store_true", help="show the full error on failure")
     args = p.parse_args(argv)
+    if args.json == "-":  # was: a file named '-', after the whole run
+        p.error("--json -: stdout is not an output file here (the table goes there); give a file name")
     if args.tokens < 1 or args.repeat < 1:
         p.error("--tokens and --repeat must be >= 1")
     if args.matmul_tile_bytes is not None:

@@ -364,8 +364,12 @@ def check_output(option: str, path: str) -> None:
     """Fail early when ``path`` cannot be written as a file.
 
     Raises:
-        ToolError: ``PROG: error: OPTION PATH: why`` with status 2.
+        ToolError: ``PROG: error: OPTION PATH: why`` with status 2; ``-`` too (stdout
+            holds the summary: it is not an output file here; was: a file named ``-``).
     """
+    if path == "-":
+        raise ToolError(f"{PROG}: error: {option} -: stdout is not an output file here (the summary goes "
+                        "there); give a file name", 2)
     why = unwritable_reason(path)
     if why:
         raise ToolError(f"{PROG}: error: {option} {path}: {why}", 2)

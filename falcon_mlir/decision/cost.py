@@ -149,6 +149,10 @@ class Estimate:
         unfit: why the target's kernels cannot run this plan (a kernel-form plan
             on a CPU profile: :func:`falcon_mlir.decision.cpu_kernel.unfit`), priced
             all the same; ``None`` where they can. ``auto`` never takes such a plan.
+        ragged: the dimensions (``"M"``, ``"N"``, ``"K"``) that the plan's
+            composed blocks do not divide, whose edges ``edge`` handles
+            (:func:`ragged_dims`); ``()``: the blocks tile the shape exactly and
+            ``edge`` changes nothing (set by :meth:`CostModel.plan`).
     """
 
     schemes: Tuple[str, ...]
@@ -164,6 +168,7 @@ class Estimate:
     products: Optional[str] = None
     operands: Optional[str] = None
     unfit: Optional[str] = None
+    ragged: Tuple[str, ...] = ()
 
     @property
     def is_classical(self) -> bool:
@@ -179,15 +184,50 @@ class Estimate:
         return bool(self.schemes) and all(is_blocking_name(s) for s in self.schemes)
 
     def label(self) -> str:
-        """Short human name: ``classical`` or ``strassen+winograd (grouped, peel)``."""
+        """Short human name: ``classical``, ``strassen (kernel)`` where the blocks
+        divide every dimension (the edge policy does nothing, so it is not named),
+        else with what happens at the edges: ``strassen+winograd (grouped, M edge
+        peeled)``, ``strassen (per-product, M and N edges padded)`` (:func:`edge_text`)."""
         if not self.schemes:
             return "classical"
-        return f"{'+'.join(self.schemes)} ({self.form}, {self.edge})"
+        edges = edge_text(self.edge, self.ragged)
+        return f"{'+'.join(self.schemes)} ({self.form}{', ' + edges if edges else ''})"
 
     def add(self, part: str, seconds: float, dispatches: int = 0) -> None:
         self.parts[part] = self.parts.get(part, 0.0) + seconds
         self.seconds += seconds
         self.dispatches += dispatches
+
+
+def ragged_dims(M, N, K, schemes) -> Tuple[str, ...]:
+    """The dimensions among ``M``, ``N``, ``K`` that the composed blocks of
+    ``schemes`` (names, outer level first; :func:`falcon_mlir.catalog.composed_format`)
+    do not divide: the ones an edge policy (``peel``, ``pad``) has work on, at
+    some level. ``()`` where the blocks tile the shape exactly; a dimension that
+    is not known (``None``, dynamic) counts as ragged.
+
+    Raises:
+        falcon_mlir.catalog.UnknownSchemeError: unknown scheme name.
+    """
+    if not schemes:
+        return ()
+    comp = composed_format(tuple(schemes))
+    return tuple(d for d, size, block in (("M", M, comp.m), ("N", N, comp.n), ("K", K, comp.k))
+                 if size is None or size % block)
+
+
+def edge_text(edge: str, ragged: Sequence[str]) -> str:
+    """What the edge policy ``edge`` does to the ``ragged`` dimensions, for a
+    reader: ``""`` where none is ragged (nothing is padded or peeled), else
+    ``M edge padded`` / ``M and K edges peeled`` (``pad``: A, B and C copied
+    into zero-filled tensors of the next multiple of the blocks, the result
+    sliced; ``peel``: the divisible core through the plan, the strips left over
+    classical)."""
+    if not ragged:
+        return ""
+    dims = ragged[0] if len(ragged) == 1 else ", ".join(ragged[:-1]) + " and " + ragged[-1]
+    what = {"pad": "padded", "peel": "peeled"}.get(edge, f"handled by edge={edge}")
+    return f"{dims} edge{'s' if len(ragged) > 1 else ''} {what}"
 
 
 def _eb(elem: str) -> int:
@@ -438,7 +478,7 @@ class CostModel:
         schemes = tuple(schemes)
         if form != "kernel" and str(pb.acc) in ("bf16", "f16"):
             return self._narrow_plan(pb, schemes, edge, form, rounding or ("f32", "mixed"))
-        est = Estimate(schemes, edge, form)
+        est = Estimate(schemes, edge, form, ragged=ragged_dims(pb.M, pb.N, pb.K, schemes))
         if form == "kernel" and self.p.kind == "cpu":
             return self._cpu_kernel_plan(pb, schemes, est)
         if form == "kernel":

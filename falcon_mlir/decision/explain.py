@@ -32,6 +32,28 @@ def _mib(nbytes) -> str:
     return f"{nbytes / 2 ** 20:.1f} MiB"
 
 
+def _edges_of(e: dict, plan: dict) -> str:
+    """``, M edge padded (500 is not a multiple of 2)`` for a plan whose blocks do not
+    divide the entry's M, N or K (what its edge policy does there); ``""`` where they
+    divide all three: the edge policy (``plan["edge"]``, kept in the JSON) has
+    nothing to do, so naming it would read as if something were padded."""
+    from falcon_mlir.decision.cost import edge_text, ragged_dims
+
+    try:
+        ragged = ragged_dims(e.get("M"), e.get("N"), e.get("K"), plan["schemes"])
+        from falcon_mlir.catalog import composed_format
+
+        comp = composed_format(tuple(plan["schemes"]))
+    except Exception:  # an unknown scheme name: say the policy, as before
+        return f", {plan.get('edge', 'peel')} edges where the blocks do not divide"
+    if not ragged:
+        return ""
+    block = {"M": comp.m, "N": comp.n, "K": comp.k}
+    why = "; ".join(f"{d}={e.get(d)} is not a multiple of {block[d]}" if e.get(d) is not None
+                    else f"{d} is dynamic" for d in ragged)
+    return f", {edge_text(plan.get('edge', 'peel'), ragged)} ({why})"
+
+
 def explain_entry(e: dict) -> str:
     """Explain one report entry (see ``run_lcma_rewrite``) in a few indented lines.
 
@@ -55,7 +77,7 @@ def explain_entry(e: dict) -> str:
     plan = e.get("plan")
     if isinstance(plan, dict):
         what = (f"rewritten: {'+'.join(plan['schemes'])}, {len(plan['schemes'])} level(s), "
-                f"{plan.get('form', 'per-product')} form, {plan.get('edge', 'peel')} edges")
+                f"{plan.get('form', 'per-product')} form{_edges_of(e, plan)}")
         if e.get("handoff"):
             what += f"; {e.get('products')} products, handed to {e['handoff']}"
             if not served(e):

@@ -46,26 +46,26 @@
 // than K in two blocks: classical blocking.
 
 // EXPLAIN: linalg.matmul M=16 N=8 K=12 (f32 x f32 -> f32): classical
-// EXPLAIN: linalg.matmul M=4096 N=4096 K=4096 (f32 x f32 -> f32): rewritten: strassen, 1 level(s), per-product form, peel edges; 7 products, 14 combines emitted
-// EXPLAIN-NEXT: why: auto: strassen (per-product, peel) predicted 300 ms vs classical 548 ms (1.83x) on x86-table; best classical plan blocking 2x2x2:8 318 ms (1.73x IREE's GEMM 548 ms): algebra gain 1.06x
+// EXPLAIN: linalg.matmul M=4096 N=4096 K=4096 (f32 x f32 -> f32): rewritten: strassen, 1 level(s), per-product form; 7 products, 14 combines emitted
+// EXPLAIN-NEXT: why: auto: strassen (per-product) predicted 300 ms vs classical 548 ms (1.83x) on x86-table; best classical plan blocking 2x2x2:8 318 ms (1.73x IREE's GEMM 548 ms): algebra gain 1.06x
 // EXPLAIN-NEXT: predicted on x86-table: classical 548 ms, this plan 300 ms (1.83x), 21 dispatches, temporaries 272.0 MiB
-// EXPLAIN-NEXT: best classical plan: blocking 2x2x2:8 (per-product, peel) 318 ms (blocking gain 1.73x over IREE's GEMM); algebra gain of this plan 1.06x
-// EXPLAIN: linalg.matmul M=2048 N=1024 K=4096 (f32 x f32 -> f32): rewritten: 1x2x1:2, 1 level(s), per-product form, peel edges; 2 products, 0 combines emitted
-// EXPLAIN-NEXT: why: auto: best plan strassen (per-product, peel) predicted 41.4 ms, 1.26x IREE's GEMM but not 3% faster than classical blocking 1x2x1:2 39.7 ms on x86-table; classical blocking 1x2x1:2 39.7 ms (1.31x IREE's GEMM 52.2 ms)
+// EXPLAIN-NEXT: best classical plan: blocking 2x2x2:8 (per-product) 318 ms (blocking gain 1.73x over IREE's GEMM); algebra gain of this plan 1.06x
+// EXPLAIN: linalg.matmul M=2048 N=1024 K=4096 (f32 x f32 -> f32): rewritten: 1x2x1:2, 1 level(s), per-product form; 2 products, 0 combines emitted
+// EXPLAIN-NEXT: why: auto: best plan strassen (per-product) predicted 41.4 ms, 1.26x IREE's GEMM but not 3% faster than classical blocking 1x2x1:2 39.7 ms on x86-table; classical blocking 1x2x1:2 39.7 ms (1.31x IREE's GEMM 52.2 ms)
 // EXPLAIN-NEXT: predicted on x86-table: classical 52.2 ms, this plan 39.7 ms (1.31x), 2 dispatches
-// EXPLAIN-NEXT: best classical plan: blocking 1x2x1:2 (per-product, peel) 39.7 ms (blocking gain 1.31x over IREE's GEMM); algebra gain of this plan 1.00x
+// EXPLAIN-NEXT: best classical plan: blocking 1x2x1:2 (per-product) 39.7 ms (blocking gain 1.31x over IREE's GEMM); algebra gain of this plan 1.00x
 // EXPLAIN: lcma-explain: 2 of 3 contractions rewritten; {{.*}}; best classical plans 357 ms (blocking gain 1.68x, algebra gain 1.05x)
 
 // REPORT: "M": 4096,
 // REPORT: "best_classical": {
-// REPORT-NEXT: "plan": "2x2x2:8 (per-product, peel)",
+// REPORT-NEXT: "plan": "2x2x2:8 (per-product)",
 // REPORT-NEXT: "seconds": {{[0-9.e-]+}}
 // REPORT-NEXT: },
 // REPORT-NEXT: "blocking_gain": 1.7{{[0-9]+}},
 // REPORT-NEXT: "algebra_gain": 1.0{{[0-9]+}},
 // REPORT: "M": 2048,
 // REPORT: "best_classical": {
-// REPORT-NEXT: "plan": "1x2x1:2 (per-product, peel)",
+// REPORT-NEXT: "plan": "1x2x1:2 (per-product)",
 // REPORT: "algebra_gain": 1.0,
 
 // scheme=classical: IREE's one GEMM, whatever auto would do.

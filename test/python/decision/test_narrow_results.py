@@ -144,7 +144,7 @@ def test_bf16_stays_classical_on_the_host_where_its_gemm_is_twice_f32():
     assert named >= 10
     # Llama-3-8B q / o on the fixed preset (host takes this machine's cores and caches)
     d = _decide(1024, 4096, 4096, "bf16", decision.load_profile("x86-dev"))
-    assert d.reason.endswith("over max-error 5.9e-03: strassen (per-product, peel) with bf16 sums "
+    assert d.reason.endswith("over max-error 5.9e-03: strassen (per-product) with bf16 sums "
                              "predicted 37.8 ms (1.73x), error 8.7e-03; classical"), d.reason
     assert "over max-error" not in _decide(1024, 4096, 1024, "bf16").reason  # k / v: not faster
 

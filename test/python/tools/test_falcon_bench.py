@@ -245,6 +245,19 @@ def test_bench_bad_arguments(argv, capsys):
     assert err.startswith("falcon-bench: error: ")
 
 
+@pytest.mark.parametrize("opt", ["--csv", "--md", "--plot"])
+def test_bench_dash_output_is_refused(opt, tmp_path, capsys, monkeypatch):
+    """``-`` is not stdout here (the table goes there): one line, status 2, before measuring; it
+    used to write a file named '-'."""
+    monkeypatch.chdir(tmp_path)
+    assert falcon_bench.main(["--shapes", "64x48x80", "--candidates", "classical", "--no-peers",
+                              "--repeat", "1", opt, "-"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.splitlines() == [f"falcon-bench: error: {opt} -: stdout is not an output file here (the "
+                                "table goes there); give a file name"]
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_fixed_bench_workloads_mismatched_lists(tmp_path):
     from falcon_mlir.bench.shapes import parse_workloads
 

@@ -125,6 +125,19 @@ def test_unwritable_output(tmp_path, capsys):
     assert [p.name for p in tmp_path.iterdir()] == ["d"] and list((tmp_path / "d").iterdir()) == []
 
 
+@pytest.mark.parametrize("opt", ["-o", "--raw"])
+def test_dash_output_is_refused(opt, tmp_path, capsys, monkeypatch):
+    """``-`` is not stdout here (the summary goes there): one line, status 2, before measuring; it
+    used to measure and write a file named '-'."""
+    monkeypatch.chdir(tmp_path)
+    argv = TINY + (["-o", "-"] if opt == "-o" else ["-o", str(tmp_path / "p.json"), "--raw", "-"])
+    assert fc.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err == (f"falcon-calibrate: error: {opt} -: stdout is not an output file here (the summary "
+                   "goes there); give a file name\n")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_failed_run_leaves_nothing(tmp_path, capsys, monkeypatch):
     def boom(*a, **k):
         raise fc.CalibrationError("gemm f32 n=64: wrong result (relative error 1.00e+00)")

@@ -10,6 +10,7 @@ pipeline it drives.)
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -141,3 +142,45 @@ def test_compile_explain_with_the_rewrite_off_says_so(capfd, src, tmp_path, off)
     assert rc == 0 and out.exists()
     assert err.strip().splitlines() == ["lcma-explain: lcma-rewrite is off (--no-lcma or --lcma-rewrite=none); "
                                         "nothing decided"], err
+
+
+@pytest.mark.parametrize("data", [b"", b"  \n\t\n", b"// only a comment\n\n  // another // one\n"])
+def test_compile_empty_input_says_so(capfd, src, tmp_path, data):
+    """An input with no operations (0 bytes, whitespace, comments): iree-compile 3.13 fails on it
+    too (status 1), with "outer module does not contain a vm.module op" and a module dump; falcon-compile
+    says what is wrong in one line, names the file and writes nothing."""
+    p, snap = src(data, name="empty.mlir")
+    out, rep = tmp_path / "o.vmfb", tmp_path / "r.json"
+    rc, stdout, err = compile_(capfd, p, "-o", out, f"--lcma-report={rep}", *CPU)
+    line = one_line_error(rc, err, "falcon-compile: error:", f"{p}: the input is empty (no operations)",
+                          "nothing was written")
+    assert "vm.module" not in line and stdout == ""
+    assert not out.exists() and not rep.exists() and snap.unchanged()
+    no_files_left(tmp_path, keep=("empty.mlir",))
+
+
+def test_compile_empty_stdin_says_so(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "falcon_mlir.tools.falcon_compile", "-", "--no-lcma", *CPU],
+                       input=b"\n// nothing\n", capture_output=True, timeout=300, cwd=tmp_path)
+    one_line_error(r.returncode, r.stderr.decode(), "<stdin>: the input is empty (no operations)")
+    assert r.stdout == b"" and list(tmp_path.iterdir()) == []
+
+
+def test_compile_report_dash_is_stdout(capfd, src, tmp_path, monkeypatch):
+    """--lcma-report=- is stdout, as -o - is (it wrote a file named '-'); with the module also on
+    stdout (no -o, or -o -), one line says the two collide and nothing is written."""
+    monkeypatch.chdir(tmp_path)
+    p, snap = src(MM)
+    out = tmp_path / "o.mlir"
+    rc, stdout, err = compile_(capfd, p, "-o", out, "--lcma-report=-", "--lcma-rewrite=scheme=strassen",
+                               "--falcon-kernels=none", "--compile-to=input", *CPU)
+    assert rc == 0, err
+    report = json.loads(stdout)
+    assert [(e["M"], e["N"], e["K"], e["plan"]["schemes"]) for e in report] == [(8, 4, 6, ["strassen"])]
+    assert out.stat().st_size > 0 and not (tmp_path / "-").exists()
+    for argv in ([], ["-o", "-"]):
+        rc, stdout, err = compile_(capfd, p, "--lcma-report=-", *argv, *CPU)
+        one_line_error(rc, err, "falcon-compile: error: --lcma-report=- and the output both go to stdout")
+        assert stdout == ""
+    assert snap.unchanged()
+    no_files_left(tmp_path, keep=("in.mlir", "o.mlir"))

@@ -199,6 +199,25 @@ def test_empty_output_and_report_names(capfd, src, tmp_path):
     assert out == "" and snap.unchanged()
 
 
+def test_report_dash_is_stdout(capfd, src, tmp_path, monkeypatch):
+    """--lcma-report=- is stdout, as -o - is (it wrote a file named '-'); with the module also on
+    stdout, one line says the two collide and nothing is written."""
+    monkeypatch.chdir(tmp_path)
+    p, snap = src(MM)
+    out = tmp_path / "o.mlir"
+    rc, stdout, err = opt(capfd, p, "--lcma-rewrite=scheme=strassen", "--lcma-report=-", "-o", out)
+    assert rc == 0, err
+    report = json.loads(stdout)
+    assert [(e["M"], e["N"], e["K"], e["plan"]["schemes"]) for e in report] == [(8, 4, 6, ["strassen"])]
+    assert parses(out.read_text()) and not (tmp_path / "-").exists()
+    for argv in ([], ["-o", "-"]):
+        rc, stdout, err = opt(capfd, p, "--lcma-rewrite=scheme=strassen", "--lcma-report=-", *argv)
+        one_line_error(rc, err, "falcon-opt: error: --lcma-report=- and the output both go to stdout")
+        assert stdout == ""
+    assert snap.unchanged()
+    no_files_left(tmp_path, keep=("in.mlir", "o.mlir"))
+
+
 def test_report_in_missing_directory_writes_nothing(capfd, src, tmp_path):
     p, snap = src(MM)
     out = tmp_path / "o.mlir"

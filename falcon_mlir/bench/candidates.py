@@ -143,10 +143,25 @@ def expand_top(shape: Shape, cands: List[Candidate], *, dtype: str, acc: str,
     return out
 
 
+def _edges(entry: dict, plan: dict, schemes: list) -> str:
+    """What the plan's edge policy does on this entry's shape (``M edge padded``), or ``""`` where
+    its blocks divide M, N and K (nothing is padded or peeled) or the scheme is unknown."""
+    from falcon_mlir.decision.cost import edge_text, ragged_dims
+
+    if not any(d in entry for d in ("M", "N", "K")):
+        return ""
+    try:
+        ragged = ragged_dims(entry.get("M"), entry.get("N"), entry.get("K"), schemes)
+    except Exception:  # an unknown scheme name (a hand-written report): no edge text
+        return ""
+    return edge_text(plan.get("edge", "peel"), ragged)
+
+
 def plan_text(report: list) -> str:
     """One-line plan from falcon's report (a list of per-contraction dicts):
     ``classical``, ``classical (falcon's kernel)`` (falcon-kernels served it) or
-    ``strassen x1 (7 products)``, ``strassen x2 (kernel)``; a kernel-form plan that falcon-kernels
+    ``strassen x1 (7 products)``, ``strassen x2 (kernel)``, ``strassen x1 (7 products, M edge padded)``
+    (the edge policy only where the blocks do not divide the shape); a kernel-form plan that falcon-kernels
     did not build (it ran classical: a format that does not divide the sizes on the CPU kernel, or
     the pass off) is ``classical (falcon's kernel; kernel-form 3x3x3:23 x1 not built)``; entries
     joined by ``; ``."""
@@ -176,7 +191,8 @@ def plan_text(report: list) -> str:
             extra.append(f"{e['products']} products")
         if p.get("form") in ("grouped", "kernel"):
             extra.append(p["form"])
-        if p.get("edge") and p.get("edge") != "peel" and p.get("form") != "kernel":
-            extra.append(p["edge"])
+        edges = _edges(e, p, schemes)
+        if edges:
+            extra.append(edges)
         parts.append(s + (f" ({', '.join(extra)})" if extra else ""))
     return "; ".join(parts)

@@ -331,6 +331,23 @@ def test_plan_text_says_classical_for_a_kernel_form_plan_the_kernels_did_not_bui
         "classical (falcon's kernel)"
 
 
+def test_plan_text_names_the_edge_policy_only_where_it_acts():
+    """Were: ``strassen x1 (7 products, pad)`` on shapes the blocks divide (nothing padded): the
+    label now says what the policy does, and only where a dimension is not a multiple of the blocks."""
+    from falcon_mlir.bench import plan_text
+
+    def entry(M, N, K, edge, schemes=("strassen",)):
+        return {"M": M, "N": N, "K": K, "products": 7 ** len(schemes),
+                "plan": {"schemes": list(schemes), "levels": len(schemes), "edge": edge, "form": "per-product"}}
+
+    assert plan_text([entry(2048, 2304, 768, "pad")]) == "strassen x1 (7 products)"
+    assert plan_text([entry(501, 300, 260, "pad")]) == "strassen x1 (7 products, M edge padded)"
+    assert plan_text([entry(512, 301, 259, "peel")]) == "strassen x1 (7 products, N and K edges peeled)"
+    assert plan_text([entry(516, 300, 260, "pad", ("strassen", "strassen"))]) == "strassen x2 (49 products)"
+    assert plan_text([entry(514, 300, 260, "pad", ("strassen", "strassen"))]) == \
+        "strassen x2 (49 products, M edge padded)"
+
+
 def _cpu_kernel_host() -> bool:
     from falcon_mlir.kernels import cpu_object
 

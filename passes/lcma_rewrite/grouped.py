@@ -167,7 +167,7 @@ class GroupedForm:
         shift = lambda dims: [ir.AffineDimExpr.get(0)] + [ir.AffineDimExpr.get(d + 1) for d in dims]
         maps = [ir.AffineMap.get(n, 0, shift(dims)) for dims in (c.lhs_dims, c.rhs_dims, c.out_dims)]
         init = zeros([R] + cshape, self.acc)
-        self.products += R  # R block products, in one op
+        self.products += 1
         if self.kind == "matmul":
             return linalg.batch_matmul(ga, gb, outs=[init], indexing_maps=maps)
         return self.generic_contraction(ga, gb, init, maps, batch_prefix=1)

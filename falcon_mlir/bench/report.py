@@ -247,7 +247,7 @@ def _same_code(plan_a: str, plan_b: str, M: int, N: int, K: int) -> bool:
         return False
     m = re.match(r"([^ ]+) x(\d+)", plan_a) or re.match(r"([^ ]+)", plan_a)
     try:
-        from falcon_mlir.decision.cost import scheme_stats
+        from falcon_mlir.decision.scheme_stats import scheme_stats
 
         names = m.group(1).split("+")
         if m.lastindex and m.lastindex >= 2:

@@ -83,9 +83,9 @@ from typing import Dict, List, Optional, Sequence
 from falcon_mlir.dialects.plan import EDGES, FORMS  # the plan's edge strategies and forms
 
 from .compile_cost import LONG_COMPILE_SECONDS, long_compile_seconds
-from .cost import (MAX_GROUPED_TERMS, MAX_PRODUCTS, CostModel, Estimate, Problem, lcma_levels,
-                   scheme_stats, single_level_names)
+from .cost import MAX_GROUPED_TERMS, MAX_PRODUCTS, CostModel, Estimate, Problem
 from .profile import Profile, ProfileError, load_profile, preset_names
+from .scheme_stats import lcma_levels, scheme_stats, single_level_names
 
 __all__ = ["decide", "Decision", "Problem", "Estimate", "Profile", "ProfileError",
            "load_profile", "preset_names", "CostModel", "MIN_GAIN", "BEAM", "MAX_AUTO_LEVELS",

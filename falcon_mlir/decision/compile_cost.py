@@ -22,6 +22,8 @@ import math
 from functools import lru_cache
 from typing import NamedTuple, Sequence
 
+from .scheme_stats import has_blocking, kernel_combine_loads, scheme_stats
+
 __all__ = ["EmittedOps", "emitted_ops", "compile_seconds", "compile_cost", "kernel_source_size",
            "kernel_compile_seconds", "long_compile_seconds", "LONG_KERNEL_COMPILE_SECONDS",
            "SECONDS_PER_CONTRACTION", "SECONDS_PER_COMBINE", "SECONDS_PER_TABLE_COMBINE",
@@ -100,7 +102,7 @@ def emitted_ops(schemes: Sequence[str], form: str = "per-product",
     Raises:
         falcon_mlir.catalog.UnknownSchemeError: unknown scheme name.
     """
-    from .cost import MAX_GROUPED_TERMS, scheme_stats
+    from .cost import MAX_GROUPED_TERMS
 
     schemes = tuple(schemes)
     if not schemes:
@@ -114,7 +116,6 @@ def emitted_ops(schemes: Sequence[str], form: str = "per-product",
     if len(schemes) == 1:
         st = scheme_stats(schemes[0])
         return EmittedOps(st.R + strips, len(st.comb_a) + len(st.comb_b) + st.combine_c_ops)
-    from .cost import has_blocking
 
     if form == "per-product" and has_blocking(schemes):  # emitted by recursion, never stacked
         return recursive_ops(schemes, edges)
@@ -131,7 +132,6 @@ def recursive_ops(schemes: Sequence[str], edges: bool = False) -> EmittedOps:
     contractions, and at every node of the recursion one combine per combined
     operand and one combine-C op per output block (each level peels its own
     edges: up to three strips per node where ``edges``)."""
-    from .cost import scheme_stats
 
     schemes = tuple(schemes)
     nodes, combines, strips = 1, 0, 0
@@ -149,7 +149,6 @@ def stacked_bytes(schemes: Sequence[str], M: int, N: int, K: int, batch: int = 1
     ``M x K`` by ``K x N`` contraction (``batch`` copies): at every level l,
     ``R_1 * ... * R_l`` blocks of A and of B of that level (the sizes rounded
     down to the composed blocks, as the peeled core)."""
-    from .cost import scheme_stats
 
     total, S, mb, kb, nb = 0, 1, M, K, N
     for name in schemes:
@@ -169,7 +168,7 @@ def recursive_compile_seconds(schemes: Sequence[str], edges: bool = False) -> fl
 def kernel_source_size(schemes: Sequence[str]) -> int:
     """Size of a kernel-form plan's generated combine kernels: the nonzero coefficients of the composed
     U, V and W plus the block loads of their output groups
-    (:func:`falcon_mlir.decision.cost.kernel_combine_loads`).
+    (:func:`falcon_mlir.decision.scheme_stats.kernel_combine_loads`).
 
     Raises:
         falcon_mlir.catalog.UnknownSchemeError: unknown scheme name.
@@ -181,7 +180,6 @@ def kernel_source_size(schemes: Sequence[str]) -> int:
 def _source_size(name: str) -> int:
     from falcon_mlir.catalog import get_scheme
 
-    from .cost import kernel_combine_loads
 
     s = get_scheme(name)
     return s.nnz_u + s.nnz_v + s.nnz_w + sum(kernel_combine_loads(name))

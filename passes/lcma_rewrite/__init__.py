@@ -40,7 +40,7 @@ from typing import Optional
 from iree.compiler import ir
 
 from falcon_mlir import decision
-from falcon_mlir.decision.cost import has_blocking
+from falcon_mlir.decision.scheme_stats import has_blocking
 from falcon_mlir.dialects.plan import PLAN_ATTR
 from falcon_mlir.ir.contraction import FOLD_REASON, analyze, find_contractions, format_location
 from falcon_mlir.pipeline.diagnostics import RewriteError

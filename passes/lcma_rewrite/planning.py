@@ -15,7 +15,8 @@ import math
 from typing import Optional
 
 from falcon_mlir import decision
-from falcon_mlir.decision.cost import MAX_GROUPED_TERMS, MAX_PRODUCTS, scheme_stats
+from falcon_mlir.decision.cost import MAX_GROUPED_TERMS, MAX_PRODUCTS
+from falcon_mlir.decision.scheme_stats import scheme_stats
 from falcon_mlir.dialects.plan import OPERAND_TYPES, PLAN_ATTR, Plan, PlanError
 from falcon_mlir.ir.builders import bit_width, defining_op_name
 from falcon_mlir.ir.contraction import Contraction

@@ -13,7 +13,7 @@ from falcon_mlir import decision
 from falcon_mlir.catalog import UnknownSchemeError, get_scheme, is_blocking_name, load_catalog
 from falcon_mlir.decision import numerics
 from falcon_mlir.decision.compile_cost import emitted_ops, recursive_ops
-from falcon_mlir.decision.cost import lcma_levels, scheme_stats
+from falcon_mlir.decision.scheme_stats import lcma_levels, scheme_stats
 
 
 #: x86-dev with its rate table taken at its word for blocking (forms.blocking_products 1.0)

@@ -11,7 +11,8 @@ import pytest
 from cases import FLAT_PROFILE, contraction_mlir, rewrite
 from falcon_mlir import decision
 from falcon_mlir.decision import Problem, decide, load_profile
-from falcon_mlir.decision.cost import CostModel, scheme_stats, single_level_names
+from falcon_mlir.decision.cost import CostModel
+from falcon_mlir.decision.scheme_stats import scheme_stats, single_level_names
 from falcon_mlir.decision.explain import explain
 from falcon_mlir.decision.profile import Profile, ProfileError, preset_names
 

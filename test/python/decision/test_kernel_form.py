@@ -130,7 +130,7 @@ def test_combine_rereads_are_priced():
     572 times (about 9x), and the model prices that (bf16 16384^3 measured by ncu, run 15: combine A
     2.55 ms, B 2.58, C 3.47; products 7.7; the scaled plan 17.0 ms against Strassen^2's 11.3-12.0,
     0.25 ms of it absmax, which the model prices: 0.32 ms)."""
-    from falcon_mlir.decision.cost import kernel_combine_loads
+    from falcon_mlir.decision.scheme_stats import kernel_combine_loads
     assert kernel_combine_loads("strassen") == (4, 4, 7)
     assert kernel_combine_loads("strassen*strassen") == (16, 16, 49)
     assert kernel_combine_loads("strassen*strassen*strassen")[0] == 572

@@ -13,7 +13,7 @@ import re
 import numpy as np
 
 from falcon_mlir import compile_str
-from falcon_mlir.decision.cost import scheme_stats
+from falcon_mlir.decision.scheme_stats import scheme_stats
 from falcon_mlir.ir.matmul_text import matmul_mlir
 
 N = 128

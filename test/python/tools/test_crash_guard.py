@@ -258,3 +258,72 @@ def test_closed_stdin_is_one_line(tmp_path, name):
     prog = name.replace("_", "-")
     assert (r.returncode, r.stdout, r.stderr.decode()) == (1, b"", f"{prog}: error: cannot read stdin: it is closed\n")
     assert list(tmp_path.iterdir()) == []
+
+
+# falcon-opt whose import of IREE's native extension takes 0.5 s and loses a KeyboardInterrupt
+# raised meanwhile, as the real one can: nanobind aborts on it (SIGABRT), importlib's callbacks
+# swallow it (the tool then wrote its output, status 0), numpy fails the next import with
+# "ImportError: cannot load module more than once per process" (docs/robustness.md).
+OPT_SLOW_IMPORT = """\
+import sys, time
+from falcon_mlir.tools import falcon_opt
+
+class SlowIree:
+    def find_spec(self, name, path=None, target=None):
+        if name == "iree.compiler":
+            sys.meta_path.remove(self)
+            print("importing", flush=True)
+            try:
+                time.sleep(0.5)
+            except KeyboardInterrupt:
+                {lose}
+        return None
+
+sys.meta_path.insert(0, SlowIree())
+sys.argv[0] = "falcon-opt"
+sys.exit(falcon_opt.main())
+"""
+
+
+@pytest.mark.parametrize("lose", ["pass", "raise ImportError('cannot load module more than once per process')"],
+                         ids=["swallowed", "import-error"])
+@pytest.mark.parametrize("no_fork", [False, True], ids=["guarded", "no-fork"])
+def test_interrupt_while_iree_loads_is_one_line(src, tmp_path, lose, no_fork):
+    """Were (defect): Ctrl-C in the first 0.2 s of falcon-opt was lost (status 0, output written)
+    or an "internal error: ImportError", with and without the fork; now IREE loads with the
+    interrupt held, taken right after: one line, 130, nothing written."""
+    p, snap = src(MM)
+    proc = subprocess.Popen([sys.executable, "-c", OPT_SLOW_IMPORT.format(lose=lose), "in.mlir", "--canonicalize",
+                             "-o", "o.mlir", "--lcma-report", "r.json"], cwd=tmp_path, env=_env(no_fork),
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout.readline() == b"importing\n"
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert one_line_error(proc.returncode, err.decode(), rc_expected=130) == "falcon-opt: interrupted"
+    assert out == b"" and [f.name for f in tmp_path.iterdir()] == ["in.mlir"] and snap.unchanged()
+
+
+# The child is slow to get ready (before its SIGINT handler is set): an interrupt then
+EARLY = """\
+import os, sys, time
+import falcon_mlir.cli as cli
+
+ready = cli._die_with
+def slow(parent):
+    print("child", flush=True)
+    time.sleep(0.5)
+    ready(parent)
+cli._die_with = slow
+sys.exit(cli.run_tool_guarded("falcon-x", lambda argv: 0))
+"""
+
+
+def test_interrupt_before_the_child_is_ready(tmp_path):
+    """Were: held by the fork, the interrupt was taken as the child set its signal mask back,
+    outside run_tool: the child's ``os._exit(1)``, status 1 and not a word."""
+    p = subprocess.Popen([sys.executable, "-c", EARLY], cwd=tmp_path, env=_env(False), stdin=subprocess.DEVNULL,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert p.stdout.readline() == b"child\n"
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=60)
+    assert one_line_error(p.returncode, err.decode(), rc_expected=130) == "falcon-x: interrupted"

@@ -24,6 +24,7 @@ import importlib
 import os
 import signal
 import sys
+import time
 from typing import Callable, Optional, Sequence
 
 
@@ -294,7 +295,8 @@ _FORWARDED = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGH
 
 def run_tool_guarded(prog: str, body: Callable[[list], int], argv: Optional[Sequence[str]] = None, *,
                      doing: str = "running", paths: Optional[Callable[[list], tuple]] = None,
-                     preload: Sequence[str] = ()) -> int:
+                     preload: Sequence[str] = (), left: Optional[Callable[[list, float], Optional[str]]] = None
+                     ) -> int:
     """:func:`run_tool`, with ``body`` in a forked child process when the tool
     runs as its own program, so that a crash of native code (IREE, MLIR, LLVM:
     SIGSEGV, SIGFPE, SIGABRT ...) ends in one line instead of a bare signal.
@@ -322,8 +324,10 @@ def run_tool_guarded(prog: str, body: Callable[[list], int], argv: Optional[Sequ
     ``argv`` is given (a caller in Python, e.g. a test, whose process is not
     ours to fork), where ``os.fork`` does not exist (not POSIX), or where
     ``$FALCON_NO_FORK`` is set (:data:`NO_FORK_ENV`). The fork is safe
-    because a tool's module imports nothing heavy and starts no thread
-    before its ``main``.
+    because a tool's module imports nothing heavy and starts no thread of
+    its own before its ``main`` (falcon-bench's and falcon-calibrate's
+    import numpy, whose OpenBLAS threads OpenBLAS itself stops and restarts
+    around a fork, by ``pthread_atfork``).
 
     Args:
         doing: what the tool does to its input, for the line (``compiling``).
@@ -331,6 +335,12 @@ def run_tool_guarded(prog: str, body: Callable[[list], int], argv: Optional[Sequ
             after a signal, for the input's name in the line (``-``: stdin)
             and the outputs whose temporary files to remove; a failure there
             gives ``its input`` and no outputs.
+        left: for a tool that writes as it goes (falcon-bench's CSV, shape by
+            shape): ``left(argv, since) -> clause or None``, called in the
+            parent after a signal with the time the tool started
+            (``time.time()``); the clause (``the rows measured so far are in
+            out.csv``) ends the line instead of ``nothing was written``
+            (None, or a failure there, keeps that).
         preload: as :func:`run_tool`'s: the modules with native code that
             ``body`` imports, imported in the child (or in this process)
             with the interrupt held.
@@ -341,6 +351,7 @@ def run_tool_guarded(prog: str, body: Callable[[list], int], argv: Optional[Sequ
     if argv is not None or not hasattr(os, "fork") or os.environ.get(NO_FORK_ENV, "") not in ("", "0"):
         return run_tool(prog, body, argv, preload=preload)
     argv = list(sys.argv[1:])
+    since = time.time()
     if signal.getsignal(signal.SIGCHLD) == signal.SIG_IGN:  # inherited: waitpid would find no child
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     parent = os.getpid()
@@ -370,7 +381,8 @@ def run_tool_guarded(prog: str, body: Callable[[list], int], argv: Optional[Sequ
     child.clear()
     if status >= 0:
         return status
-    return _report_death(prog, -status, pid, argv, doing, paths, interrupted=signal.SIGINT in forwarded)
+    return _report_death(prog, -status, pid, argv, doing, paths, interrupted=signal.SIGINT in forwarded,
+                         left=left, since=since)
 
 
 def _flush_std() -> bool:
@@ -430,11 +442,12 @@ def _die_with(parent: int) -> None:
 
 
 def _report_death(prog: str, signum: int, pid: int, argv: list, doing: str, paths,
-                  interrupted: bool = False) -> int:
+                  interrupted: bool = False, left=None, since: float = 0.0) -> int:
     """After the child ``pid`` died of ``signum``: remove its temporaries, say so in one
     line, return 128 + ``signum``; where an interrupt had been passed on to it (``interrupted``:
     Ctrl-C while the child was still importing IREE's native code can end in SIGABRT), the line is
-    ``PROG: interrupted`` and the status 130, as for an interrupt the child took itself."""
+    ``PROG: interrupted`` and the status 130, as for an interrupt the child took itself. The line ends
+    in ``left(argv, since)`` where that says what the child left written, else ``nothing was written``."""
     name, outputs = "its input", []
     if paths is not None:
         try:
@@ -453,7 +466,13 @@ def _report_death(prog: str, signum: int, pid: int, argv: list, doing: str, path
         except ValueError:
             signame = f"signal {signum}"
         what = f"IREE crashed ({signame})" if signum in _CRASH_SIGNALS else f"killed by {signame}"
-        line, status = f"{prog}: error: {what} while {doing} {name}; nothing was written", 128 + signum
+        kept = None
+        if left is not None:
+            try:
+                kept = left(argv, since)
+            except (Exception, SystemExit):  # noqa: BLE001 - as paths: the child had said why
+                pass
+        line, status = f"{prog}: error: {what} while {doing} {name}; {kept or 'nothing was written'}", 128 + signum
     try:
         print(line, file=sys.stderr)
     except Exception:  # noqa: BLE001 - no stderr: the status says it

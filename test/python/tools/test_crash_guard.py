@@ -367,3 +367,45 @@ def test_crash_in_falcon_bench_is_one_line(tmp_path, crash_at, left):
         assert [f.name for f in (tmp_path / "out").iterdir()] == ["b.csv"]
     else:
         assert list((tmp_path / "out").iterdir()) == []
+
+
+# falcon-calibrate whose compile of module number CRASH_AT (0-based) dies of SIGSEGV, those before
+# it compiled for real
+CALIBRATE_CRASH = """\
+import os, signal, sys
+from falcon_mlir.calibration import bundle
+from falcon_mlir.tools import falcon_calibrate
+
+real, done = bundle._compile, []
+
+def compile_module(*args, **kwargs):
+    if len(done) == {crash_at}:
+        os.kill(os.getpid(), signal.SIGSEGV)
+    done.append(args)
+    return real(*args, **kwargs)
+
+bundle._compile = compile_module
+sys.argv[0] = "falcon-calibrate"
+sys.exit(falcon_calibrate.main())
+"""
+TINY_CALIBRATION = ["--quick", "--sizes", "64", "--bandwidth-mb", "1", "--seconds", "0.03", "--no-progress", "--no-fit"]
+
+
+@pytest.mark.parametrize("args,crash_at,left", [
+    (["-o", "out/p.json", "--raw", "out/raw.json"], 0, "nothing was written"),
+    (["--prepare", "out/b"], 1, "out/b holds an incomplete bundle"),
+], ids=["profile", "prepare"])
+def test_crash_in_falcon_calibrate_is_one_line(tmp_path, args, crash_at, left):
+    """Were: falcon-calibrate died of the bare signal. The profile and raw JSON are written at the
+    end (none after a crash); --prepare writes the bundle module by module: the line says so."""
+    (tmp_path / "out").mkdir()
+    r = subprocess.run([sys.executable, "-c", CALIBRATE_CRASH.format(crash_at=crash_at), *TINY_CALIBRATION, *args],
+                       cwd=tmp_path, capture_output=True, env=_env(False), timeout=300)
+    line = one_line_error(r.returncode, r.stderr.decode(), rc_expected=128 + signal.SIGSEGV)
+    assert line == f"falcon-calibrate: error: IREE crashed (SIGSEGV) while calibrating local-task; {left}"
+    made = sorted(str(p.relative_to(tmp_path)) for p in (tmp_path / "out").rglob("*"))
+    if crash_at == 0:
+        assert made == [], made
+    else:  # the folder and the one module compiled before the crash
+        assert len(made) == 2 and made[0] == "out/b" and made[1].endswith(".vmfb"), made
+

@@ -409,3 +409,35 @@ def test_crash_in_falcon_calibrate_is_one_line(tmp_path, args, crash_at, left):
     else:  # the folder and the one module compiled before the crash
         assert len(made) == 2 and made[0] == "out/b" and made[1].endswith(".vmfb"), made
 
+
+# tools/run_model.py whose job dies of SIGSEGV (after saving a module where --save-dir is given)
+RUN_MODEL_CRASH = """\
+import importlib.util, os, signal, sys
+spec = importlib.util.spec_from_file_location("run_model", {path!r})
+run_model = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(run_model)
+
+def run(args):
+    if args.save_dir:
+        os.makedirs(args.save_dir, exist_ok=True)
+        with open(os.path.join(args.save_dir, "classical.vmfb"), "wb") as f:
+            f.write(b"module")
+    os.kill(os.getpid(), signal.SIGSEGV)
+
+run_model.run = run
+sys.exit(run_model.main())
+"""
+
+
+@pytest.mark.parametrize("args,left", [(["--json", "r.json"], "nothing was written"),
+                                       (["--save-dir", "saved"], "the modules saved before it are in saved")])
+def test_crash_in_run_model_is_one_line(tmp_path, args, left):
+    """Were: tools/run_model.py died of the bare signal (IREE or JAX crashing)."""
+    from repo_paths import ROOT
+
+    code = RUN_MODEL_CRASH.format(path=str(ROOT / "tools" / "run_model.py"))
+    r = subprocess.run([sys.executable, "-c", code, "--small", *args], cwd=tmp_path, capture_output=True,
+                       env=_env(False), timeout=300)
+    line = one_line_error(r.returncode, r.stderr.decode(), rc_expected=128 + signal.SIGSEGV)
+    assert line == f"run_model: error: IREE crashed (SIGSEGV) while running the Llama block; {left}"
+    assert sorted(p.name for p in tmp_path.iterdir()) == (["saved"] if "--save-dir" in args else [])

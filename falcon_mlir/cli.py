@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import argparse
 import functools
+import importlib
 import os
 import signal
 import sys
+import time
 from typing import Callable, Optional, Sequence
 
 
@@ -202,7 +204,8 @@ def write_stdout(data: bytes) -> None:
     out.flush()
 
 
-def run_tool(prog: str, body: Callable[[list], int], argv: Optional[Sequence[str]] = None) -> int:
+def run_tool(prog: str, body: Callable[[list], int], argv: Optional[Sequence[str]] = None, *,
+             preload: Sequence[str] = ()) -> int:
     """Run ``body(argv)`` (``argv`` defaults to ``sys.argv[1:]``) and return its
     exit status, mapping failures to one line on stderr:
 
@@ -212,9 +215,23 @@ def run_tool(prog: str, body: Callable[[list], int], argv: Optional[Sequence[str
     * ``SystemExit`` (``--help``): its code;
     * any other exception (a bug of ours): ``PROG: internal error: TYPE: MESSAGE
       (please report this with the input)``, 2.
+
+    Args:
+        preload: the modules ``body`` imports that load native code (IREE's
+            extension, numpy), imported first with SIGINT, SIGTERM and SIGHUP
+            held (:func:`_import_held`): a Ctrl-C that comes while they load is
+            taken right after them, as ``PROG: interrupted``, 130, not inside
+            them, where it can be lost or turned into another error.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
+    return _run(prog, body, argv, preload, None)
+
+
+def _run(prog: str, body: Callable[[list], int], argv: list, preload: Sequence[str], mask) -> int:
+    """:func:`run_tool` for ``argv``; ``mask``: the signal mask to set after ``preload``
+    (the forked child, whose forwarded signals are held until then), None: as it was."""
     try:
+        _import_held(preload, mask)
         return body(argv)
     except ToolError as e:
         print(str(e), file=sys.stderr)
@@ -233,6 +250,37 @@ def run_tool(prog: str, body: Callable[[list], int], argv: Optional[Sequence[str
         return 2
 
 
+def _import_held(modules: Sequence[str], mask=None) -> None:
+    """Import ``modules`` (names, in order) with SIGINT, SIGTERM and SIGHUP
+    blocked, then set the signal mask back (to ``mask`` where given); a signal
+    that came meanwhile is taken then: Ctrl-C as ``KeyboardInterrupt`` raised
+    here, after the imports.
+
+    A ``KeyboardInterrupt`` raised while a module with native code loads is
+    not reliably passed on: IREE's nanobind extension calls Python code during
+    its initialisation and aborts the process on an exception it cannot pass
+    (SIGABRT); importlib's own callbacks and C code that clears errors lose
+    it (the tool then runs to the end, status 0); numpy, interrupted half-way
+    through its initialisation, fails the next import with ``ImportError:
+    cannot load module more than once per process``. Without ``pthread_sigmask``
+    (not POSIX) the modules are imported as they are.
+
+    Raises:
+        KeyboardInterrupt: a SIGINT came while the modules were imported.
+        ImportError: a module is missing or fails to load.
+    """
+    if not hasattr(signal, "pthread_sigmask") or (not modules and mask is None):
+        for name in modules:
+            importlib.import_module(name)
+        return
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, _FORWARDED)
+    try:
+        for name in modules:
+            importlib.import_module(name)
+    finally:  # CPython runs the handlers of signals left pending right here
+        signal.pthread_sigmask(signal.SIG_SETMASK, held if mask is None else mask)
+
+
 #: The environment variable that keeps :func:`run_tool_guarded` in one process
 #: (set to anything but ``""`` or ``"0"``): for debuggers, which follow the parent.
 NO_FORK_ENV = "FALCON_NO_FORK"
@@ -246,7 +294,9 @@ _FORWARDED = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGH
 
 
 def run_tool_guarded(prog: str, body: Callable[[list], int], argv: Optional[Sequence[str]] = None, *,
-                     doing: str = "running", paths: Optional[Callable[[list], tuple]] = None) -> int:
+                     doing: str = "running", paths: Optional[Callable[[list], tuple]] = None,
+                     preload: Sequence[str] = (), left: Optional[Callable[[list, float], Optional[str]]] = None
+                     ) -> int:
     """:func:`run_tool`, with ``body`` in a forked child process when the tool
     runs as its own program, so that a crash of native code (IREE, MLIR, LLVM:
     SIGSEGV, SIGFPE, SIGABRT ...) ends in one line instead of a bare signal.
@@ -265,15 +315,19 @@ def run_tool_guarded(prog: str, body: Callable[[list], int], argv: Optional[Sequ
     scripts saw before), apart from 1 (a diagnosed error) and 2 (a bug of
     ours). SIGINT, SIGTERM and SIGHUP sent to the parent go on to the child;
     the child takes SIGINT as one ``KeyboardInterrupt`` (``PROG:
-    interrupted``, 130, from ``body`` or :func:`run_tool`). On Linux the
+    interrupted``, 130, from ``body`` or :func:`run_tool`), held until its
+    handler is set and ``preload`` is imported, so that one that comes at
+    any moment is taken where :func:`run_tool` reports it. On Linux the
     child is killed when the parent is (SIGKILL from a timeout).
 
     It runs ``body`` in this process, exactly as :func:`run_tool`, where
     ``argv`` is given (a caller in Python, e.g. a test, whose process is not
     ours to fork), where ``os.fork`` does not exist (not POSIX), or where
     ``$FALCON_NO_FORK`` is set (:data:`NO_FORK_ENV`). The fork is safe
-    because a tool's module imports nothing heavy and starts no thread
-    before its ``main``.
+    because a tool's module imports nothing heavy and starts no thread of
+    its own before its ``main`` (falcon-bench's and falcon-calibrate's
+    import numpy, whose OpenBLAS threads OpenBLAS itself stops and restarts
+    around a fork, by ``pthread_atfork``).
 
     Args:
         doing: what the tool does to its input, for the line (``compiling``).
@@ -281,13 +335,23 @@ def run_tool_guarded(prog: str, body: Callable[[list], int], argv: Optional[Sequ
             after a signal, for the input's name in the line (``-``: stdin)
             and the outputs whose temporary files to remove; a failure there
             gives ``its input`` and no outputs.
+        left: for a tool that writes as it goes (falcon-bench's CSV, shape by
+            shape): ``left(argv, since) -> clause or None``, called in the
+            parent after a signal with the time the tool started
+            (``time.time()``); the clause (``the rows measured so far are in
+            out.csv``) ends the line instead of ``nothing was written``
+            (None, or a failure there, keeps that).
+        preload: as :func:`run_tool`'s: the modules with native code that
+            ``body`` imports, imported in the child (or in this process)
+            with the interrupt held.
 
     Returns:
         The exit status. Never raises.
     """
     if argv is not None or not hasattr(os, "fork") or os.environ.get(NO_FORK_ENV, "") not in ("", "0"):
-        return run_tool(prog, body, argv)
+        return run_tool(prog, body, argv, preload=preload)
     argv = list(sys.argv[1:])
+    since = time.time()
     if signal.getsignal(signal.SIGCHLD) == signal.SIG_IGN:  # inherited: waitpid would find no child
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     parent = os.getpid()
@@ -297,9 +361,9 @@ def run_tool_guarded(prog: str, body: Callable[[list], int], argv: Optional[Sequ
         pid = os.fork()
     except OSError:  # no process left to fork (EAGAIN, ENOMEM): in this process
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-        return run_tool(prog, body, argv)
+        return run_tool(prog, body, argv, preload=preload)
     if pid == 0:
-        _child(prog, body, argv, mask, parent)  # never returns
+        _child(prog, body, argv, mask, parent, preload)  # never returns
     child, forwarded = [pid], []
 
     def forward(signum, frame):  # kept until exit: after the child, nothing to forward
@@ -317,7 +381,8 @@ def run_tool_guarded(prog: str, body: Callable[[list], int], argv: Optional[Sequ
     child.clear()
     if status >= 0:
         return status
-    return _report_death(prog, -status, pid, argv, doing, paths, interrupted=signal.SIGINT in forwarded)
+    return _report_death(prog, -status, pid, argv, doing, paths, interrupted=signal.SIGINT in forwarded,
+                         left=left, since=since)
 
 
 def _flush_std() -> bool:
@@ -332,17 +397,20 @@ def _flush_std() -> bool:
     return ok
 
 
-def _child(prog: str, body: Callable[[list], int], argv: list, mask, parent: int) -> None:
+def _child(prog: str, body: Callable[[list], int], argv: list, mask, parent: int, preload) -> None:
     """The forked child of :func:`run_tool_guarded`: ``run_tool``, then the interpreter's normal
     exit with its status (``SystemExit``: atexit functions run, e.g. the temporary folders of compiled
-    kernels); ``os._exit(1)`` if anything before that raised. Never returns."""
+    kernels); ``os._exit(1)`` if anything before that raised. Never returns.
+
+    The forwarded signals stay blocked (as the parent forked) until ``preload`` is imported, inside
+    :func:`run_tool`'s reporting: an interrupt that came earlier (while ``_die_with`` loaded ctypes,
+    or while IREE loaded) is ``PROG: interrupted`` there, not a silent ``os._exit(1)`` here."""
     status = 1
     try:
         _die_with(parent)
         if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not where it is ignored
             signal.signal(signal.SIGINT, _interrupt_once)
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-        status = run_tool(prog, body, argv)
+        status = _run(prog, body, argv, preload, mask)
         if not _flush_std():  # what the interpreter's exit would have found
             status = status or 1
     except BaseException:  # noqa: BLE001 - run_tool raises nothing; never back into the parent's code
@@ -374,11 +442,12 @@ def _die_with(parent: int) -> None:
 
 
 def _report_death(prog: str, signum: int, pid: int, argv: list, doing: str, paths,
-                  interrupted: bool = False) -> int:
+                  interrupted: bool = False, left=None, since: float = 0.0) -> int:
     """After the child ``pid`` died of ``signum``: remove its temporaries, say so in one
     line, return 128 + ``signum``; where an interrupt had been passed on to it (``interrupted``:
     Ctrl-C while the child was still importing IREE's native code can end in SIGABRT), the line is
-    ``PROG: interrupted`` and the status 130, as for an interrupt the child took itself."""
+    ``PROG: interrupted`` and the status 130, as for an interrupt the child took itself. The line ends
+    in ``left(argv, since)`` where that says what the child left written, else ``nothing was written``."""
     name, outputs = "its input", []
     if paths is not None:
         try:
@@ -397,7 +466,13 @@ def _report_death(prog: str, signum: int, pid: int, argv: list, doing: str, path
         except ValueError:
             signame = f"signal {signum}"
         what = f"IREE crashed ({signame})" if signum in _CRASH_SIGNALS else f"killed by {signame}"
-        line, status = f"{prog}: error: {what} while {doing} {name}; nothing was written", 128 + signum
+        kept = None
+        if left is not None:
+            try:
+                kept = left(argv, since)
+            except (Exception, SystemExit):  # noqa: BLE001 - as paths: the child had said why
+                pass
+        line, status = f"{prog}: error: {what} while {doing} {name}; {kept or 'nothing was written'}", 128 + signum
     try:
         print(line, file=sys.stderr)
     except Exception:  # noqa: BLE001 - no stderr: the status says it

@@ -98,7 +98,12 @@ status); 2 bad arguments or an output that cannot be written (``-`` among
 them: stdout holds the table, so ``--csv -`` is refused, not a file named
 ``-``; one line
 ``falcon-bench: error: ...`` on stderr, checked before measuring); 1 nothing
-could be measured, or writing an output failed.
+could be measured, or writing an output failed; 128 + N where IREE (or a
+peer's native code) crashed of signal N: the work runs in a child process
+(:func:`falcon_mlir.cli.run_tool_guarded`) and the line says so, e.g.
+``falcon-bench: error: IREE crashed (SIGSEGV) while benchmarking 512x512x512;
+the rows measured so far are in out.csv`` (the CSV is written shape by
+shape) or ``nothing was written``. FALCON_NO_FORK=1 keeps it in one process.
 
 The work is done by :mod:`falcon_mlir.bench`; this file is the command line.
 
@@ -123,12 +128,15 @@ from falcon_mlir.bench import (BenchConfig, Shape, bench_shape, parse_candidates
 from falcon_mlir.bench.measure import FLAG_SETS, PEERS, openblas_core
 from falcon_mlir.bench.report import (command_line, csv_mismatch, decision_quality, environment_text,
                                       markdown_table, plot, read_csv, rows_of, write_csv, write_md)
-from falcon_mlir.cli import ArgumentParser, ToolError, run_tool
+from falcon_mlir.cli import ArgumentParser, ToolError, run_tool_guarded
 from falcon_mlir.files import unwritable_reason
 
 PROG = "falcon-bench"
 #: IREE HAL drivers on the CPU: the peers are on by default there.
 CPU_DEVICES = ("local-task", "local-sync")
+#: What the body imports that loads native code (IREE): imported first, with Ctrl-C held
+#: (:func:`falcon_mlir.cli.run_tool`), so that an interrupt while they load is one line, 130.
+_NATIVE = ("falcon_mlir.api", "falcon_mlir.pipeline.assemble", "iree.runtime")
 
 
 def _log(msg: str) -> None:
@@ -231,9 +239,29 @@ def _option(name: str, parse, *values):
         raise _usage(f"{name}: {e}") from None
 
 
+def _paths(argv: list) -> tuple:
+    """``(what is benchmarked, [csv, md, plot])`` of a command line, for the line after a crash.
+
+    Raises:
+        ToolError: a command line that does not parse (the child said why).
+    """
+    args = build_parser().parse_args(argv)
+    return args.shapes or f"the workloads of {args.workloads}", [args.csv, args.md, args.plot]
+
+
+def _left(argv: list, since: float) -> Optional[str]:
+    """After a crash: where the rows of the shapes finished before it are (the CSV, written shape
+    by shape, replaced since the run started at ``since``, seconds since the epoch), else None."""
+    csv = build_parser().parse_args(argv).csv
+    if csv and os.path.isfile(csv) and os.stat(csv).st_mtime >= since:
+        return f"the rows measured so far are in {csv}"
+    return None
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Entry point of ``falcon-bench``; returns the exit status."""
-    return run_tool(PROG, _main, argv)
+    """Entry point of ``falcon-bench``; returns the exit status (in a child process when ``argv``
+    is None: :func:`falcon_mlir.cli.run_tool_guarded`)."""
+    return run_tool_guarded(PROG, _main, argv, doing="benchmarking", paths=_paths, left=_left, preload=_NATIVE)
 
 
 def _main(argv: list) -> int:

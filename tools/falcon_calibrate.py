@@ -74,7 +74,13 @@ profile JSON; validate it here with ``Profile.from_dict``.
 Exit status: 0 profile written (or bundle prepared); 2 bad arguments (``-o -``
 or ``--raw -`` among them: stdout holds the summary; one line
 ``falcon-calibrate: error: ...`` on stderr, nothing measured); 1 a compile or
-run failed (one line, no file written).
+run failed (one line, no file written); 128 + N where IREE crashed of
+signal N: the work runs in a child process
+(:func:`falcon_mlir.cli.run_tool_guarded`) and the line says so, e.g.
+``falcon-calibrate: error: IREE crashed (SIGSEGV) while calibrating
+local-task; nothing was written`` (``--prepare DIR``: ``DIR holds an
+incomplete bundle`` where it had begun). FALCON_NO_FORK=1 keeps it in one
+process.
 
 The work is done by :mod:`falcon_mlir.calibration` (``microbench``: the
 modules' MLIR; ``bundle``: compiling them; ``measure``: running and timing
@@ -86,6 +92,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 import tempfile
 import time
@@ -97,7 +104,7 @@ from falcon_mlir.calibration.bundle import (DEFAULT_BANDWIDTH_MB, DEFAULT_DTYPES
                                             DTYPES, QUICK_BANDWIDTH_MB, QUICK_SIZES, prepare_bundle)
 from falcon_mlir.calibration.measure import (MANIFEST, PROG, RUNNER, Progress, check_device, check_output, run_bundle,
                                              write_json)
-from falcon_mlir.cli import ArgumentParser, ToolError, run_tool
+from falcon_mlir.cli import ArgumentParser, ToolError, run_tool_guarded
 
 __all__ = ["main", "build_parser", "MANIFEST", "RUNNER", "CalibrationError"]
 
@@ -178,9 +185,38 @@ def _parse(argv) -> tuple:
                       quick=args.quick)
 
 
+#: What the body imports that loads native code (IREE's runtime; the compiler is imported above):
+#: imported first, with Ctrl-C held (:func:`falcon_mlir.cli.run_tool`), so that an interrupt while
+#: it loads is one line.
+_NATIVE = ("falcon_mlir.api", "iree.runtime")
+
+
+def _paths(argv: list) -> tuple:
+    """``(the device, [profile, raw])`` of a command line, for the line after a crash.
+
+    Raises:
+        ToolError: a command line that does not parse (the child said why).
+    """
+    args = build_parser().parse_args(argv)
+    return args.device, [args.output, args.raw]
+
+
+def _left(argv: list, since: float):
+    """After a crash: ``DIR holds an incomplete bundle`` where ``--prepare DIR`` was made or written
+    since the run started (``since``, seconds since the epoch), else None (the profile and the raw
+    JSON are written at the end, atomically)."""
+    folder = build_parser().parse_args(argv).prepare
+    if folder and os.path.isdir(folder):
+        with os.scandir(folder) as entries:  # the folder's own time: made, or a file added
+            if os.stat(folder).st_mtime >= since or any(e.stat().st_mtime >= since for e in entries):
+                return f"{folder} holds an incomplete bundle"
+    return None
+
+
 def main(argv=None) -> int:
-    """Entry point of ``falcon-calibrate``; returns the exit status."""
-    return run_tool(PROG, _main, argv)
+    """Entry point of ``falcon-calibrate``; returns the exit status (in a child process when ``argv``
+    is None: :func:`falcon_mlir.cli.run_tool_guarded`)."""
+    return run_tool_guarded(PROG, _main, argv, doing="calibrating", paths=_paths, left=_left, preload=_NATIVE)
 
 
 def _main(argv: list) -> int:

@@ -89,6 +89,10 @@ from falcon_mlir.files import unwritable_reason, write_files_atomic
 
 PROG = "falcon-compile"
 
+#: What the body imports that loads native code (IREE, numpy): imported first, with Ctrl-C held
+#: (:func:`falcon_mlir.cli.run_tool`), so that an interrupt while they load is one line, 130.
+_NATIVE = ("falcon_mlir.pipeline.assemble",)
+
 
 def _fail(msg: str, status: int = 1) -> ToolError:
     """The one-line error ``falcon-compile: error: MSG``."""
@@ -331,7 +335,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     """Runs falcon-compile; returns the exit status (0 ok, 1 on any error, 128 + N when IREE
     crashed of signal N: :func:`falcon_mlir.cli.run_tool_guarded`, in a child process when
     ``argv`` is None)."""
-    return run_tool_guarded(PROG, _body, argv, doing="compiling", paths=_paths)
+    return run_tool_guarded(PROG, _body, argv, doing="compiling", paths=_paths, preload=_NATIVE)
 
 
 if __name__ == "__main__":

@@ -26,6 +26,10 @@ from falcon_mlir.files import unwritable_reason, write_files_atomic
 
 TOOL = "falcon-opt"
 
+#: What the body imports that loads native code (IREE, numpy): imported first, with Ctrl-C held
+#: (:func:`falcon_mlir.cli.run_tool`), so that an interrupt while they load is one line, 130.
+_NATIVE = ("falcon_mlir.passes.registry", "falcon_mlir.pipeline.opt")
+
 _AUTO_NOTE = """\
 auto: the cost model (falcon_mlir.decision) predicts the time of classical GEMM
 and of every fitting plan on the target profile and rewrites only where a plan
@@ -279,7 +283,7 @@ def main(argv=None) -> int:
     """Console entry point: ``falcon-opt [options] [input]``; returns the exit status (0 ok,
     1 on an error, 128 + N when IREE or MLIR crashed of signal N:
     :func:`falcon_mlir.cli.run_tool_guarded`, in a child process when ``argv`` is None)."""
-    return run_tool_guarded(TOOL, run, argv, doing="running passes on", paths=_paths)
+    return run_tool_guarded(TOOL, run, argv, doing="running passes on", paths=_paths, preload=_NATIVE)
 
 
 if __name__ == "__main__":

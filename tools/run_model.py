@@ -35,7 +35,12 @@ per step of both and their ratio, and the max relative difference of the
 loss curves and of the final weights (:mod:`falcon_mlir.models.train_job`).
 
 Needs the ``models`` extra (jax, keras, keras-hub).  Exits 1 with one line on
-failure (``--traceback`` shows the whole error), 2 for a bad command line.
+failure (``--traceback`` shows the whole error), 2 for a bad command line,
+130 when interrupted, 128 + N where IREE (or JAX's native code) crashed of
+signal N: the work runs in a child process
+(:func:`falcon_mlir.cli.run_tool_guarded`) and the line says so, e.g.
+``run_model: error: IREE crashed (SIGSEGV) while running the Llama block;
+nothing was written``. FALCON_NO_FORK=1 keeps it in one process.
 The work is done by :mod:`falcon_mlir.models.main_job`; this file is the
 command line.
 """
@@ -43,10 +48,11 @@ command line.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import traceback
 
-from falcon_mlir.cli import ArgumentParser, ToolError, one_line, run_tool
+from falcon_mlir.cli import ArgumentParser, ToolError, one_line, run_tool_guarded
 from falcon_mlir.files import write_atomic
 from falcon_mlir.models.main_job import (DATA_TILING_FLAGS, MATMUL_TILE_BYTES, MAX_MATMUL_TILE_BYTES,
                                          print_contractions, result_lines, run_main_job)
@@ -156,9 +162,38 @@ def run(args) -> dict:
     return res
 
 
+#: What the job imports that loads native code and is always installed (IREE; jax and keras, the
+#: models extra, are imported by the job, their absence one line of its own): imported first, with
+#: Ctrl-C held (:func:`falcon_mlir.cli.run_tool`), so that an interrupt while they load is one line.
+_NATIVE = ("falcon_mlir.api", "iree.runtime")
+
+
+def _paths(argv: list) -> tuple:
+    """``(what runs, [json])`` of a command line, for the line after a crash.
+
+    Raises:
+        ToolError: a command line that does not parse (the child said why).
+    """
+    args = parse_args(argv)
+    return ("the training step" if args.train else "the Llama block"), [args.json]
+
+
+def _left(argv: list, since: float):
+    """After a crash: where ``--save-dir`` holds files written since the run started (``since``,
+    seconds since the epoch: the block and its modules, saved after the compiles), else None."""
+    folder = parse_args(argv).save_dir
+    if folder and os.path.isdir(folder):
+        with os.scandir(folder) as entries:
+            if any(e.stat().st_mtime >= since for e in entries):
+                return f"the modules saved before it are in {folder}"
+    return None
+
+
 def main(argv=None) -> int:
-    """Entry point; returns the exit status (0; 1 failure; 2 bad command line; 130 interrupted)."""
-    return run_tool(PROG, _main, argv)
+    """Entry point; returns the exit status (0; 1 failure; 2 bad command line; 130 interrupted;
+    128 + N: a crash of signal N, in a child process when ``argv`` is None:
+    :func:`falcon_mlir.cli.run_tool_guarded`)."""
+    return run_tool_guarded(PROG, _main, argv, doing="running", paths=_paths, left=_left, preload=_NATIVE)
 
 
 def _main(argv: list) -> int:

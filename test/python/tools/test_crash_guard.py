@@ -258,3 +258,186 @@ def test_closed_stdin_is_one_line(tmp_path, name):
     prog = name.replace("_", "-")
     assert (r.returncode, r.stdout, r.stderr.decode()) == (1, b"", f"{prog}: error: cannot read stdin: it is closed\n")
     assert list(tmp_path.iterdir()) == []
+
+
+# falcon-opt whose import of IREE's native extension takes 0.5 s and loses a KeyboardInterrupt
+# raised meanwhile, as the real one can: nanobind aborts on it (SIGABRT), importlib's callbacks
+# swallow it (the tool then wrote its output, status 0), numpy fails the next import with
+# "ImportError: cannot load module more than once per process" (docs/robustness.md).
+OPT_SLOW_IMPORT = """\
+import sys, time
+from falcon_mlir.tools import falcon_opt
+
+class SlowIree:
+    def find_spec(self, name, path=None, target=None):
+        if name == "iree.compiler":
+            sys.meta_path.remove(self)
+            print("importing", flush=True)
+            try:
+                time.sleep(0.5)
+            except KeyboardInterrupt:
+                {lose}
+        return None
+
+sys.meta_path.insert(0, SlowIree())
+sys.argv[0] = "falcon-opt"
+sys.exit(falcon_opt.main())
+"""
+
+
+@pytest.mark.parametrize("lose", ["pass", "raise ImportError('cannot load module more than once per process')"],
+                         ids=["swallowed", "import-error"])
+@pytest.mark.parametrize("no_fork", [False, True], ids=["guarded", "no-fork"])
+def test_interrupt_while_iree_loads_is_one_line(src, tmp_path, lose, no_fork):
+    """Were (defect): Ctrl-C in the first 0.2 s of falcon-opt was lost (status 0, output written)
+    or an "internal error: ImportError", with and without the fork; now IREE loads with the
+    interrupt held, taken right after: one line, 130, nothing written."""
+    p, snap = src(MM)
+    proc = subprocess.Popen([sys.executable, "-c", OPT_SLOW_IMPORT.format(lose=lose), "in.mlir", "--canonicalize",
+                             "-o", "o.mlir", "--lcma-report", "r.json"], cwd=tmp_path, env=_env(no_fork),
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout.readline() == b"importing\n"
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert one_line_error(proc.returncode, err.decode(), rc_expected=130) == "falcon-opt: interrupted"
+    assert out == b"" and [f.name for f in tmp_path.iterdir()] == ["in.mlir"] and snap.unchanged()
+
+
+# The child is slow to get ready (before its SIGINT handler is set): an interrupt then
+EARLY = """\
+import os, sys, time
+import falcon_mlir.cli as cli
+
+ready = cli._die_with
+def slow(parent):
+    print("child", flush=True)
+    time.sleep(0.5)
+    ready(parent)
+cli._die_with = slow
+sys.exit(cli.run_tool_guarded("falcon-x", lambda argv: 0))
+"""
+
+
+def test_interrupt_before_the_child_is_ready(tmp_path):
+    """Were: held by the fork, the interrupt was taken as the child set its signal mask back,
+    outside run_tool: the child's ``os._exit(1)``, status 1 and not a word."""
+    p = subprocess.Popen([sys.executable, "-c", EARLY], cwd=tmp_path, env=_env(False), stdin=subprocess.DEVNULL,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert p.stdout.readline() == b"child\n"
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=60)
+    assert one_line_error(p.returncode, err.decode(), rc_expected=130) == "falcon-x: interrupted"
+
+
+# falcon-bench whose measuring of shape number CRASH_AT (0-based) dies of SIGSEGV, the shapes
+# before it measured for real (IREE does not crash on any shape falcon-bench accepts)
+BENCH_CRASH = """\
+import os, signal, sys
+from falcon_mlir.tools import falcon_bench
+
+real, done = falcon_bench.bench_shape, []
+
+def bench_shape(shape, *args, **kwargs):
+    if len(done) == {crash_at}:
+        os.kill(os.getpid(), signal.SIGSEGV)
+    done.append(shape)
+    return real(shape, *args, **kwargs)
+
+falcon_bench.bench_shape = bench_shape
+sys.argv[0] = "falcon-bench"
+sys.exit(falcon_bench.main())
+"""
+
+
+@pytest.mark.parametrize("crash_at,left", [(0, "nothing was written"),
+                                           (1, "the rows measured so far are in out/b.csv")])
+def test_crash_in_falcon_bench_is_one_line(tmp_path, crash_at, left):
+    """Were: falcon-bench died of the bare signal. The CSV is written shape by shape: the line says
+    whether it holds the rows measured before the crash; the markdown (written at the end) is not."""
+    (tmp_path / "out").mkdir()
+    r = subprocess.run([sys.executable, "-c", BENCH_CRASH.format(crash_at=crash_at), "--shapes", "16x16x16,32x16x16",
+                        "--candidates", "classical", "--no-peers", "--repeat", "1", "--csv", "out/b.csv",
+                        "--md", "out/b.md"], cwd=tmp_path, capture_output=True, env=_env(False), timeout=300)
+    err = [ln for ln in r.stderr.decode().splitlines() if not ln.startswith("[falcon-bench]")]  # progress
+    line = one_line_error(r.returncode, "\n".join(err), rc_expected=128 + signal.SIGSEGV)
+    assert line == f"falcon-bench: error: IREE crashed (SIGSEGV) while benchmarking 16x16x16,32x16x16; {left}"
+    if crash_at:
+        rows = (tmp_path / "out" / "b.csv").read_text().splitlines()
+        assert len(rows) == 2 and ",16,16,16," in rows[1], rows  # header, the one row of 16x16x16
+        assert [f.name for f in (tmp_path / "out").iterdir()] == ["b.csv"]
+    else:
+        assert list((tmp_path / "out").iterdir()) == []
+
+
+# falcon-calibrate whose compile of module number CRASH_AT (0-based) dies of SIGSEGV, those before
+# it compiled for real
+CALIBRATE_CRASH = """\
+import os, signal, sys
+from falcon_mlir.calibration import bundle
+from falcon_mlir.tools import falcon_calibrate
+
+real, done = bundle._compile, []
+
+def compile_module(*args, **kwargs):
+    if len(done) == {crash_at}:
+        os.kill(os.getpid(), signal.SIGSEGV)
+    done.append(args)
+    return real(*args, **kwargs)
+
+bundle._compile = compile_module
+sys.argv[0] = "falcon-calibrate"
+sys.exit(falcon_calibrate.main())
+"""
+TINY_CALIBRATION = ["--quick", "--sizes", "64", "--bandwidth-mb", "1", "--seconds", "0.03", "--no-progress", "--no-fit"]
+
+
+@pytest.mark.parametrize("args,crash_at,left", [
+    (["-o", "out/p.json", "--raw", "out/raw.json"], 0, "nothing was written"),
+    (["--prepare", "out/b"], 1, "out/b holds an incomplete bundle"),
+], ids=["profile", "prepare"])
+def test_crash_in_falcon_calibrate_is_one_line(tmp_path, args, crash_at, left):
+    """Were: falcon-calibrate died of the bare signal. The profile and raw JSON are written at the
+    end (none after a crash); --prepare writes the bundle module by module: the line says so."""
+    (tmp_path / "out").mkdir()
+    r = subprocess.run([sys.executable, "-c", CALIBRATE_CRASH.format(crash_at=crash_at), *TINY_CALIBRATION, *args],
+                       cwd=tmp_path, capture_output=True, env=_env(False), timeout=300)
+    line = one_line_error(r.returncode, r.stderr.decode(), rc_expected=128 + signal.SIGSEGV)
+    assert line == f"falcon-calibrate: error: IREE crashed (SIGSEGV) while calibrating local-task; {left}"
+    made = sorted(str(p.relative_to(tmp_path)) for p in (tmp_path / "out").rglob("*"))
+    if crash_at == 0:
+        assert made == [], made
+    else:  # the folder and the one module compiled before the crash
+        assert len(made) == 2 and made[0] == "out/b" and made[1].endswith(".vmfb"), made
+
+
+# tools/run_model.py whose job dies of SIGSEGV (after saving a module where --save-dir is given)
+RUN_MODEL_CRASH = """\
+import importlib.util, os, signal, sys
+spec = importlib.util.spec_from_file_location("run_model", {path!r})
+run_model = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(run_model)
+
+def run(args):
+    if args.save_dir:
+        os.makedirs(args.save_dir, exist_ok=True)
+        with open(os.path.join(args.save_dir, "classical.vmfb"), "wb") as f:
+            f.write(b"module")
+    os.kill(os.getpid(), signal.SIGSEGV)
+
+run_model.run = run
+sys.exit(run_model.main())
+"""
+
+
+@pytest.mark.parametrize("args,left", [(["--json", "r.json"], "nothing was written"),
+                                       (["--save-dir", "saved"], "the modules saved before it are in saved")])
+def test_crash_in_run_model_is_one_line(tmp_path, args, left):
+    """Were: tools/run_model.py died of the bare signal (IREE or JAX crashing)."""
+    from repo_paths import ROOT
+
+    code = RUN_MODEL_CRASH.format(path=str(ROOT / "tools" / "run_model.py"))
+    r = subprocess.run([sys.executable, "-c", code, "--small", *args], cwd=tmp_path, capture_output=True,
+                       env=_env(False), timeout=300)
+    line = one_line_error(r.returncode, r.stderr.decode(), rc_expected=128 + signal.SIGSEGV)
+    assert line == f"run_model: error: IREE crashed (SIGSEGV) while running the Llama block; {left}"
+    assert sorted(p.name for p in tmp_path.iterdir()) == (["saved"] if "--save-dir" in args else [])

@@ -231,7 +231,8 @@ def _run(prog: str, body: Callable[[list], int], argv: list, preload: Sequence[s
     """:func:`run_tool` for ``argv``; ``mask``: the signal mask to set after ``preload``
     (the forked child, whose forwarded signals are held until then), None: as it was."""
     try:
-        _import_held(preload, mask)
+        # --help needs none of the native modules: it stays as quick as before the preload
+        _import_held(() if _asks_help(argv) else preload, mask)
         return body(argv)
     except ToolError as e:
         print(str(e), file=sys.stderr)
@@ -248,6 +249,16 @@ def _run(prog: str, body: Callable[[list], int], argv: list, preload: Sequence[s
         print(f"{prog}: internal error: {type(e).__name__}: {one_line(e)} "
               "(please report this with the input)", file=sys.stderr)
         return 2
+
+
+def _asks_help(argv: Sequence[str]) -> bool:
+    """Whether ``argv`` asks for the help text (``-h``, ``--help``; before a ``--``)."""
+    for a in argv:
+        if a == "--":
+            return False
+        if a in ("-h", "--help"):
+            return True
+    return False
 
 
 def _import_held(modules: Sequence[str], mask=None) -> None:

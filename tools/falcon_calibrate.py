@@ -240,8 +240,6 @@ def _main(argv: list) -> int:
         raise ToolError(f"{PROG}: error: {e}") from None
     except OSError as e:
         raise ToolError(f"{PROG}: error: {e.filename or ''}: {e.strerror or e}") from None
-    except KeyboardInterrupt:
-        raise ToolError(f"{PROG}: error: interrupted") from None
     print(summary(profile, raw))
     print(f"wrote {args.output} ({raw['wall_s']:.0f} s)")
     return 0

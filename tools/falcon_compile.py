@@ -303,7 +303,8 @@ def _compile(args: dict) -> int:
 
 
 def _body(argv: list) -> int:
-    """falcon-compile's body: one-line errors with exit status 1 (130 when interrupted)."""
+    """falcon-compile's body: one-line errors with exit status 1 (an interrupt goes on to
+    :func:`falcon_mlir.cli.run_tool`: ``falcon-compile: interrupted``, 130, as in every tool)."""
     try:
         args = parse_args(argv)
         if args["help"]:
@@ -315,8 +316,6 @@ def _body(argv: list) -> int:
         return _compile(args)
     except (ToolError, BrokenPipeError):
         raise
-    except KeyboardInterrupt:
-        raise _fail("interrupted", 130) from None
     except Exception as e:  # never a traceback
         raise _fail(f"internal error: {type(e).__name__}: {e}") from None
 

@@ -214,3 +214,17 @@ def test_no_device_is_said_before_compiling(tmp_path, capsys, monkeypatch):
     assert fc.main(TINY + ["--device", "cuda", "-o", str(tmp_path / "p.json")]) == 1
     assert capsys.readouterr().err == "falcon-calibrate: error: cannot open IREE device 'cuda': no GPU\n"
     assert list(tmp_path.iterdir()) == []
+
+
+def test_calibrate_interrupt_is_130_like_every_tool(capsys, tmp_path, monkeypatch):
+    """Were: ``falcon-calibrate: error: interrupted`` with status 1; every tool says ``PROG:
+    interrupted`` with 130 (``run_tool``). Nothing is written."""
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(fc, "_measure", interrupted)
+    out = tmp_path / "p.json"
+    rc = fc.main(["-o", str(out), "--no-progress"])
+    err = capsys.readouterr().err
+    assert rc == 130 and err.strip() == "falcon-calibrate: interrupted"
+    assert not out.exists()

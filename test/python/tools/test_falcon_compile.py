@@ -184,3 +184,19 @@ def test_compile_report_dash_is_stdout(capfd, src, tmp_path, monkeypatch):
         assert stdout == ""
     assert snap.unchanged()
     no_files_left(tmp_path, keep=("in.mlir", "o.mlir"))
+
+
+def test_compile_interrupt_is_the_same_line_as_every_tool(capfd, src, tmp_path, monkeypatch):
+    """Were: ``falcon-compile: error: interrupted`` where every other tool (``run_tool``) says
+    ``PROG: interrupted``; both status 130. Nothing is written."""
+    from falcon_mlir.pipeline import assemble
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(assemble, "compile_source", interrupted)
+    p, _ = src(MM)
+    out = tmp_path / "o.vmfb"
+    rc, _, err = compile_(capfd, p, "-o", out)
+    assert one_line_error(rc, err, rc_expected=130) == "falcon-compile: interrupted"
+    assert not out.exists()

@@ -53,7 +53,8 @@ slowdown of ``auto`` against classical and the geometric means of classical
 (the median of the per-round ratio of two calls made in the same round, with
 its interquartile range) sit beside them: they say which verdicts a drift of a
 shared machine between calls could have made. The CSV's ``times_s`` holds every
-timed call's seconds in round order.
+timed call's seconds in round order, ``interleave`` whether the run had ``--interleave``
+(1) or not (0); runs appended to one CSV are compared only within themselves.
 
 Candidates are separated by commas (option strings hold spaces, not commas).
 

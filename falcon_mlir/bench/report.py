@@ -25,7 +25,7 @@ __all__ = ["COLUMNS", "MD_COLUMNS", "rows_of", "markdown_table", "command_line",
 
 #: Output columns (CSV header and markdown table), with units in the names.
 COLUMNS = [
-    "label", "M", "N", "K", "dtype", "flags", "const_weights", "candidate", "plan",
+    "label", "M", "N", "K", "dtype", "flags", "const_weights", "interleave", "candidate", "plan",
     "compile_s", "median_s", "min_s", "gflops", "speedup_vs_classical", "auto_speedup",
     "rel_err_f64", "rel_err_vs_classical", "status", "times_s",
 ]
@@ -65,6 +65,7 @@ def rows_of(results: List[Result], config: BenchConfig) -> List[dict]:
                 "label": r.shape.label, "M": r.shape.M, "N": r.shape.N, "K": r.shape.K,
                 "dtype": config.dtype + ("" if config.acc == "same" else f"->{config.acc}"),
                 "flags": config.flags, "const_weights": int(bool(config.const_weights)),
+                "interleave": int(bool(config.interleave)),
                 "candidate": r.cand.name, "plan": r.plan,
                 "compile_s": r.compile_s, "median_s": med, "min_s": mn,
                 "gflops": r.shape.flops / med / 1e9 if r.times else float("nan"),
@@ -366,12 +367,12 @@ def decision_quality(rows: List[dict], tolerance: float = 0.03) -> Tuple[str, di
     The median-based columns stay the criterion's own; the paired ones say which verdicts a drift of
     the machine between calls could have made.
     """
-    by_shape: Dict[tuple, List[dict]] = {}  # (label, M, N, K, dtype, flags, const, n) -> one run's rows
+    by_shape: Dict[tuple, List[dict]] = {}  # (label, M, N, K, dtype, flags, const, interleave, n) -> a run's rows
     current: Dict[tuple, tuple] = {}
     for r in rows:
         r = dict(r, median_s=_num(r["median_s"]))
         shape = (r["label"], int(r["M"]), int(r["N"]), int(r["K"]), str(r.get("dtype")), str(r.get("flags")),
-                 str(r.get("const_weights")))
+                 str(r.get("const_weights")), str(r.get("interleave", "")))
         key = current.get(shape)
         if key is None or any(x["candidate"] == r["candidate"] for x in by_shape[key]):  # the next run's
             key = current[shape] = shape + (len(by_shape),)

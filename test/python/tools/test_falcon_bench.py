@@ -34,6 +34,7 @@ def test_bench_tiny(tmp_path, capsys):
     argv, rows, md = _run(tmp_path, "--numpy")
     assert list(rows[0].keys()) == report.COLUMNS
     assert [r["candidate"] for r in rows] == ["classical", "scheme=strassen levels=1", *PEERS]
+    assert {r["interleave"] for r in rows} == {"0"}  # the run's --interleave, recorded
     for r in rows:
         assert r["status"] == "ok"
         assert (r["M"], r["N"], r["K"]) == ("64", "48", "80")

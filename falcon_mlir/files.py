@@ -161,3 +161,53 @@ def remove_temporaries(paths: Iterable[str], pid: int) -> list:
                 except OSError:
                     pass
     return removed
+
+
+def _destination(path: str):
+    """What writing ``path`` reaches, for :func:`same_destination`: ``"stdout"`` for ``-``
+    or a path that is this process's stdout (``/dev/stdout``, or the file that stdout is
+    redirected to); ``(device, inode)`` of an existing regular file; else the resolved path;
+    None for another device (``/dev/null`` may take any number of outputs)."""
+    try:
+        out = os.fstat(1)
+    except OSError:
+        out = None
+    if path == "-":
+        return "stdout"
+    try:
+        st = os.stat(path)
+    except OSError:
+        return os.path.realpath(path)
+    if out is not None and (st.st_dev, st.st_ino) == (out.st_dev, out.st_ino):
+        return "stdout"
+    return (st.st_dev, st.st_ino) if stat.S_ISREG(st.st_mode) else None
+
+
+def same_destination(outputs: Iterable[Tuple[str, str]]) -> Optional[str]:
+    """Why two of a tool's ``(flag, path)`` outputs cannot both be written (``path`` ``-``:
+    stdout; None and empty paths are skipped), or None.
+
+    ``-o out.vmfb --lcma-report=out.vmfb`` left only the last file renamed in place, and
+    ``--lcma-report=- -o /dev/stdout`` (or ``... > out.mlir -o out.mlir``) put the JSON and
+    the module into one stream or lost one: the reason reads ``-o /dev/stdout and
+    --lcma-report=- both go to stdout`` or ``-o x and --lcma-report=x name the same file
+    (give each its own file)``.
+    """
+    seen: dict = {}
+    for flag, path in outputs:
+        if not path:  # None: not asked for; "": the tool's own error
+            continue
+        key = _destination(path)
+        if key is None:
+            continue
+        if key in seen:
+            (flag0, path0) = seen[key]
+            what = "both go to stdout" if key == "stdout" else "name the same file"
+            return f"{_spelled(flag0, path0)} and {_spelled(flag, path)} {what} (give each its own file)"
+        seen[key] = (flag, path)
+    return None
+
+
+def _spelled(flag: str, path: str) -> str:
+    """``-o x`` or ``--lcma-report=x``, as a user writes them."""
+    return f"{flag}={path}" if flag.startswith("--") else f"{flag} {path}"

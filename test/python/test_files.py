@@ -90,3 +90,19 @@ def test_device_checked_itself_not_its_folder(tmp_path):
         assert unwritable_reason(str(link)) is None
     finally:
         os.chmod(tmp_path, 0o755)
+
+
+def test_same_destination(tmp_path, monkeypatch):
+    """-o x --lcma-report=x kept only the last file renamed; --lcma-report=- -o /dev/stdout mixed the
+    JSON into the module on stdout."""
+    from falcon_mlir.files import same_destination
+
+    monkeypatch.chdir(tmp_path)
+    os.symlink("/proc/self/fd/1", tmp_path / "so")
+    assert same_destination([("-o", "a.mlir"), ("--lcma-report", "./a.mlir")]) == \
+        "-o a.mlir and --lcma-report=./a.mlir name the same file (give each its own file)"
+    assert same_destination([("-o", "so"), ("--lcma-report", "-")]) == \
+        "-o so and --lcma-report=- both go to stdout (give each its own file)"
+    assert same_destination([("-o", "a.mlir"), ("--lcma-report", "b.json")]) is None
+    assert same_destination([("-o", os.devnull), ("--lcma-report", os.devnull)]) is None
+    assert same_destination([("-o", "-"), ("--lcma-report", None)]) is None

@@ -85,7 +85,7 @@ import sys
 from typing import Optional, Sequence
 
 from falcon_mlir.cli import ToolError, emit_stdout, one_line, print_version, read_stdin, run_tool_guarded
-from falcon_mlir.files import unwritable_reason, write_files_atomic
+from falcon_mlir.files import same_destination, unwritable_reason, write_files_atomic
 
 PROG = "falcon-compile"
 
@@ -187,6 +187,10 @@ def _check_outputs(args: dict) -> None:
     if args["report_file"] == "-" and args["output"] in (None, "-"):
         raise _fail("--lcma-report=- and the output both go to stdout (give -o FILE, or a file name to "
                     "--lcma-report)")
+    clash = same_destination([("-o", "-" if args["output"] is None else args["output"]),
+                              ("--lcma-report", args["report_file"])])
+    if clash:
+        raise _fail(clash)
     for path, what in ((args["output"], "-o"), (args["report_file"], "--lcma-report")):
         if path is None or path == "-":
             continue

@@ -22,7 +22,7 @@ import json
 import sys
 
 from falcon_mlir.cli import ArgumentParser, ToolError, emit_stdout, read_stdin, run_tool_guarded
-from falcon_mlir.files import unwritable_reason, write_files_atomic
+from falcon_mlir.files import same_destination, unwritable_reason, write_files_atomic
 
 TOOL = "falcon-opt"
 
@@ -217,6 +217,9 @@ def run(argv: list) -> int:
     if args.lcma_report == "-" and args.output == "-":
         raise ToolError(f"{TOOL}: error: --lcma-report=- and the output both go to stdout "
                         "(give -o FILE, or a file name to --lcma-report)")
+    clash = same_destination([("-o", args.output), ("--lcma-report", args.lcma_report)])
+    if clash:
+        raise ToolError(f"{TOOL}: error: {clash}")
     _check_output_writable(args.output)
     if args.lcma_report:
         _check_output_writable(args.lcma_report)

@@ -200,3 +200,14 @@ def test_compile_interrupt_is_the_same_line_as_every_tool(capfd, src, tmp_path, 
     rc, _, err = compile_(capfd, p, "-o", out)
     assert one_line_error(rc, err, rc_expected=130) == "falcon-compile: interrupted"
     assert not out.exists()
+
+
+def test_compile_output_and_report_one_file(capfd, src, tmp_path, monkeypatch):
+    """-o x --lcma-report=./x compiled, then renamed the .vmfb over the report: status 0, the report
+    lost. Now one line before compiling, nothing written."""
+    monkeypatch.chdir(tmp_path)
+    p, snap = src(MM)
+    rc, stdout, err = compile_(capfd, p, "-o", "x", "--lcma-report=./x", *CPU)
+    one_line_error(rc, err, "falcon-compile: error: -o x and --lcma-report=./x name the same file")
+    assert stdout == "" and snap.unchanged()
+    no_files_left(tmp_path, keep=("in.mlir",))

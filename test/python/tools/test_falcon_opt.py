@@ -506,3 +506,26 @@ def test_disk_full_on_stdout():
                            stdout=full, stderr=subprocess.PIPE, timeout=120)
     # Was: "falcon-opt: internal error: OSError: [Errno 28] ..." with exit 2.
     one_line_error(r.returncode, r.stderr.decode(), "cannot write to stdout", "No space left")
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc/self/fd (Linux)")
+def test_opt_outputs_that_meet(tmp_path):
+    """-o /dev/stdout wrote nothing to stdout (a file was renamed over the link, status 0); with
+    --lcma-report=- too, or -o x --lcma-report=x, one output was lost: now one line each, nothing
+    written, the input untouched."""
+    src = tmp_path / "in.mlir"
+    src.write_text(MM)
+    os.symlink("/proc/self/fd/1", tmp_path / "so")  # /dev/stdout, without touching it
+
+    def opt(*argv):
+        return subprocess.run([sys.executable, "-m", "falcon_mlir.tools.falcon_opt", "in.mlir", *argv],
+                              capture_output=True, timeout=300, cwd=tmp_path)
+
+    r = opt("-o", "so")
+    assert r.returncode == 0 and b"linalg.matmul" in r.stdout and os.path.islink(tmp_path / "so"), r.stderr
+    for argv, needle in ((["-o", "so", "--lcma-report=-"], "-o so and --lcma-report=- both go to stdout"),
+                         (["-o", "x", "--lcma-report=x"], "-o x and --lcma-report=x name the same file")):
+        r = opt(*argv)
+        one_line_error(r.returncode, r.stderr.decode(), "falcon-opt: error:", needle)
+        assert r.stdout == b""
+    assert sorted(os.listdir(tmp_path)) == ["in.mlir", "so"] and src.read_text() == MM

@@ -117,7 +117,8 @@ def executable_text(name: str, obj: Path, target_attr: str, config: CpuGemmConfi
 
     ``@pack_b(B, M, N, K) -> Bp`` on workload ``[pack workgroups]``;
     ``@gemm(A, Bp, M, N, K) -> (C, S)`` on workload ``[workgroups along M, along N]``
-    (:func:`cpu_gemm.grid`);
+    (:func:`cpu_gemm.grid`); ``@fgemm(A, B, M, N, K) -> (C, S)`` on ``[workgroups along N]``: both in
+    one, B packed inside a panel at a time (:func:`cpu_gemm.fuse_b_inside`);
     ``@general_pack_b(B, N, K, trans_b) -> Bp`` on ``[pack workgroups, batch]`` and
     ``@general_gemm(A, Bp, M, N, K, trans_a, batch) -> (C, S)`` on ``[along M, along N, batch groups]``
     (:func:`cpu_gemm.batch_groups`), the same with A stored ``K x M`` or B stored ``N x K`` where the
@@ -137,6 +138,7 @@ def executable_text(name: str, obj: Path, target_attr: str, config: CpuGemmConfi
                          "shell, unquoted; use a path of letters, digits and _.+-@%,:=/ only")
     c = config
     pack_b, gemm = cpu_gemm.entry_names(c)
+    fgemm = cpu_gemm.fused_entry_name(c)
     mref = "memref<?xf32>"
     sizes = f"""        %c1 = arith.constant 1 : index
         %nr = arith.constant {c.nr} : index
@@ -161,8 +163,8 @@ def executable_text(name: str, obj: Path, target_attr: str, config: CpuGemmConfi
     #hal.executable.object<{{path = "{path}"}}>]}}>
 }} {{
   // falcon's f32 GEMM for x86-64 AVX-512, {c.label}
-{"".join(_export(e, d) for e, d in (("pack_b", 1), ("gemm", 2), ("general_pack_b", 2), ("general_gemm", 3),
-                                      ("lcma_pack_b", 2), ("lcma_gemm", 3)))}  builtin.module {{
+{"".join(_export(e, d) for e, d in (("pack_b", 1), ("gemm", 2), ("fgemm", 1), ("general_pack_b", 2),
+                                      ("general_gemm", 3), ("lcma_pack_b", 2), ("lcma_gemm", 3)))}  builtin.module {{
     func.func private @{pack_b}({mref}, {mref}, index, index, index, index) attributes {{hal.import.static}}
     func.func private @{gemm}({mref}, {mref}, {mref}, {mref}, index, index, index, index, index) attributes {{hal.import.static}}
     func.func @pack_b({_memref_args(["b", "bp"])}, {idx}) {{
@@ -184,6 +186,20 @@ def executable_text(name: str, obj: Path, target_attr: str, config: CpuGemmConfi
         %wx = hal.interface.workgroup.id[0] : index
         %wy = hal.interface.workgroup.id[1] : index
         func.call @{gemm}(%ma, %mbp, %mc_, %ms, %M, %N, %K, %wx, %wy) : ({mref}, {mref}, {mref}, {mref}, index, index, index, index, index) -> ()
+        return
+    }}
+    func.func private @{fgemm}({mref}, {mref}, {mref}, {mref}, index, index, index, index) attributes {{hal.import.static}}
+    func.func @fgemm({_memref_args(["a", "b", "c", "s"])}, {idx}) {{
+        %c0 = arith.constant 0 : index
+{sizes}
+        %fslot = arith.constant {cpu_gemm.fused_slot_floats(c)} : index
+        %s_f = arith.muli %gn, %fslot : index
+{sub("ma", "a", "s_a")}
+{sub("mb", "b", "s_b")}
+{sub("mc_", "c", "s_c")}
+{sub("ms", "s", "s_f")}
+        %wx = hal.interface.workgroup.id[0] : index
+        func.call @{fgemm}(%ma, %mb, %mc_, %ms, %M, %N, %K, %wx) : ({mref}, {mref}, {mref}, {mref}, index, index, index, index) -> ()
         return
     }}
 {_general_funcs(c, mref)}
@@ -322,7 +338,8 @@ def dispatch_lines(exe: str, M: int, N: int, K: int, config: CpuGemmConfig = Cpu
     ``trans_a``: A is stored ``K x M`` (else ``M x K``); ``trans_b``: B is stored ``N x K`` (else
     ``K x N``); both row-major. ``batch``: that many independent products, a leading dimension of A,
     B and C alike (C ``batch x M x N``). The plain layout at batch 1 runs the classical exports
-    ``@pack_b`` and ``@gemm``, any other ``@general_pack_b`` (workload ``[pack workgroups, batch]``)
+    ``@pack_b`` and ``@gemm``, or ``@fgemm`` alone where B is packed inside
+    (:func:`cpu_gemm.fuse_b_inside`, then no ``{result}_bp``), any other ``@general_pack_b`` (workload ``[pack workgroups, batch]``)
     and ``@general_gemm`` (``[along M, along N, batch groups]``, :func:`cpu_gemm.batch_groups`), the
     flags and the batch as push constants. ``types``: the tensor types of A and B as the caller holds
     them (any shape of the same elements; default the stored shapes above). Values ``{result}_M`` etc.
@@ -345,6 +362,11 @@ def dispatch_lines(exe: str, M: int, N: int, K: int, config: CpuGemmConfig = Cpu
              f"{r}_gp = arith.constant {gp} : index",
              f"{r}_gn = arith.constant {gn} : index",
              f"{r}_gm = arith.constant {gm} : index"]
+    if not (trans_a or trans_b or batch > 1) and cpu_gemm.fuse_b_inside(M, N, K, config):
+        sf_t = tensor_type((cpu_gemm.fused_scratch_floats(N, config),), "f32")
+        return lines + [
+            f"{r}:2 = flow.dispatch @{exe}::@fgemm[{r}_gn]({a}, {b}, {r}_M, {r}_N, {r}_K) : "
+            f"({a_t}, {b_t}, index, index, index) -> ({c_t}, {sf_t})"]
     if not (trans_a or trans_b or batch > 1):
         return lines + [
             f"{r}_bp = flow.dispatch @{exe}::@pack_b[{r}_gp]({b}, {r}_M, {r}_N, {r}_K) : "
@@ -372,7 +394,7 @@ def gemm_module(M: int, N: int, K: int, config: Optional[CpuGemmConfig] = None, 
 
     Args:
         M, N, K: the GEMM's sizes (positive); batch: the products (positive).
-        config: the kernel's blocking (default :func:`cpu_gemm.choose_config`).
+        config: the kernel's blocking (default :func:`cpu_gemm.classical_config`).
         flags: the IREE flags the module will be compiled with (they fix the object key).
         target_attr: the object key (default :func:`cpu_target_attribute` of ``flags``).
         reference: also emit ``@reference``, the same product compiled by IREE itself.
@@ -391,7 +413,7 @@ def gemm_module(M: int, N: int, K: int, config: Optional[CpuGemmConfig] = None, 
         raise RuntimeError("falcon's CPU GEMM kernel needs AVX-512 (F, BW, DQ, VL), which this machine's CPU lacks")
     _check_sizes("gemm_module", M, N, K)
     spec = gemm_spec(M, N, K, trans_a, trans_b, batch)
-    config = config or cpu_gemm.choose_config(M, N, K, batch)
+    config = config or cpu_gemm.classical_config(M, N, K, batch, trans_a, trans_b)
     target_attr = target_attr or cpu_target_attribute(flags)
     check_target(flags, target_attr)
     if obj is not None:

@@ -70,7 +70,7 @@ of a configuration. Compiled with ``$FALCON_CC`` or ``gcc``
 ``~/.cache/falcon-mlir/cpu`` (``$FALCON_KERNEL_CACHE/cpu`` when set). The
 object needs AVX-512 F/BW/DQ/VL on the machine that runs it (:func:`falcon_mlir.kernels.cpu_object.host_has_avx512`).
 
-(About 650 lines: the blocking and the C generator of the six entry points, which share one
+(About 750 lines: the blocking and the C generator of the seven entry points, which share one
 micro-kernel and one set of packs. The compiler, its flags, the object's checks and the cache are
 :mod:`falcon_mlir.kernels.cpu_object`.)
 """
@@ -87,7 +87,7 @@ from .spec import DictFields
 PACK_B_NAME = "falcon_cpu_pack_b"
 GEMM_NAME = "falcon_cpu_gemm"
 #: Bump when the generated source changes in a way the cache key would not see.
-GENERATOR_VERSION = 5
+GENERATOR_VERSION = 6
 #: Terms (blocks with a coefficient) an LCMA product's operand sums or destinations may have: the
 #: entries take this many term arguments (2x2 schemes to three levels).
 MAX_TERMS = 8
@@ -144,6 +144,12 @@ def lcma_entry_names(config: "CpuGemmConfig") -> tuple:
     return tuple(name.replace("falcon_cpu_", "falcon_cpu_lcma_", 1) for name in entry_names(config))
 
 
+def fused_entry_name(config: "CpuGemmConfig") -> str:
+    """The symbol of the classical GEMM that packs B itself, panel by panel (one dispatch,
+    :func:`fuse_b_inside`): the classical GEMM's name with ``fgemm`` for ``gemm``."""
+    return entry_names(config)[1].replace(f"{GEMM_NAME}_", f"{GEMM_NAME.replace('gemm', 'fgemm')}_", 1)
+
+
 def entry_names(config: "CpuGemmConfig") -> tuple:
     """``(pack-B symbol, GEMM symbol)`` of the object for ``config``, e.g.
     ``falcon_cpu_gemm_14x32_k256_112x512_p16``: the blocking is compiled into the object and
@@ -171,6 +177,53 @@ def choose_config(M: int, N: int, K: int, batch: int = 1) -> CpuGemmConfig:
     docs/kernels.md)."""
     big = CpuGemmConfig()
     return big if batch * _ceil(M, big.mc) * _ceil(N, big.nc) >= MIN_BLOCKS else SMALL_CONFIG
+
+
+#: The classical GEMM packs B inside itself (:func:`fuse_b_inside`) up to this many rows of A ...
+FUSED_MAX_M = 1024
+#: ... where B has at least this many elements (N K) ...
+FUSED_MIN_B = 6_000_000
+#: ... and there are at least this many ``nc``-wide panels of columns (workgroups to share).
+FUSED_MIN_PANELS = 2
+
+
+def fuse_b_inside(M: int, N: int, K: int, config: CpuGemmConfig) -> bool:
+    """Whether the classical GEMM ``M x N x K`` (plain layout, no batch) runs as one dispatch that packs
+    B itself, a ``kc x nc`` panel at a time into the workgroup's scratch just before the micro-kernels
+    use it (the BLIS loop order: one workgroup per ``nc`` columns of C, over all of M), instead of a pack
+    dispatch that writes all of packed B to memory and a GEMM that reads each ``nc``-column stripe of it
+    once per block of rows.
+
+    Where M is small and B large the pass over B is a large part of the work and does not speed up with
+    the cores. Measured inside IREE on the 2-core Xeon with the default 112 x 512 blocking (2026-12-03,
+    docs/kernels.md, *B packed inside the GEMM*): 512x7168x2048 1.55x, 512x2048x7168 1.33-1.40x,
+    512x4096x3584 1.13-1.36x, 1024x4096x4096 1.13-1.15x, 1024x2560x2560 1.11-1.13x, 1024x5120x5120
+    1.05-1.08x faster; slower where B is small (512x2048x2048 0.93-0.97x, 1024x1024x4096 0.91-0.93x) and
+    at M = 2048 (0.93x). So: ``M <= FUSED_MAX_M``, ``N K >= FUSED_MIN_B`` and at least
+    ``FUSED_MIN_PANELS`` panels. (An LCMA plan's products the same way measured no faster: not used there.)"""
+    return M <= FUSED_MAX_M and N * K >= FUSED_MIN_B and _ceil(N, config.nc) >= FUSED_MIN_PANELS
+
+
+def classical_config(M: int, N: int, K: int, batch: int = 1, trans_a: bool = False,
+                     trans_b: bool = False) -> CpuGemmConfig:
+    """The blocking of a classical GEMM on falcon's kernel: the default 112 x 512 where B is packed
+    inside (:func:`fuse_b_inside`: plain layout, no batch; measured with that blocking), else
+    :func:`choose_config`."""
+    big = CpuGemmConfig()
+    if batch == 1 and not (trans_a or trans_b) and fuse_b_inside(M, N, K, big):
+        return big
+    return choose_config(M, N, K, batch)
+
+
+def fused_scratch_floats(N: int, config: CpuGemmConfig) -> int:
+    """Floats of the B-inside GEMM's scratch: per workgroup (``ceil(N / nc)``) one ``kc x nc`` panel of
+    packed B and one packed-A slot (:func:`fused_slot_floats`)."""
+    return _ceil(N, config.nc) * fused_slot_floats(config)
+
+
+def fused_slot_floats(config: CpuGemmConfig) -> int:
+    """Floats of one workgroup's scratch in the B-inside GEMM: a ``kc x nc`` panel, a packed-A slot."""
+    return config.kc * config.nc + config.mc * (config.kc + 16)
 
 
 #: The blocking of an LCMA plan's products (:mod:`.cpu_plan`) where :func:`choose_config` takes the
@@ -357,11 +410,13 @@ def _tile16() -> str:
 
 
 def kernel_source(config: CpuGemmConfig = CpuGemmConfig()) -> str:
-    """The C source of the six entry points for ``config`` (sizes are run-time arguments):
-    the classical pair (:func:`entry_names`), the general classical pair (:func:`general_entry_names`)
-    and the LCMA pair (:func:`lcma_entry_names`)."""
+    """The C source of the seven entry points for ``config`` (sizes are run-time arguments):
+    the classical pair (:func:`entry_names`), the classical GEMM that packs B itself
+    (:func:`fused_entry_name`), the general classical pair (:func:`general_entry_names`) and the LCMA
+    pair (:func:`lcma_entry_names`)."""
     c = config
     pack_b_name, gemm_name = entry_names(c)
+    fgemm_name = fused_entry_name(c)
     lpack_b_name, lgemm_name = lcma_entry_names(c)
     gpack_b_name, ggemm_name = general_entry_names(c)
     terms = lambda p: ", ".join(f"size_t {p}{i}" for i in range(MAX_TERMS))  # noqa: E731
@@ -533,6 +588,52 @@ static void gemm_block(const float *const *a, const float *wa, size_t na, size_t
   }}
 }}
 
+/* Rows [p0, p0 + kc) x columns [j0, j0 + nc) of B (K x N, rows ldb apart) packed as micro-panels
+   [nc / NR][KC][NR] (0 past nc) into bp. */
+static void pack_b_panel(const float *b, size_t ldb, size_t p0, size_t kc, size_t j0, size_t nc,
+                         float *restrict bp) {{
+  const float one = 1.0f;
+  for (size_t j = 0; j < nc; j += NR) {{
+    size_t cols = MIN(NR, nc - j);
+    float *pan = bp + (j / NR) * KC * NR;
+    for (size_t k = 0; k < kc; ++k) {{
+      float *restrict dst = pan + k * NR;
+      const float *src = b + (p0 + k) * ldb + j0 + j;
+      sum_row(dst, &src, &one, 1, cols);
+      for (size_t r = cols; r < NR; ++r) dst[r] = 0.0f;
+    }}
+  }}
+}}
+
+/* Columns [wg_n NC, + NC) of C = A @ B over all M rows (A M x K, B K x N, C M x N, row-major), B packed
+   here a KC x NC panel at a time into bp (the workgroup's, L2) just before use (BLIS order: K blocks
+   outside, blocks of MC rows inside); the first K block stores C, later ones add. */
+static void gemm_panels(const float *a, const float *b, float *c, float *restrict ap, float *restrict bp,
+                        size_t M, size_t N, size_t K, size_t wg_n) {{
+  size_t j0 = wg_n * NC, nc = MIN(NC, N - j0);
+  const float one = 1.0f;
+  for (size_t p0 = 0; p0 < K; p0 += KC) {{
+    size_t kc = MIN(KC, K - p0);
+    pack_b_panel(b, N, p0, kc, j0, nc, bp);
+    for (size_t i0 = 0; i0 < M; i0 += MC) {{
+      size_t mc = MIN(MC, M - i0);
+      const float *as = a + i0 * K + p0;
+      pack_a(&as, &one, 1, K, mc, kc, ap);
+      for (size_t j = 0; j < nc; j += NR) {{
+        const float *bpan = bp + (j / NR) * KC * NR;
+        size_t cols = MIN(NR, nc - j);
+        const float *bnext = j + NR < nc ? bpan + KC * NR : bpan;
+        for (size_t i = 0, t = 0; i < mc; i += MR, ++t) {{
+          size_t rows = MIN(MR, mc - i);
+          const float *pf = bnext + (t % PF_PARTS) * kc * 16;
+          Dst d = {{c + (i0 + i) * N + j0 + j, N, 1.0f}};
+          ukernel(kc, ap + i * APS, bpan, 0, 0, &d, 1, rows, cols, p0 == 0, pf);
+        }}
+      }}
+    }}
+  }}
+}}
+
 /* Classical: Bp[j][k][r] = B[k][j*NR + r] (0 past N) for rows k of this workgroup. */
 __attribute__((visibility("hidden"))) void {pack_b_name}({_memref("b", True)},
     {_memref("bp", False)}, size_t M, size_t N, size_t K, size_t wg) {{
@@ -552,6 +653,15 @@ __attribute__((visibility("hidden"))) void {gemm_name}({_memref("a", True)},
   size_t gn = (N + NC - 1) / NC;
   float *ap = s_ptr + s_off + (wg_m * gn + wg_n) * (size_t)(MC * APS);
   gemm_block(&a, &one, 1, K, 0, bp_ptr + bp_off, &d, 1, 1u, ap, 0, M, N, K, wg_m, wg_n);
+}}
+
+/* Classical, B packed inside (fuse_b_inside): columns [wg_n NC, + NC) of C = A @ B over all M; the
+   workgroup's slot of S holds one KC x NC panel of packed B, then its packed-A slot. */
+__attribute__((visibility("hidden"))) void {fgemm_name}({_memref("a", True)},
+    {_memref("b", True)}, {_memref("c", False)}, {_memref("s", False)},
+    size_t M, size_t N, size_t K, size_t wg_n) {{
+  float *bp = s_ptr + s_off + wg_n * (size_t)(KC * NC + MC * APS);
+  gemm_panels(a_ptr + a_off, b_ptr + b_off, c_ptr + c_off, bp + KC * NC, bp, M, N, K, wg_n);
 }}
 
 /* General classical: packed B of batch entry wg_b of B (K x N, or stored N x K where trans_b; entries

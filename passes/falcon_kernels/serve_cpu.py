@@ -4,7 +4,7 @@ The kernel (:mod:`falcon_mlir.kernels.cpu_gemm`) computes ``C = A @ B`` for
 f32 A (``M x K``, or stored ``K x M``), B (``K x N``, or stored ``N x K``) and
 C (``M x N``), all row-major, optionally a batch of them (a leading dimension
 of all three), with run-time sizes; its blocking follows the shape
-(:func:`~falcon_mlir.kernels.cpu_gemm.choose_config`). A contraction is
+(:func:`~falcon_mlir.kernels.cpu_gemm.classical_config`). A contraction is
 served when its buffers are exactly that: f32 x f32 -> f32, static sizes, the
 body of a plain multiply-accumulate, and maps that read
 
@@ -30,7 +30,7 @@ from typing import Optional
 from iree.compiler import ir
 
 from falcon_mlir.ir.contraction import FOLD_REASON, Contraction
-from falcon_mlir.kernels.cpu_gemm import CpuGemmConfig, choose_config
+from falcon_mlir.kernels.cpu_gemm import CpuGemmConfig, classical_config
 
 from .serve import zero_init
 
@@ -155,8 +155,8 @@ def serve_cpu(c: Contraction, plan=None) -> tuple:
         except UnknownSchemeError as e:
             return None, f"{e} (falcon.plan)"
         except ValueError as e:
-            return CpuServed(c.M, c.N, c.K, choose_config(c.M, c.N, c.K, layout["batch"]), accumulate,
+            return CpuServed(c.M, c.N, c.K, classical_config(c.M, c.N, c.K, **layout), accumulate,
                              note=f"kernel-form plan {name} does not run on falcon's CPU kernel ({e}); "
                                   "classical kernel", **layout), "classical"
         return CpuServed(c.M, c.N, c.K, p.config, accumulate, plan=p, **layout), "plan"
-    return CpuServed(c.M, c.N, c.K, choose_config(c.M, c.N, c.K, layout["batch"]), accumulate, **layout), "classical"
+    return CpuServed(c.M, c.N, c.K, classical_config(c.M, c.N, c.K, **layout), accumulate, **layout), "classical"

@@ -513,3 +513,55 @@ def test_wrong_batch_entry_is_caught(what, old, new, M):
     assert cpu_gemm.batch_groups(M, 190, 9, _EDGES) == 7
     err, _ = _run_layout(M, 190, 90, False, True, _EDGES, obj=cpu_object.compile_source(bad, "mutant"), batch=9)
     assert not err < 1e-2, (what, err)  # NaN (an entry never written) fails too
+
+
+# -- B packed inside the GEMM (fuse_b_inside): one dispatch, B's panels packed by their workgroup -----
+
+def test_b_inside_rule_and_blocking():
+    """At most 1024 rows of A, a B of at least 6e6 elements, two panels of columns or more; then the
+    default 112 x 512 blocking (what it was measured with), only for the plain layout without a batch."""
+    big = CpuGemmConfig()
+    assert cpu_gemm.fuse_b_inside(512, 7168, 2048, big) and cpu_gemm.fuse_b_inside(1024, 2560, 2560, big)
+    assert not cpu_gemm.fuse_b_inside(2048, 4096, 4096, big)      # M = 2048: slower there
+    assert not cpu_gemm.fuse_b_inside(512, 2048, 2048, big)       # B of 4.2e6: slower there
+    assert not cpu_gemm.fuse_b_inside(64, 512, 16384, big)        # one panel of 512 columns
+    assert cpu_gemm.classical_config(512, 2048, 7168) == big      # choose_config: 28 x 256 (20 blocks)
+    assert cpu_gemm.choose_config(512, 2048, 7168) == cpu_gemm.SMALL_CONFIG
+    assert cpu_gemm.classical_config(512, 2048, 7168, trans_b=True) == cpu_gemm.SMALL_CONFIG
+    assert cpu_gemm.classical_config(512, 2048, 7168, batch=2) == cpu_gemm.choose_config(512, 2048, 7168, 2)
+    text = cpu_embed.gemm_module(512, 7168, 2048, target_attr=TARGET, obj="/tmp/k.o", flags=())
+    assert "flow.dispatch @falcon_cpu_sgemm::@fgemm[%r_gn](%a, %b, %r_M, %r_N, %r_K)" in text
+    assert "::@pack_b[" not in text.split("func.func @main")[1]
+    assert "-> (tensor<512x7168xf32>, tensor<2261504xf32>)" in text  # C; 14 slots of 256 x 512 + 112 x 272
+
+
+@needs_avx512
+@pytest.mark.parametrize("shape, cfg", [
+    ((30, 3000, 2100), CpuGemmConfig(mr=6, nr=48, kc=40, mc=18, nc=96, pack_rows=7)),  # every edge, 53 K blocks
+    ((100, 3000, 2100), None),                                                           # default: edges of M, N, K
+])
+def test_b_inside_numerics_against_float64(shape, cfg):
+    M, N, K = shape
+    cfg = cfg or cpu_gemm.classical_config(M, N, K)
+    assert cpu_gemm.fuse_b_inside(M, N, K, cfg)
+    text = cpu_embed.gemm_module(M, N, K, cfg)
+    assert "::@fgemm[" in text
+    c, a, b, _ = _run(text, M, N, K)
+    assert np.isfinite(c).all() and _rel_err(c, a, b) < 2e-6
+
+
+@needs_avx512
+@pytest.mark.parametrize("old, new", [
+    ("const float *src = b + (p0 + k) * ldb + j0 + j;", "const float *src = b + (p0 + k) * ldb + j;"),  # panel
+    ("const float *src = b + (p0 + k) * ldb + j0 + j;", "const float *src = b + k * ldb + j0 + j;"),     # K block
+])
+def test_b_inside_wrong_panel_is_caught(old, new):
+    """The numerics test fails on a kernel that packs the wrong columns or the wrong K block of B."""
+    M, N, K = 30, 3000, 2100
+    cfg = CpuGemmConfig(mr=6, nr=48, kc=40, mc=18, nc=96, pack_rows=7)
+    src = cpu_gemm.kernel_source(cfg)
+    bad = src.replace(old, new)
+    assert bad != src
+    obj = cpu_object.compile_source(bad, "mutant")
+    c, a, b, _ = _run(cpu_embed.gemm_module(M, N, K, cfg, obj=obj), M, N, K)
+    assert _rel_err(c, a, b) > 1e-2

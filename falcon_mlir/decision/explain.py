@@ -54,6 +54,24 @@ def _edges_of(e: dict, plan: dict) -> str:
     return f", {edge_text(plan.get('edge', 'peel'), ragged)} ({why})"
 
 
+def _products_text(e: dict, plan: dict) -> str:
+    """``7 products``; for a plan emitted stacked (``emission``), whose block products are one batched
+    contraction (plus any edge strips), ``3 contraction ops (49 block products stacked in one)``: the
+    report's ``products`` counts the contraction ops emitted."""
+    n = e["products"]
+    if e.get("emission") != "stacked":
+        return f"{n} products"
+    try:
+        from falcon_mlir.decision.scheme_stats import scheme_stats
+
+        total = 1
+        for name in plan["schemes"]:
+            total *= scheme_stats(name).R
+    except Exception:  # an unknown scheme name (a hand-written report): the count as it is
+        return f"{n} products"
+    return f"{n} contraction op{'s' if n != 1 else ''} ({total} block products stacked in one)"
+
+
 def explain_entry(e: dict) -> str:
     """Explain one report entry (see ``run_lcma_rewrite``) in a few indented lines.
 
@@ -83,7 +101,7 @@ def explain_entry(e: dict) -> str:
             if not served(e):
                 what += " (not built there: the op stays classical)"
         elif "products" in e:
-            what += f"; {e['products']} products, {e.get('combines', 0)} combines emitted"
+            what += f"; {_products_text(e, plan)}, {e.get('combines', 0)} combines emitted"
     elif e.get("replaced_by"):  # an empty reduction (K = 0): no op left
         what = f"replaced by its {e['replaced_by']}"
     else:

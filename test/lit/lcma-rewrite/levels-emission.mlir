@@ -2,6 +2,8 @@
 // RUN: falcon-opt %s --lcma-rewrite="scheme=strassen levels=2 stack=true" | FileCheck %s --check-prefix=STACKED
 // RUN: falcon-opt %s --lcma-rewrite="scheme=strassen levels=2 stack=false" | FileCheck %s --check-prefix=RECURSIVE
 // RUN: falcon-opt %s --lcma-rewrite="scheme=2x2x4:14 levels=2" | FileCheck %s --check-prefix=LONG
+// RUN: falcon-opt %s --lcma-rewrite="scheme=strassen levels=2 stack=true" --lcma-explain -o %t.mlir 2>&1 \
+// RUN:   | FileCheck %s --check-prefix=COUNT
 
 // How a per-product plan of several levels is emitted on a CPU profile
 // (lcma-rewrite option stack=auto|true|false). Stacked: one batch_matmul over
@@ -15,6 +17,10 @@
 // 13.8 s more than stacked), not @second (would make 27.5 s), nor @small
 // (7 MB stacked). A scheme whose recursion would compile long (2x2x4:14,
 // 196 products: about 40 s) stays stacked.
+
+// The explain line says what a stacked plan emitted: one batched contraction holding the 49 block
+// products (it read "1 products").
+// COUNT-COUNT-3: 2 level(s), per-product form; 1 contraction op (49 block products stacked in one), 6 combines emitted
 
 // AUTO: func.func @first
 // AUTO-COUNT-49: linalg.matmul ins(%{{.+}}, %{{.+}} : tensor<64x512xf32>, tensor<512x512xf32>)

@@ -169,10 +169,11 @@ def _kernel_line(k: dict) -> str:
         return (f"  kernels: plan {p.get('scheme')} (R = {p.get('R')}, operands {p.get('operands')}, products in "
                 f"{p.get('products')}, GEMM {p.get('gemm_config')}) as {6 if scaled else 4} {k.get('arch')} "
                 "dispatches")
-    if k.get("kernel") == "classical" and "programs" not in k:  # the CPU kernel: pack B, then the GEMM
+    if k.get("kernel") == "classical" and "programs" not in k:  # the CPU kernel: pack B, then the GEMM (or fgemm)
         reason = k.get("reason", "")  # other than the plain kernel's: why a kernel-form plan runs classically
         note = f"; {reason}" if reason and reason != "falcon's CPU GEMM kernel" else ""
-        return (f"  kernels: falcon's CPU GEMM {k.get('config')} ({k.get('arch')}, pack B and GEMM dispatches"
+        form = "one dispatch, B packed inside the GEMM" if k.get("dispatches") == 1 else "pack B and GEMM dispatches"
+        return (f"  kernels: falcon's CPU GEMM {k.get('config')} ({k.get('arch')}, {form}"
                 f"{layout}{', C added' if k.get('accumulate') else ''}){note}")
     if k.get("kernel") == "classical":
         # What the reason adds to the plain kernel: a kernel-form plan served classically, an

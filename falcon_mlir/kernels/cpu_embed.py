@@ -329,6 +329,14 @@ def gemm_spec(M: int, N: int, K: int, trans_a: bool = False, trans_b: bool = Fal
                     trans_b=trans_b, batch=batch)
 
 
+def b_inside(M: int, N: int, K: int, config: CpuGemmConfig = CpuGemmConfig(), trans_a: bool = False,
+             trans_b: bool = False, batch: int = 1) -> bool:
+    """Whether :func:`dispatch_lines` runs ``M x N x K`` (layout and batch as there) as the one dispatch
+    ``@fgemm`` that packs B inside (:func:`cpu_gemm.fuse_b_inside`, plain layout at batch 1 only), not as
+    two (pack B, then the GEMM)."""
+    return not (trans_a or trans_b or batch > 1) and cpu_gemm.fuse_b_inside(M, N, K, config)
+
+
 def dispatch_lines(exe: str, M: int, N: int, K: int, config: CpuGemmConfig = CpuGemmConfig(), a: str = "%a",
                    b: str = "%b", result: str = "%r", types: Optional[Sequence[str]] = None,
                    trans_a: bool = False, trans_b: bool = False, batch: int = 1) -> list:
@@ -362,7 +370,7 @@ def dispatch_lines(exe: str, M: int, N: int, K: int, config: CpuGemmConfig = Cpu
              f"{r}_gp = arith.constant {gp} : index",
              f"{r}_gn = arith.constant {gn} : index",
              f"{r}_gm = arith.constant {gm} : index"]
-    if not (trans_a or trans_b or batch > 1) and cpu_gemm.fuse_b_inside(M, N, K, config):
+    if b_inside(M, N, K, config, trans_a, trans_b, batch):
         sf_t = tensor_type((cpu_gemm.fused_scratch_floats(N, config),), "f32")
         return lines + [
             f"{r}:2 = flow.dispatch @{exe}::@fgemm[{r}_gn]({a}, {b}, {r}_M, {r}_N, {r}_K) : "

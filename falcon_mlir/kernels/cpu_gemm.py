@@ -183,8 +183,13 @@ def choose_config(M: int, N: int, K: int, batch: int = 1) -> CpuGemmConfig:
 FUSED_MAX_M = 1024
 #: ... where B has at least this many elements (N K) ...
 FUSED_MIN_B = 6_000_000
-#: ... and there are at least this many ``nc``-wide panels of columns (workgroups to share).
+#: ... and there are at least this many panels of :data:`FUSED_PANEL_COLS` columns (workgroups to share) ...
 FUSED_MIN_PANELS = 2
+#: ... counted in the width the rule was measured with (the default blocking's ``nc``), whatever the
+#: blocking the GEMM is given: counted in the given ``nc``, :data:`SMALL_CONFIG`'s 256-column panels let
+#: N of 257-512 through, and :func:`classical_config`'s 28 x 256 for 64x512x16384 ran B inside end to
+#: end (2026-12-03), a blocking B inside was never measured faster on (0.91-0.97x where tried).
+FUSED_PANEL_COLS = 512
 
 
 def fuse_b_inside(M: int, N: int, K: int, config: CpuGemmConfig) -> bool:
@@ -200,8 +205,13 @@ def fuse_b_inside(M: int, N: int, K: int, config: CpuGemmConfig) -> bool:
     512x4096x3584 1.13-1.36x, 1024x4096x4096 1.13-1.15x, 1024x2560x2560 1.11-1.13x, 1024x5120x5120
     1.05-1.08x faster; slower where B is small (512x2048x2048 0.93-0.97x, 1024x1024x4096 0.91-0.93x) and
     at M = 2048 (0.93x). So: ``M <= FUSED_MAX_M``, ``N K >= FUSED_MIN_B`` and at least
-    ``FUSED_MIN_PANELS`` panels. (An LCMA plan's products the same way measured no faster: not used there.)"""
-    return M <= FUSED_MAX_M and N * K >= FUSED_MIN_B and _ceil(N, config.nc) >= FUSED_MIN_PANELS
+    ``FUSED_MIN_PANELS`` panels of ``FUSED_PANEL_COLS`` (512) columns. (An LCMA plan's products the same
+    way measured no faster: not used there.)
+
+    The rule is one of the shape alone: ``config`` (the blocking the GEMM runs with, its workgroups
+    ``config.nc`` columns wide) does not change it, so :func:`cpu_embed.dispatch_lines` asked with the
+    blocking :func:`classical_config` gave answers as :func:`classical_config` did."""
+    return M <= FUSED_MAX_M and N * K >= FUSED_MIN_B and _ceil(N, FUSED_PANEL_COLS) >= FUSED_MIN_PANELS
 
 
 def classical_config(M: int, N: int, K: int, batch: int = 1, trans_a: bool = False,

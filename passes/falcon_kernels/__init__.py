@@ -37,7 +37,8 @@ Options: :class:`KernelsOptions` (``--falcon-kernels="arch=sm_90a ..."``).
 sm_90a needs the ``cuda`` extra (Triton), x86-avx512 a C compiler; without
 it the pass reports every contraction as left to IREE. Report entries: ``location``, ``op``, ``M``,
 ``N``, ``K``, ``batch``, ``element_types``, ``kernel`` (``"classical"``,
-``"plan"`` or ``None``), ``config``/``plan`` details, ``reason``.
+``"plan"`` or ``None``), ``config``/``plan`` details, ``reason``; on x86-avx512 a classical entry's
+``dispatches``: 1 where B is packed inside the GEMM (``@fgemm``), else 2.
 """
 
 from __future__ import annotations

@@ -82,7 +82,7 @@ def run_cpu(root, contractions, options: KernelsOptions) -> list:
     Raises:
         PassError: see :func:`cpu_target`; the C compiler failed on the kernel.
     """
-    from falcon_mlir.kernels import cpu_gemm, cpu_object
+    from falcon_mlir.kernels import cpu_embed, cpu_gemm, cpu_object
 
     try:
         cpu_object.compiler()
@@ -111,6 +111,9 @@ def run_cpu(root, contractions, options: KernelsOptions) -> list:
         else:
             fn = sp.cpu_function(objects[config], config, served.M, served.N, served.K, types,
                                  trans_a=served.trans_a, trans_b=served.trans_b, batch=served.batch)
+            # 1: B packed inside the GEMM (@fgemm), else pack B, then the GEMM
+            entry["dispatches"] = 1 if cpu_embed.b_inside(served.M, served.N, served.K, config, served.trans_a,
+                                                          served.trans_b, served.batch) else 2
         entry.update(config=config.label, arch=options.arch, accumulate=served.accumulate)
         if served.layout:
             entry["layout"] = served.layout

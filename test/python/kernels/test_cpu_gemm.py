@@ -535,6 +535,21 @@ def test_b_inside_rule_and_blocking():
     assert "-> (tensor<512x7168xf32>, tensor<2261504xf32>)" in text  # C; 14 slots of 256 x 512 + 112 x 272
 
 
+def test_b_inside_panels_are_512_columns_whatever_the_blocking():
+    """N of 257-512 is one panel of 512 columns: two dispatches, also on the 28 x 256 blocking that
+    classical_config gives there. dispatch_lines asks the rule again with the blocking it is given, and
+    counting that blocking's 256-column panels it ran 64x512x16384 (and 300x300x20001) B inside on
+    28 x 256, a blocking B inside was never measured faster on."""
+    small = cpu_gemm.SMALL_CONFIG
+    assert cpu_gemm.classical_config(64, 512, 16384) == small
+    assert not cpu_gemm.fuse_b_inside(64, 512, 16384, small)
+    assert not cpu_gemm.fuse_b_inside(300, 300, 20001, small)
+    assert cpu_gemm.fuse_b_inside(64, 513, 16384, small)        # two panels of 512 columns
+    for M, N, K in ((64, 512, 16384), (300, 300, 20001)):
+        main = cpu_embed.gemm_module(M, N, K, target_attr=TARGET, obj="/tmp/k.o", flags=()).split("func.func @main")[1]
+        assert "::@fgemm[" not in main and "::@pack_b[" in main and "::@gemm[" in main
+
+
 @needs_avx512
 @pytest.mark.parametrize("shape, cfg", [
     ((30, 3000, 2100), CpuGemmConfig(mr=6, nr=48, kc=40, mc=18, nc=96, pack_rows=7)),  # every edge, 53 K blocks

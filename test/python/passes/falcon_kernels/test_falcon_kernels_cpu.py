@@ -191,6 +191,22 @@ def _run_pass(text: str, options: str = "x86-avx512 min-flops=0"):
 
 
 @needs_cc
+def test_report_and_explain_say_b_inside():
+    """Where B is packed inside the GEMM (cpu_gemm.fuse_b_inside: one dispatch, @fgemm) the report's
+    ``dispatches`` is 1 and the explanation says so; it said "pack B and GEMM dispatches" for those too."""
+    from falcon_mlir.decision.explain import explain
+
+    text = MM.format(fn="inside", M=113, N=2049, K=2929, t="f32") + MM.format(fn="two", M=67, N=45, K=83, t="f32")
+    rep, out = _run_pass(text)
+    assert [e["dispatches"] for e in rep] == [1, 2]
+    assert out.count("_fgemm[") == 1 and out.count("_pack_b[") == 1
+    lines = explain(rep)
+    assert "kernels: falcon's CPU GEMM cpu14x32,k256,112x512 (x86-avx512, one dispatch, B packed inside the GEMM)" \
+        in lines
+    assert "kernels: falcon's CPU GEMM cpu14x32,k256,28x256 (x86-avx512, pack B and GEMM dispatches)" in lines
+
+
+@needs_cc
 def test_pass_report_and_one_executable_per_blocking():
     """Two blockings (a small shape and one of >= 40 blocks of 112 x 512) in one module: two
     executables with their own export names (IREE links them into one); a transposed C left to IREE."""

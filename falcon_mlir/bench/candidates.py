@@ -143,20 +143,6 @@ def expand_top(shape: Shape, cands: List[Candidate], *, dtype: str, acc: str,
     return out
 
 
-def _edges(entry: dict, plan: dict, schemes: list) -> str:
-    """What the plan's edge policy does on this entry's shape (``M edge padded``), or ``""`` where
-    its blocks divide M, N and K (nothing is padded or peeled) or the scheme is unknown."""
-    from falcon_mlir.decision.cost import edge_text, ragged_dims
-
-    if not any(d in entry for d in ("M", "N", "K")):
-        return ""
-    try:
-        ragged = ragged_dims(entry.get("M"), entry.get("N"), entry.get("K"), schemes)
-    except Exception:  # an unknown scheme name (a hand-written report): no edge text
-        return ""
-    return edge_text(plan.get("edge", "peel"), ragged)
-
-
 def plan_text(report: list) -> str:
     """One-line plan from falcon's report (a list of per-contraction dicts):
     ``classical``, ``classical (falcon's kernel)`` (falcon-kernels served it) or
@@ -165,6 +151,8 @@ def plan_text(report: list) -> str:
     did not build (it ran classical: a format that does not divide the sizes on the CPU kernel, or
     the pass off) is ``classical (falcon's kernel; kernel-form 3x3x3:23 x1 not built)``; entries
     joined by ``; ``."""
+    from falcon_mlir.decision.explain import edges_text
+
     if not report:
         return "classical"
     parts = []
@@ -191,7 +179,7 @@ def plan_text(report: list) -> str:
             extra.append(f"{e['products']} products")
         if p.get("form") in ("grouped", "kernel"):
             extra.append(p["form"])
-        edges = _edges(e, p, schemes)
+        edges = edges_text(e)
         if edges:
             extra.append(edges)
         parts.append(s + (f" ({', '.join(extra)})" if extra else ""))

@@ -32,6 +32,23 @@ def _mib(nbytes) -> str:
     return f"{nbytes / 2 ** 20:.1f} MiB"
 
 
+def edges_text(e: dict) -> str:
+    """What a report entry's plan does at the edges, short: ``M edge padded``, ``N and K edges peeled``;
+    ``""`` where its blocks divide M, N and K (the edge policy has nothing to do), the entry is not a
+    plan, it has no sizes, or its scheme is unknown (a hand-written report). For tables (falcon-bench's
+    plan column, the main job's); :func:`explain_entry` says also why."""
+    from falcon_mlir.decision.cost import edge_text, ragged_dims
+
+    plan = e.get("plan")
+    if not isinstance(plan, dict) or not any(d in e for d in ("M", "N", "K")):
+        return ""
+    try:
+        ragged = ragged_dims(e.get("M"), e.get("N"), e.get("K"), plan.get("schemes") or ())
+    except Exception:  # an unknown scheme name
+        return ""
+    return edge_text(plan.get("edge", "peel"), ragged)
+
+
 def _edges_of(e: dict, plan: dict) -> str:
     """``, M edge padded (500 is not a multiple of 2)`` for a plan whose blocks do not
     divide the entry's M, N or K (what its edge policy does there); ``""`` where they

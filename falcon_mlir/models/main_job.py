@@ -165,15 +165,19 @@ def compile_split(text: str, flags: Sequence[str], lcma=None, *, falcon: bool = 
 
 
 # -- report ---------------------------------------------------------------------
-def plan_text(plan) -> str:
-    """A report entry's plan as text: ``classical``, ``strassen + strassen (pad)``."""
+def plan_text(entry: dict) -> str:
+    """A report entry's plan as text: ``classical``, ``strassen + strassen``, ``strassen (M edge
+    padded)`` (the edge policy only where the blocks do not divide the shape:
+    :func:`falcon_mlir.decision.explain.edges_text`)."""
+    from falcon_mlir.decision.explain import edges_text
+
+    plan = entry.get("plan")
     if not plan or plan == "classical":
         return "classical"
     if isinstance(plan, dict):
         text = " + ".join(plan.get("schemes", [])) or "?"
-        if plan.get("edge"):
-            text += f" ({plan['edge']})"
-        return text
+        edges = edges_text(entry)
+        return text + (f" ({edges})" if edges else "")
     return str(plan)
 
 
@@ -239,7 +243,7 @@ def print_contractions(report: List[dict], layers: Sequence[str], file=None) -> 
         body.append([str(i), str(r.get("location", "")), layer,
                      str(r.get("kind", "")), str(r.get("M", "")), str(r.get("N", "")),
                      str(r.get("K", "")), "x".join(str(b) for b in batch) or "-", types,
-                     plan_text(r.get("plan")), error_text(r), str(r.get("reason", ""))])
+                     plan_text(r), error_text(r), str(r.get("reason", ""))])
     try:
         from rich.console import Console
         from rich.table import Table

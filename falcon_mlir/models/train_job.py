@@ -280,7 +280,7 @@ def print_train_contractions(report: Sequence[dict], classes: Sequence[dict], fi
             batch = r.get("batch") or []
             rows.append([str(i), phase, c["role"], str(r.get("kind", "")), str(r.get("M", "")),
                          str(r.get("N", "")), str(r.get("K", "")), "x".join(str(b) for b in batch) or "-",
-                         plan_text(r.get("plan")), str(r.get("reason", ""))[:110]])
+                         plan_text(r), str(r.get("reason", ""))[:110]])
     widths = [max(len(h), *(len(row[j]) for row in rows)) if rows else len(h) for j, h in enumerate(headers)]
     print("contractions of the training step (falcon report; forward, then backward)", file=file)
     print("  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip(), file=file)

@@ -463,3 +463,14 @@ def test_a_shape_where_nothing_runs_is_rows_of_failures_not_a_crash(monkeypatch,
     cands = parse_candidates("classical,scheme=strassen levels=1", numpy_peer=False, torch_peer=False)
     results = measure.bench_shape(Shape(32, 48, 40), cands, BenchConfig(repeat=3, warmup=2, interleave=interleave))
     assert [(r.status, r.times) for r in results] == [("compile failed: no such flag", [])] * 2
+
+
+def test_main_job_table_names_edges_only_where_they_act():
+    """Were: the main job's table wrote ``strassen (pad)`` on 1024x14336x4096, which Strassen's blocks
+    divide; it shares falcon-bench's edge text now (falcon_mlir.decision.explain.edges_text)."""
+    from falcon_mlir.models.main_job import plan_text
+
+    plan = {"schemes": ["strassen"], "levels": 1, "edge": "pad", "form": "kernel"}
+    assert plan_text({"M": 1024, "N": 14336, "K": 4096, "plan": plan}) == "strassen"
+    assert plan_text({"M": 1023, "N": 14336, "K": 4096, "plan": plan}) == "strassen (M edge padded)"
+    assert plan_text({"M": 64, "N": 64, "K": 64, "plan": "classical"}) == "classical"

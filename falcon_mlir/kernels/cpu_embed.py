@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from ..targets import TARGETS
-from . import cpu_gemm, cpu_object
+from . import cpu_gemm, cpu_object, cpu_source
 from .cpu_gemm import CpuGemmConfig
 from . import embed
 from .embed import executable_target_attribute, module_text, reference_func, tensor_type
@@ -113,7 +113,7 @@ def executable_text(name: str, obj: Path, target_attr: str, config: CpuGemmConfi
     """``stream.executable`` text named ``name`` with exports ``@pack_b`` and ``@gemm`` (the classical
     GEMM), ``@general_pack_b`` and ``@general_gemm`` (transposed operands, batches) and ``@lcma_pack_b``
     and ``@lcma_gemm`` (one product of an LCMA plan, :mod:`.cpu_plan`) running the kernel object file
-    ``obj`` (:func:`cpu_gemm.compile_object`) for ``target_attr``.
+    ``obj`` (:func:`cpu_source.compile_object`) for ``target_attr``.
 
     ``@pack_b(B, M, N, K) -> Bp`` on workload ``[pack workgroups]``;
     ``@gemm(A, Bp, M, N, K) -> (C, S)`` on workload ``[workgroups along M, along N]``
@@ -407,12 +407,12 @@ def gemm_module(M: int, N: int, K: int, config: Optional[CpuGemmConfig] = None, 
         target_attr: the object key (default :func:`cpu_target_attribute` of ``flags``).
         reference: also emit ``@reference``, the same product compiled by IREE itself.
         func: name of the kernel-backed function; exe: the executable's symbol.
-        obj: an object file built for ``config`` (default :func:`cpu_gemm.compile_object`);
+        obj: an object file built for ``config`` (default :func:`cpu_source.compile_object`);
             its entry points name the blocking (:func:`cpu_gemm.entry_names`).
 
     Raises:
         ValueError: a size is not a positive int; ``obj`` lacks ``config``'s entry points.
-        RuntimeError: the kernel does not compile (:func:`cpu_gemm.compile_object`),
+        RuntimeError: the kernel does not compile (:func:`cpu_source.compile_object`),
             ``flags`` target this machine (``--iree-llvmcpu-target-cpu=host``) and it lacks
             AVX-512 F/BW/DQ/VL, or the target's ``cpu_features`` lack them (a module for
             another CPU would carry the object to a machine that cannot run it).
@@ -430,7 +430,7 @@ def gemm_module(M: int, N: int, K: int, config: Optional[CpuGemmConfig] = None, 
         if defined is not None and need[0] not in defined:
             raise ValueError(f"gemm_module: {obj} has no {need[0]}: built for another blocking than "
                              f"{config.label} (p{config.pack_rows})")
-    obj = obj or cpu_gemm.compile_object(config)
+    obj = obj or cpu_source.compile_object(config)
     a_t, b_t, c_t = (tensor_type(x, "f32") for x in (spec.a_shape, spec.b_shape, spec.c_shape))
     body = "\n".join("  " + ln for ln in dispatch_lines(exe, M, N, K, config, trans_a=trans_a, trans_b=trans_b,
                                                          batch=batch))

@@ -54,7 +54,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Optional, Sequence
 
-from . import cpu_gemm
+from . import cpu_gemm, cpu_source
 from .cpu_gemm import MAX_TERMS, CpuGemmConfig
 from .embed import module_text, reference_func, tensor_type
 from .spec import GemmSpec
@@ -261,7 +261,7 @@ def plan_module(plan: CpuPlan, *, flags: Sequence[str] = (), target_attr: Option
     flags = tuple(flags) or cpu_embed.DEFAULT_CPU_FLAGS
     target_attr = target_attr or cpu_embed.cpu_target_attribute(flags)
     cpu_embed.check_target(flags, target_attr)
-    obj = obj or cpu_gemm.compile_object(plan.config)
+    obj = obj or cpu_source.compile_object(plan.config)
     a_t, b_t, c_t = (tensor_type(x, "f32") for x in (plan.spec.a_shape, plan.spec.b_shape, plan.spec.c_shape))
     lines, c = plan_dispatch_lines(exe, plan)
     body = "\n".join("  " + ln for ln in lines)

@@ -3,7 +3,7 @@
 :func:`run_cpu` is the pass on an llvm-cpu module: which contractions the kernel takes
 (:func:`choose_cpu`; :mod:`.serve_cpu` for the shape and a kernel-form plan the contraction carries,
 then for classical ones the ``classical``, ``min-flops`` and ``min-intensity`` options), the executable's object key (:func:`cpu_target`: the llvm-cpu target
-of ``cpu-flags``), the kernel's object per blocking (:func:`falcon_mlir.kernels.cpu_gemm.compile_object`,
+of ``cpu-flags``), the kernel's object per blocking (:func:`falcon_mlir.kernels.cpu_source.compile_object`,
 cached on disk), and the splice (:meth:`.splice.Splicer.cpu_function`, or
 :meth:`~.splice.Splicer.cpu_plan_function` for a plan: :mod:`falcon_mlir.kernels.cpu_plan`'s 2R dispatches
 with the combines inside the kernel; then the call in place of
@@ -82,7 +82,7 @@ def run_cpu(root, contractions, options: KernelsOptions) -> list:
     Raises:
         PassError: see :func:`cpu_target`; the C compiler failed on the kernel.
     """
-    from falcon_mlir.kernels import cpu_embed, cpu_gemm, cpu_object
+    from falcon_mlir.kernels import cpu_embed, cpu_object, cpu_source
 
     try:
         cpu_object.compiler()
@@ -99,7 +99,7 @@ def run_cpu(root, contractions, options: KernelsOptions) -> list:
         config = served.config
         if config not in objects:
             try:
-                objects[config] = cpu_gemm.compile_object(config)
+                objects[config] = cpu_source.compile_object(config)
             except RuntimeError as e:
                 raise PassError(f"falcon-kernels: {e}", location=entry["location"]) from None
         sp = module_splicer(c.op, root, splicers, target)

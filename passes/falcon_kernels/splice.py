@@ -215,7 +215,7 @@ class Splicer:
         """The wrapper function's symbol for ``C = A @ B`` (f32, ``M x K`` times ``K x N``; A stored
         ``K x M`` where ``trans_a``, B ``N x K`` where ``trans_b``; ``batch`` of them, a leading
         dimension of all three) on falcon's CPU kernel: the executable of object file ``obj`` (built
-        for blocking ``config``, :func:`falcon_mlir.kernels.cpu_gemm.compile_object`) is added once
+        for blocking ``config``, :func:`falcon_mlir.kernels.cpu_source.compile_object`) is added once
         per (object, config), keyed by this splicer's llvm-cpu target; the wrapper (two
         ``flow.dispatch``: pack B, then the GEMM, :func:`falcon_mlir.kernels.cpu_embed.dispatch_lines`)
         once per signature, named ``<executable>_<M>x<N>x<K>[_b<batch>][_ta][_tb]_call``.

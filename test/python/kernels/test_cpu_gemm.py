@@ -11,7 +11,7 @@ import shutil
 import numpy as np
 import pytest
 
-from falcon_mlir.kernels import cpu_embed, cpu_gemm, cpu_object
+from falcon_mlir.kernels import cpu_embed, cpu_gemm, cpu_object, cpu_source
 from falcon_mlir.kernels.cpu_gemm import CpuGemmConfig
 from falcon_mlir.runner import BEST_CPU_FLAGS, Module
 
@@ -63,16 +63,16 @@ def test_choose_config_by_block_count():
 
 @needs_gcc
 def test_object_has_no_undefined_symbols():
-    obj = cpu_gemm.compile_object()
+    obj = cpu_source.compile_object()
     assert obj.is_file() and obj.read_bytes()[:4] == b"\x7fELF"
     assert cpu_object.undefined_symbols(obj) == []
-    assert cpu_gemm.compile_object() == obj  # cached by source hash
+    assert cpu_source.compile_object() == obj  # cached by source hash
 
 
 def test_missing_compiler_is_one_line(monkeypatch):
     monkeypatch.setenv("FALCON_CC", "no-such-cc-falcon")
     with pytest.raises(RuntimeError, match="^no C compiler 'no-such-cc-falcon'.*FALCON_CC$"):
-        cpu_gemm.compile_object()
+        cpu_source.compile_object()
 
 
 @needs_gcc
@@ -206,7 +206,7 @@ def test_wrong_index_is_caught():
     """The numerics test fails on a kernel that packs A from the wrong row (i + 1)."""
     M, N, K = 100, 70, 50
     cfg = cpu_gemm.choose_config(M, N, K)  # was kernel_source(): the default blocking's object under
-    src = cpu_gemm.kernel_source(cfg)      # 28 x 256 blocks, NaN with or without the mutant
+    src = cpu_source.kernel_source(cfg)      # 28 x 256 blocks, NaN with or without the mutant
     bad = src.replace("src[t] = a[t] + i * lda;", "src[t] = a[t] + (i + (i + 1 < mc)) * lda;")
     assert bad != src
     obj = cpu_object.compile_source(bad, "mutant")
@@ -257,13 +257,13 @@ def test_truncated_cached_object_is_compiled_again(tmp_path, monkeypatch):
     """A damaged cache entry (a truncated object: a full disk, a killed copy) is not handed to IREE's
     linker, whose error would repeat on every run until someone deleted the file."""
     monkeypatch.setenv("FALCON_KERNEL_CACHE", str(tmp_path))
-    obj = cpu_gemm.compile_object(cpu_gemm.SMALL_CONFIG)
+    obj = cpu_source.compile_object(cpu_gemm.SMALL_CONFIG)
     good = obj.read_bytes()
     assert cpu_object.object_problem(obj) is None
     for cut in (len(good) - 1, len(good) // 2, 40, 0):
         obj.write_bytes(good[:cut])
         assert cpu_object.object_problem(obj) is not None, cut
-        assert cpu_gemm.compile_object(cpu_gemm.SMALL_CONFIG) == obj
+        assert cpu_source.compile_object(cpu_gemm.SMALL_CONFIG) == obj
         assert obj.read_bytes() == good, cut
 
 
@@ -274,7 +274,7 @@ def test_unusable_cache_dir_falls_back_to_a_temporary_one(tmp_path, monkeypatch)
     blocker = tmp_path / "file"
     blocker.write_text("x")
     monkeypatch.setenv("FALCON_KERNEL_CACHE", str(blocker))
-    obj = cpu_gemm.compile_object(cpu_gemm.SMALL_CONFIG)
+    obj = cpu_source.compile_object(cpu_gemm.SMALL_CONFIG)
     assert not str(obj).startswith(str(blocker)) and cpu_object.object_problem(obj) is None
 
 
@@ -323,7 +323,7 @@ def test_odd_shapes_against_float64(shape, config):
 def test_wrong_column_in_the_packed_b_tail_is_caught():
     """The odd-shape check fails on a kernel that packs the last partial B panel (here one column)
     from the wrong row of B (k + 1)."""
-    src = cpu_gemm.kernel_source(_TINY)
+    src = cpu_source.kernel_source(_TINY)
     bad = src.replace("src[t] = b[t] + k * ldb + j * NR;",
                       "src[t] = b[t] + (k + (cols < NR && k + 1 < K)) * ldb + j * NR;")
     assert bad != src
@@ -372,7 +372,7 @@ def test_object_of_another_blocking_is_refused(tmp_path, monkeypatch):
     28 x 256 blocks, silently. The entry points now carry the blocking in their names, and an object
     handed in is checked for them."""
     monkeypatch.setenv("FALCON_KERNEL_CACHE", str(tmp_path))
-    obj = cpu_gemm.compile_object(CpuGemmConfig())
+    obj = cpu_source.compile_object(CpuGemmConfig())
     names = cpu_gemm.entry_names(CpuGemmConfig())
     assert names == ("falcon_cpu_pack_b_14x32_k256_112x512_p16", "falcon_cpu_gemm_14x32_k256_112x512_p16")
     assert cpu_gemm.entry_names(CpuGemmConfig(pack_rows=8)) != names
@@ -447,7 +447,7 @@ def test_transposed_module_uses_the_general_entries(tmp_path):
 def test_wrong_index_in_a_transposing_pack_is_caught(what, old, new, trans_a, trans_b):
     """The layout check fails on a kernel whose transposing packs read or place one element wrong."""
     M, N, K = 77, 201, 95
-    src = cpu_gemm.kernel_source(_EDGES)
+    src = cpu_source.kernel_source(_EDGES)
     bad = src.replace(old, new)
     assert bad != src, what
     err, c = _run_layout(M, N, K, trans_a, trans_b, _EDGES, obj=cpu_object.compile_source(bad, "mutant"))
@@ -507,7 +507,7 @@ def test_wrong_batch_entry_is_caught(what, old, new, M):
     entries 7 and 8 too). The skipping mutant has a shape of its own: an entry never written holds
     whatever the buffer held, in one process possibly an earlier run's right answer of that shape
     (the packed-B mutant computes entry 7 right)."""
-    src = cpu_gemm.kernel_source(_EDGES)
+    src = cpu_source.kernel_source(_EDGES)
     bad = src.replace(old, new)
     assert bad != src, what
     assert cpu_gemm.batch_groups(M, 190, 9, _EDGES) == 7
@@ -574,7 +574,7 @@ def test_b_inside_wrong_panel_is_caught(old, new):
     """The numerics test fails on a kernel that packs the wrong columns or the wrong K block of B."""
     M, N, K = 30, 3000, 2100
     cfg = CpuGemmConfig(mr=6, nr=48, kc=40, mc=18, nc=96, pack_rows=7)
-    src = cpu_gemm.kernel_source(cfg)
+    src = cpu_source.kernel_source(cfg)
     bad = src.replace(old, new)
     assert bad != src
     obj = cpu_object.compile_source(bad, "mutant")

@@ -11,7 +11,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from falcon_mlir.kernels import cpu_embed, cpu_gemm, cpu_object, cpu_plan
+from falcon_mlir.kernels import cpu_embed, cpu_gemm, cpu_object, cpu_plan, cpu_source
 from falcon_mlir.kernels.cpu_gemm import MAX_TERMS, CpuGemmConfig
 from falcon_mlir.kernels.cpu_plan import CpuPlan, encode_term
 from falcon_mlir.runner import Module
@@ -102,7 +102,7 @@ def test_plan_numerics_against_float64(M, N, K, scheme, config):
 def test_wrong_block_column_is_caught():
     """The numerics check fails on a kernel that reads A's terms one block column off (mod 2)."""
     plan = CpuPlan(2 * 30, 2 * 40, 2 * 70, "strassen", _TINY)
-    src = cpu_gemm.kernel_source(plan.config)
+    src = cpu_source.kernel_source(plan.config)
     bad = src.replace("+ term_col(ta[t]) * K)", "+ (term_col(ta[t]) ^ 1) * K)")
     assert bad != src
     c, a, b = _run(plan, obj=cpu_object.compile_source(bad, "mutant"))
@@ -148,7 +148,7 @@ def test_wrong_transposed_block_is_caught(old, new, trans_a, trans_b):
     """The check fails on a kernel that finds a transposed operand's block one block off (A) or at the
     block of the plain layout (B: row and column not swapped)."""
     plan = CpuPlan(2 * 30, 2 * 40, 2 * 70, "strassen", _TINY, trans_a=trans_a, trans_b=trans_b)
-    src = cpu_gemm.kernel_source(plan.config)
+    src = cpu_source.kernel_source(plan.config)
     bad = src.replace(old, new)
     assert bad != src
     c, a, b = _run(plan, obj=cpu_object.compile_source(bad, "mutant"))
@@ -181,7 +181,7 @@ def test_batched_plan_numerics_against_float64(M, N, K, scheme, config, trans_a,
 def test_wrong_batch_entry_of_a_plan_is_caught():
     """The check fails on a kernel whose LCMA GEMM reads every entry's A terms from entry 0."""
     plan = CpuPlan(2 * 30, 2 * 40, 2 * 70, "strassen", _TINY, batch=3)
-    src = cpu_gemm.kernel_source(plan.config)
+    src = cpu_source.kernel_source(plan.config)
     bad = src.replace("a[t] = a_ptr + a_off + bi * sa +", "a[t] = a_ptr + a_off + 0 * sa +")
     assert bad != src
     c, a, b = _run(plan, obj=cpu_object.compile_source(bad, "mutant"))

@@ -329,17 +329,10 @@ def gemm_spec(M: int, N: int, K: int, trans_a: bool = False, trans_b: bool = Fal
                     trans_b=trans_b, batch=batch)
 
 
-def b_inside(M: int, N: int, K: int, config: CpuGemmConfig = CpuGemmConfig(), trans_a: bool = False,
-             trans_b: bool = False, batch: int = 1) -> bool:
-    """Whether :func:`dispatch_lines` runs ``M x N x K`` (layout and batch as there) as the one dispatch
-    ``@fgemm`` that packs B inside (:func:`cpu_gemm.fuse_b_inside`, plain layout at batch 1 only), not as
-    two (pack B, then the GEMM)."""
-    return not (trans_a or trans_b or batch > 1) and cpu_gemm.fuse_b_inside(M, N, K, config)
-
-
 def dispatch_lines(exe: str, M: int, N: int, K: int, config: CpuGemmConfig = CpuGemmConfig(), a: str = "%a",
                    b: str = "%b", result: str = "%r", types: Optional[Sequence[str]] = None,
-                   trans_a: bool = False, trans_b: bool = False, batch: int = 1) -> list:
+                   trans_a: bool = False, trans_b: bool = False, batch: int = 1,
+                   b_inside: Optional[bool] = None) -> list:
     """The host-side lines computing ``C = A @ B`` (f32, C ``M x N`` row-major) through executable
     ``@exe``; C is ``{result}#0``.
 
@@ -347,14 +340,16 @@ def dispatch_lines(exe: str, M: int, N: int, K: int, config: CpuGemmConfig = Cpu
     ``K x N``); both row-major. ``batch``: that many independent products, a leading dimension of A,
     B and C alike (C ``batch x M x N``). The plain layout at batch 1 runs the classical exports
     ``@pack_b`` and ``@gemm``, or ``@fgemm`` alone where B is packed inside
-    (:func:`cpu_gemm.fuse_b_inside`, then no ``{result}_bp``), any other ``@general_pack_b`` (workload ``[pack workgroups, batch]``)
+    (:func:`cpu_gemm.b_inside`, or ``b_inside`` where given: a benchmark's choice; then no
+    ``{result}_bp``), any other ``@general_pack_b`` (workload ``[pack workgroups, batch]``)
     and ``@general_gemm`` (``[along M, along N, batch groups]``, :func:`cpu_gemm.batch_groups`), the
     flags and the batch as push constants. ``types``: the tensor types of A and B as the caller holds
     them (any shape of the same elements; default the stored shapes above). Values ``{result}_M`` etc.
     and ``{result}_bp`` (packed B) are defined too.
 
     Raises:
-        ValueError: M, N, K or batch is not a positive int (at K = 0 the kernel would leave C unwritten).
+        ValueError: M, N, K or batch is not a positive int (at K = 0 the kernel would leave C unwritten);
+            ``b_inside=True`` for a transposed or batched GEMM.
     """
     _check_sizes("dispatch_lines", M, N, K)
     spec = gemm_spec(M, N, K, trans_a, trans_b, batch)
@@ -370,7 +365,11 @@ def dispatch_lines(exe: str, M: int, N: int, K: int, config: CpuGemmConfig = Cpu
              f"{r}_gp = arith.constant {gp} : index",
              f"{r}_gn = arith.constant {gn} : index",
              f"{r}_gm = arith.constant {gm} : index"]
-    if b_inside(M, N, K, config, trans_a, trans_b, batch):
+    if b_inside is None:
+        b_inside = cpu_gemm.b_inside(M, N, K, trans_a, trans_b, batch)
+    elif b_inside and (trans_a or trans_b or batch > 1):
+        raise ValueError("dispatch_lines: B is packed inside only in the plain layout at batch 1")
+    if b_inside:
         sf_t = tensor_type((cpu_gemm.fused_scratch_floats(N, config),), "f32")
         return lines + [
             f"{r}:2 = flow.dispatch @{exe}::@fgemm[{r}_gn]({a}, {b}, {r}_M, {r}_N, {r}_K) : "
@@ -395,7 +394,8 @@ def dispatch_lines(exe: str, M: int, N: int, K: int, config: CpuGemmConfig = Cpu
 def gemm_module(M: int, N: int, K: int, config: Optional[CpuGemmConfig] = None, *,
                 flags: Sequence[str] = DEFAULT_CPU_FLAGS, target_attr: Optional[str] = None,
                 reference: bool = False, func: str = "main", exe: str = "falcon_cpu_sgemm",
-                obj: Optional[Path] = None, trans_a: bool = False, trans_b: bool = False, batch: int = 1) -> str:
+                obj: Optional[Path] = None, trans_a: bool = False, trans_b: bool = False, batch: int = 1,
+                b_inside: Optional[bool] = None) -> str:
     """A complete module: ``func.func @{func}(%a: MxK f32, %b: KxN f32) -> MxN f32`` through falcon's kernel
     (A ``KxM`` where ``trans_a``, B ``NxK`` where ``trans_b``, all three with a leading ``batch`` above 1:
     :func:`dispatch_lines`).
@@ -407,6 +407,8 @@ def gemm_module(M: int, N: int, K: int, config: Optional[CpuGemmConfig] = None, 
         target_attr: the object key (default :func:`cpu_target_attribute` of ``flags``).
         reference: also emit ``@reference``, the same product compiled by IREE itself.
         func: name of the kernel-backed function; exe: the executable's symbol.
+        b_inside: the one-dispatch form that packs B inside (default: :func:`cpu_gemm.b_inside`'s rule;
+            a benchmark sets it to time both forms).
         obj: an object file built for ``config`` (default :func:`cpu_source.compile_object`);
             its entry points name the blocking (:func:`cpu_gemm.entry_names`).
 
@@ -433,7 +435,7 @@ def gemm_module(M: int, N: int, K: int, config: Optional[CpuGemmConfig] = None, 
     obj = obj or cpu_source.compile_object(config)
     a_t, b_t, c_t = (tensor_type(x, "f32") for x in (spec.a_shape, spec.b_shape, spec.c_shape))
     body = "\n".join("  " + ln for ln in dispatch_lines(exe, M, N, K, config, trans_a=trans_a, trans_b=trans_b,
-                                                         batch=batch))
+                                                         batch=batch, b_inside=b_inside))
     parts = [executable_text(exe, obj, target_attr, config),
              f"func.func @{func}(%a: {a_t}, %b: {b_t}) -> {c_t} {{\n{body}\n  return %r#0 : {c_t}\n}}\n"]
     if reference:

@@ -211,14 +211,19 @@ def fuse_b_inside(M: int, N: int, K: int, config: CpuGemmConfig) -> bool:
     return M <= FUSED_MAX_M and N * K >= FUSED_MIN_B and _ceil(N, FUSED_PANEL_COLS) >= FUSED_MIN_PANELS
 
 
+def b_inside(M: int, N: int, K: int, trans_a: bool = False, trans_b: bool = False, batch: int = 1) -> bool:
+    """Whether the classical GEMM ``M x N x K`` (A stored ``K x M`` where ``trans_a``, B ``N x K`` where
+    ``trans_b``, ``batch`` of them) runs as the one dispatch ``@fgemm`` that packs B inside
+    (:func:`fuse_b_inside`; the plain layout at batch 1 only), not as two (pack B, then the GEMM)."""
+    return not (trans_a or trans_b or batch > 1) and fuse_b_inside(M, N, K, CpuGemmConfig())
+
+
 def classical_config(M: int, N: int, K: int, batch: int = 1, trans_a: bool = False,
                      trans_b: bool = False) -> CpuGemmConfig:
     """The blocking of a classical GEMM on falcon's kernel: the default 112 x 512 where B is packed
-    inside (:func:`fuse_b_inside`: plain layout, no batch; measured with that blocking), else
-    :func:`choose_config`."""
-    big = CpuGemmConfig()
-    if batch == 1 and not (trans_a or trans_b) and fuse_b_inside(M, N, K, big):
-        return big
+    inside (:func:`b_inside`; measured with that blocking), else :func:`choose_config`."""
+    if b_inside(M, N, K, trans_a, trans_b, batch):
+        return CpuGemmConfig()
     return choose_config(M, N, K, batch)
 
 

@@ -82,7 +82,7 @@ def run_cpu(root, contractions, options: KernelsOptions) -> list:
     Raises:
         PassError: see :func:`cpu_target`; the C compiler failed on the kernel.
     """
-    from falcon_mlir.kernels import cpu_embed, cpu_object, cpu_source
+    from falcon_mlir.kernels import cpu_gemm, cpu_object, cpu_source
 
     try:
         cpu_object.compiler()
@@ -112,8 +112,8 @@ def run_cpu(root, contractions, options: KernelsOptions) -> list:
             fn = sp.cpu_function(objects[config], config, served.M, served.N, served.K, types,
                                  trans_a=served.trans_a, trans_b=served.trans_b, batch=served.batch)
             # 1: B packed inside the GEMM (@fgemm), else pack B, then the GEMM
-            entry["dispatches"] = 1 if cpu_embed.b_inside(served.M, served.N, served.K, config, served.trans_a,
-                                                          served.trans_b, served.batch) else 2
+            entry["dispatches"] = 1 if cpu_gemm.b_inside(served.M, served.N, served.K, served.trans_a,
+                                                         served.trans_b, served.batch) else 2
         entry.update(config=config.label, arch=options.arch, accumulate=served.accumulate)
         if served.layout:
             entry["layout"] = served.layout

@@ -6,6 +6,7 @@
                      [--seconds S] [--bandwidth-mb MB] [--name NAME] [--raw RAW.json]
     falcon-calibrate --device cuda --prepare DIR [same measurement options]
     python3 DIR/calibrate_run.py DIR -o PROFILE.json [--raw RAW.json]   # on the GPU machine
+    falcon-calibrate --refit PROFILE --bench RUN.csv [RUN.csv ...] -o PROFILE.json [--name NAME]
 
 It writes a profile in the format of :mod:`falcon_mlir.decision.profile`
 (``source: "measured"``), validated by ``Profile.from_dict`` and written
@@ -71,6 +72,12 @@ imports (:mod:`falcon_mlir.bundles`). On the GPU machine
 ``python3 DIR/calibrate_run.py DIR -o PROFILE.json`` measures and writes the
 profile JSON; validate it here with ``Profile.from_dict``.
 
+``--refit PROFILE --bench CSV ...`` measures nothing: it refits PROFILE's ``forms.kernel_products`` (a
+CPU profile with falcon's kernel form, such as ``x86-falcon``) to falcon-bench ``--csv`` runs of the
+machine at hand (:func:`falcon_mlir.calibration.fit.fit_kernel_products`), writes the profile to ``-o``
+(its provenance naming the runs) and prints the factor before and after with the measured / predicted
+gain of the plans.
+
 Exit status: 0 profile written (or bundle prepared); 2 bad arguments (``-o -``
 or ``--raw -`` among them: stdout holds the summary; one line
 ``falcon-calibrate: error: ...`` on stderr, nothing measured); 1 a compile or
@@ -91,11 +98,13 @@ the command line.
 from __future__ import annotations
 
 import argparse
+import datetime
 import math
 import os
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from falcon_mlir.calibration import fit
@@ -136,6 +145,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-fit", action="store_true",
                    help="CPU: skip fitting the form factors to measured Strassen plans "
                         "(falcon_mlir.calibration.fit)")
+    p.add_argument("--refit", metavar="PROFILE",
+                   help="measure nothing: refit the kernel form's products factor of PROFILE (a preset name "
+                        "or a .json) to the falcon-bench runs of --bench and write the profile to -o")
+    p.add_argument("--bench", nargs="+", metavar="CSV",
+                   help="with --refit: falcon-bench --csv files of this machine, each timing classical and "
+                        "a one-level kernel-form plan (auto's) on the same shapes")
     return p
 
 
@@ -155,6 +170,8 @@ def _parse(argv) -> tuple:
         ToolError: status 2, one line.
     """
     args = build_parser().parse_args(argv)
+    if args.refit or args.bench:
+        return _parse_refit(args), None
     if args.prepare and args.output:
         raise _usage("--prepare compiles a bundle only: -o belongs to calibrate_run.py there")
     if not args.prepare and not args.output:
@@ -183,6 +200,56 @@ def _parse(argv) -> tuple:
         raise _usage(f"--prepare {args.prepare}: exists and is not a folder")
     return args, dict(device=dev, dtypes=dtypes, sizes=sizes, bandwidth_mb=mb, seconds=seconds,
                       quick=args.quick)
+
+
+def _parse_refit(args):
+    """Check a ``--refit PROFILE --bench CSV ... -o FILE`` command line (measures nothing).
+
+    Raises:
+        ToolError: status 2, one line.
+    """
+    if not args.refit or not args.bench:
+        raise _usage("--refit PROFILE and --bench CSV ... go together")
+    given = [opt for opt, v in (("--prepare", args.prepare), ("--raw", args.raw), ("--dtypes", args.dtypes),
+                                ("--sizes", args.sizes), ("--quick", args.quick), ("--seconds", args.seconds),
+                                ("--bandwidth-mb", args.bandwidth_mb), ("--no-fit", args.no_fit),
+                                ("--device", args.device != "local-task")) if v]
+    if given:
+        raise _usage(f"--refit measures nothing: {given[0]} does not apply")
+    if not args.output:
+        raise _usage("--refit needs -o PROFILE.json")
+    check_output("-o", args.output)
+    return args
+
+
+def _refit(args) -> int:
+    """``--refit``: the profile with ``kernel_products`` fitted to the ``--bench`` CSVs, written to ``-o``
+    (atomically), and what changed printed."""
+    from falcon_mlir.decision.profile import ProfileError, load_profile
+
+    try:
+        profile = load_profile(args.refit)
+        tables = [fit.read_bench_csv(path) for path in args.bench]
+        fitted, r = fit.fit_kernel_products(profile, tables)
+    except (ProfileError, ValueError) as e:
+        raise ToolError(f"{PROG}: error: {e}") from None
+    except OSError as e:
+        raise ToolError(f"{PROG}: error: {e.filename or ''}: {e.strerror or e}") from None
+    fitted = replace(fitted, name=args.name or Path(args.output).stem, provenance=(
+        f"{profile.provenance}; kernel_products refitted {r.before} -> {r.after} by falcon-calibrate --refit "
+        f"to {r.used} shapes of the falcon-bench runs {', '.join(os.path.basename(b) for b in args.bench)} "
+        f"({datetime.date.today().isoformat()})"))
+    try:
+        fitted.save(args.output)
+    except OSError as e:
+        raise ToolError(f"{PROG}: error: {e.filename or args.output}: {e.strerror or e}") from None
+    print(f"kernel_products: {r.before} -> {r.after} (fitted to {r.used} shapes from {len(tables)} CSV"
+          f"{'s' if len(tables) != 1 else ''}; left out: {r.narrow} with narrow products, {r.other} without "
+          "a classical row and a one-level kernel-form plan)")
+    print(f"measured / predicted gain over the classical kernel, geomean: {r.resid_before:.3f} before, "
+          f"{r.resid_after:.3f} after (spread {r.spread:.3f})")
+    print(f"wrote {args.output}")
+    return 0
 
 
 #: What the body imports that loads native code (IREE's runtime; the compiler is imported above):
@@ -221,6 +288,8 @@ def main(argv=None) -> int:
 
 def _main(argv: list) -> int:
     args, opts = _parse(argv)
+    if opts is None:
+        return _refit(args)
     progress = (lambda total, desc: Progress(total, desc)) if not args.no_progress else None
     t0 = time.perf_counter()
     try:

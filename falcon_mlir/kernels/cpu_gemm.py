@@ -187,6 +187,11 @@ FUSED_MIN_PANELS = 2
 #: N of 257-512 through, and :func:`classical_config`'s 28 x 256 for 64x512x16384 ran B inside end to
 #: end (2026-12-03), a blocking B inside was never measured faster on (0.91-0.97x where tried).
 FUSED_PANEL_COLS = 512
+#: ... and K is at least the default blocking's K block. Each workgroup's scratch is a whole ``kc x nc``
+#: panel and a packed-A slot whatever K is: at 14x200003x31 (391 workgroups) 252 MB of scratch for a B
+#: of 25 MB, where the two-dispatch form packs B's own 25 MB. Shapes below it were never measured
+#: with B inside; those measured had K of 2048 and more.
+FUSED_MIN_K = 256
 
 
 def fuse_b_inside(M: int, N: int, K: int, config: CpuGemmConfig) -> bool:
@@ -201,14 +206,16 @@ def fuse_b_inside(M: int, N: int, K: int, config: CpuGemmConfig) -> bool:
     docs/kernels.md, *B packed inside the GEMM*): 512x7168x2048 1.55x, 512x2048x7168 1.33-1.40x,
     512x4096x3584 1.13-1.36x, 1024x4096x4096 1.13-1.15x, 1024x2560x2560 1.11-1.13x, 1024x5120x5120
     1.05-1.08x faster; slower where B is small (512x2048x2048 0.93-0.97x, 1024x1024x4096 0.91-0.93x) and
-    at M = 2048 (0.93x). So: ``M <= FUSED_MAX_M``, ``N K >= FUSED_MIN_B`` and at least
-    ``FUSED_MIN_PANELS`` panels of ``FUSED_PANEL_COLS`` (512) columns. (An LCMA plan's products the same
-    way measured no faster: not used there.)
+    at M = 2048 (0.93x). So: ``M <= FUSED_MAX_M``, ``N K >= FUSED_MIN_B``, at least
+    ``FUSED_MIN_PANELS`` panels of ``FUSED_PANEL_COLS`` (512) columns, and ``K >= FUSED_MIN_K`` (the
+    scratch's size, not its speed). (An LCMA plan's products the same way measured no faster: not used
+    there.)
 
     The rule is one of the shape alone: ``config`` (the blocking the GEMM runs with, its workgroups
     ``config.nc`` columns wide) does not change it, so :func:`cpu_embed.dispatch_lines` asked with the
     blocking :func:`classical_config` gave answers as :func:`classical_config` did."""
-    return M <= FUSED_MAX_M and N * K >= FUSED_MIN_B and _ceil(N, FUSED_PANEL_COLS) >= FUSED_MIN_PANELS
+    return (M <= FUSED_MAX_M and N * K >= FUSED_MIN_B and _ceil(N, FUSED_PANEL_COLS) >= FUSED_MIN_PANELS
+            and K >= FUSED_MIN_K)
 
 
 def b_inside(M: int, N: int, K: int, trans_a: bool = False, trans_b: bool = False, batch: int = 1) -> bool:

@@ -525,6 +525,12 @@ def test_b_inside_rule_and_blocking():
     assert not cpu_gemm.fuse_b_inside(2048, 4096, 4096, big)      # M = 2048: slower there
     assert not cpu_gemm.fuse_b_inside(512, 2048, 2048, big)       # B of 4.2e6: slower there
     assert not cpu_gemm.fuse_b_inside(64, 512, 16384, big)        # one panel of 512 columns
+    # K under one K block: the per-workgroup scratch (a full 256 x 512 panel, a packed-A slot) would be
+    # 10x B's 25 MB at 14x200003x31; the two-dispatch form's packed B is B's size
+    assert not cpu_gemm.b_inside(14, 200003, 31) and cpu_gemm.b_inside(14, 200003, 256)
+    assert cpu_gemm.fused_scratch_floats(200003, big) * 4 > 10 * 200003 * 31 * 4
+    main = cpu_embed.gemm_module(14, 200003, 31, target_attr=TARGET, obj="/tmp/k.o", flags=()).split("func.func @main")[1]
+    assert "::@fgemm[" not in main and "::@pack_b[" in main
     assert cpu_gemm.classical_config(512, 2048, 7168) == big      # choose_config: 28 x 256 (20 blocks)
     assert cpu_gemm.choose_config(512, 2048, 7168) == cpu_gemm.SMALL_CONFIG
     assert cpu_gemm.classical_config(512, 2048, 7168, trans_b=True) == cpu_gemm.SMALL_CONFIG

@@ -47,6 +47,10 @@ from typing import Optional
 
 #: Name of the discardable attribute that carries a plan.
 PLAN_ATTR = "falcon.plan"
+#: Unit attribute lcma-rewrite sets on a module it rewrote contractions of (products emitted or kernel-form
+#: plans handed off): a second run leaves such a module as it is, rather than rewriting its products
+#: again as a further level.
+REWRITTEN_ATTR = "falcon.lcma_rewritten"
 #: Edge strategies and forms of a plan: the one list the options, the
 #: decision and the cost model use.
 EDGES = ("peel", "pad")

@@ -229,6 +229,11 @@ def remark_lines(report: List[dict]) -> List[str]:
     return lines
 
 
+#: Report entry kinds that are about the module, not a contraction (lcma-rewrite's remarks): not counted
+#: or explained as contractions.
+NOT_CONTRACTIONS = ("not a contraction", "no contraction", "rewritten before")
+
+
 def off_line(how: str) -> str:
     """The one ``--lcma-explain`` line when the rewrite is off (``how``: the
     flags that turn it off, e.g. ``--lcma-rewrite=none``): nothing decided."""
@@ -247,8 +252,7 @@ def explain(report: List[dict]) -> str:
     """Explain a whole report: one block per contraction, and a one-line summary."""
     # falcon-tiles entries (tile choices, not decisions) are left to --lcma-report
     report = [e for e in report if e.get("pass") != "falcon-tiles"]
-    blocks = [explain_entry(e) for e in report
-              if e.get("kind") not in ("not a contraction", "no contraction")]
+    blocks = [explain_entry(e) for e in report if e.get("kind") not in NOT_CONTRACTIONS]
     planned = [e for e in report if isinstance(e.get("plan"), dict) and "kind" in e]
     unserved = sum(1 for e in planned if not served(e))
     rewritten = len(planned) - unserved

@@ -41,7 +41,7 @@ from iree.compiler import ir
 
 from falcon_mlir import decision
 from falcon_mlir.decision.scheme_stats import has_blocking
-from falcon_mlir.dialects.plan import PLAN_ATTR
+from falcon_mlir.dialects.plan import PLAN_ATTR, REWRITTEN_ATTR
 from falcon_mlir.ir.contraction import FOLD_REASON, analyze, find_contractions, format_location
 from falcon_mlir.pipeline.diagnostics import RewriteError
 
@@ -114,6 +114,18 @@ def _none_found(root, options: LcmaOptions) -> Optional[dict]:
             "reason": (f"no contraction found: the input holds {dialect} ops ({first.name}), "
                        "which falcon-opt does not convert to linalg; use falcon-compile "
                        "--lcma-rewrite=..., which converts the input first"),
+            "remark": True}
+
+
+def _rewritten_before(root, options: LcmaOptions) -> dict:
+    """The one entry of a module lcma-rewrite has rewritten before (``falcon.lcma_rewritten``): left as it
+    is. Rewriting it again would take the plans' products for new contractions and add a level to them
+    (and count them as found); a plan of more levels is ``levels=``, on the original input."""
+    return {"location": format_location(root.location, options.filename), "op": root.name,
+            "kind": "rewritten before", "M": None, "N": None, "K": None, "batch": [],
+            "element_types": None, "plan": "classical",
+            "reason": (f"the module was rewritten by lcma-rewrite before ({REWRITTEN_ATTR}): left as it is; "
+                       "to rewrite with other options run on the original input (levels= for more levels)"),
             "remark": True}
 
 
@@ -452,6 +464,8 @@ def run_lcma_rewrite(module_op, options: LcmaOptions) -> list:
             :meth:`LcmaOptions.parse` for text options).
     """
     root = module_op.operation if hasattr(module_op, "operation") else module_op
+    if REWRITTEN_ATTR in root.attributes:
+        return [_rewritten_before(root, options)]
     report, forced = [], []
     contractions = find_contractions(root)
     _strip_stray_plans(root, report, options)
@@ -514,6 +528,8 @@ def run_lcma_rewrite(module_op, options: LcmaOptions) -> list:
                 c.op.erase()
             entry["products"] = em.products
             entry["combines"] = em.combines
+        if entry.get("products"):  # rewritten here or handed off to falcon-kernels
+            root.attributes[REWRITTEN_ATTR] = ir.UnitAttr.get()
         if folded is not None:
             if plan is not None or disp is not None:
                 folded.commit()

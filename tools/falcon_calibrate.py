@@ -170,6 +170,9 @@ def _parse(argv) -> tuple:
         ToolError: status 2, one line.
     """
     args = build_parser().parse_args(argv)
+    if args.name is not None and any(ord(ch) < 32 or ord(ch) == 127 for ch in args.name):
+        raise _usage(f"--name {args.name!r}: a control character (the name is printed inside one-line "
+                     "remarks and --lcma-explain lines)")
     if args.refit or args.bench:
         return _parse_refit(args), None
     if args.prepare and args.output:
@@ -219,6 +222,10 @@ def _parse_refit(args):
     if not args.output:
         raise _usage("--refit needs -o PROFILE.json")
     check_output("-o", args.output)
+    for csv_path in args.bench:  # the profile written over a run's measurements: a slip, refused
+        if os.path.isfile(csv_path) and os.path.exists(args.output) and os.path.samefile(csv_path, args.output):
+            raise _usage(f"-o {args.output}: is the --bench CSV {csv_path} (its measurements would be replaced "
+                         "by the profile); give another file")
     return args
 
 

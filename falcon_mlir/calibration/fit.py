@@ -164,23 +164,50 @@ class KernelFit:
     spread: float
 
 
+class BenchRows(list):
+    """The rows of one falcon-bench CSV (a list of dicts, values as strings) and the file they came from
+    (``path``), which errors about a row name."""
+
+    path: str = ""
+
+
+#: Sizes above this are not a falcon-bench run's (and overflow the cost model's floats).
+_MAX_SIZE = 2**63 - 1
+
+
 def read_bench_csv(path: str) -> List[dict]:
-    """The rows of a falcon-bench ``--csv`` file (values as strings).
+    """The rows of a falcon-bench ``--csv`` file (values as strings), as :class:`BenchRows` naming ``path``.
 
     Raises:
         OSError: the file cannot be read.
         ValueError: not a falcon-bench CSV (a column of :data:`BENCH_COLUMNS` missing, not UTF-8 text, a
-            malformed line), naming the file.
+            malformed line: more or fewer fields than the header, or M, N, K not a positive integer),
+            naming the file (and the line).
     """
     import csv
 
     try:
         with open(path, newline="", encoding="utf-8") as f:
             reader = csv.DictReader(f)
-            missing = [c for c in BENCH_COLUMNS if c not in (reader.fieldnames or [])]
+            header = reader.fieldnames or []
+            missing = [c for c in BENCH_COLUMNS if c not in header]
             if missing:
                 raise ValueError(f"{path}: not a falcon-bench CSV (no column {', '.join(missing)})")
-            return list(reader)
+            rows = BenchRows()
+            rows.path = path
+            for r in reader:
+                n = len(header) - sum(v is None for k, v in r.items() if k is not None) + len(r.get(None) or ())
+                if n != len(header):
+                    raise ValueError(f"{path}: line {reader.line_num}: not a falcon-bench CSV ({n} fields, the "
+                                     f"header has {len(header)})")
+                for c in ("M", "N", "K"):
+                    v = r[c]
+                    if not re.fullmatch(r"[0-9]+", v) or not 0 < int(v) <= _MAX_SIZE:
+                        shown = v if len(v) <= 24 else v[:20] + "..."
+                        raise ValueError(f"{path}: line {reader.line_num}: column {c} is not a positive integer "
+                                         f"({shown!r})")
+                rows.append(r)
+            return rows
     except (UnicodeDecodeError, csv.Error) as e:
         raise ValueError(f"{path}: not a falcon-bench CSV ({e})") from None
 
@@ -203,7 +230,8 @@ def _kernel_points(profile: Profile, tables: Sequence[Sequence[dict]]) -> Tuple[
     cm = CostModel(profile)
     cu, c2 = (CostModel(replace(profile, forms={**profile.forms, "kernel_products": f})) for f in (1.0, 2.0))
     points, narrow, other = [], 0, 0
-    for rows in tables:
+    for i, rows in enumerate(tables):
+        where = getattr(rows, "path", "") or f"run {i + 1}"
         groups: Dict[tuple, list] = {}
         for r in rows:
             groups.setdefault((r["M"], r["N"], r["K"], r["dtype"], r["const_weights"]), []).append(r)
@@ -218,7 +246,10 @@ def _kernel_points(profile: Profile, tables: Sequence[Sequence[dict]]) -> Tuple[
             M, N, K = int(M), int(N), int(K)
             scheme = plans[0][0]
             pb = Problem(M, N, K, lhs="f32", rhs="f32", acc="f32")
-            est = cu.plan(pb, (scheme,), "peel", "kernel")
+            try:  # a scheme this catalog does not know (a CSV of another FALCON_SHARED, or edited)
+                est = cu.plan(pb, (scheme,), "peel", "kernel")
+            except ValueError as e:
+                raise ValueError(f"{where}: {M}x{N}x{K}: {e}") from None
             if est.unfit or est.ragged:
                 other += 1
                 continue
@@ -255,7 +286,8 @@ def fit_kernel_products(profile: Profile, tables: Sequence[Sequence[dict]]) -> T
         ``(the profile with kernel_products = f rounded to 4 digits, KernelFit)``.
 
     Raises:
-        ValueError: the profile has no kernel form on the CPU, or no shape of ``tables`` is usable.
+        ValueError: the profile has no kernel form on the CPU, no shape of ``tables`` is usable, or a
+            plan names a scheme the catalog does not know (naming the CSV and the shape).
     """
     if profile.kind != "cpu" or "kernel" not in profile.plan_forms:
         raise ValueError(f"profile {profile.name} has no kernel form on the CPU (kind {profile.kind}, "

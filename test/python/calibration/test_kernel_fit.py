@@ -138,3 +138,65 @@ def test_refit_bad_input_is_one_line_and_no_file(tmp_path, capsys, args, msg, st
     assert err.count("\n") == 0 and msg.replace("NOTCSV", paths["NOTCSV"]).replace(
         "MISSING", paths["MISSING"]) in err, err
     assert not (tmp_path / "out.json").exists()
+
+
+def test_refit_refuses_to_write_over_a_bench_csv(tmp_path, capsys):
+    """``-o`` naming one of the --bench CSVs (a slip of the command line) would replace the measurements
+    with the profile: refused before anything is read, the CSV as it was."""
+    prof = load_profile("x86-falcon")
+    csv_path = _write(tmp_path / "run.csv", _rows(prof, SHAPES, 1.0, 1.0, np.random.default_rng(2)))
+    before = (tmp_path / "run.csv").read_bytes()
+    for out in (csv_path, str(tmp_path / "." / "run.csv")):
+        assert fc.main(["--refit", "x86-falcon", "--bench", csv_path, "-o", out]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and "is the --bench CSV" in err, err
+        assert (tmp_path / "run.csv").read_bytes() == before
+
+
+@pytest.mark.parametrize("edit, msg", [
+    (lambda r: r.update(M="x"), "line 2: column M is not a positive integer ('x')"),
+    (lambda r: r.update(K="0"), "line 2: column K is not a positive integer ('0')"),
+    (lambda r: r.update(N="1024.0"), "line 2: column N is not a positive integer ('1024.0')"),
+    (lambda r: r.update(N="1" + "0" * 400), "line 2: column N is not a positive integer"),
+    (lambda r: r.update(plan="nosuch x1 (7 products, kernel)"), "unknown scheme 'nosuch'"),
+])
+def test_refit_bad_rows_are_one_line_naming_the_file(tmp_path, capsys, edit, msg):
+    """A row a falcon-bench run cannot have written (a size not a positive integer, an unknown scheme in
+    a plan: a CSV edited or from another catalog) is one line naming the file, not an internal error."""
+    prof = load_profile("x86-falcon")
+    rows = _rows(prof, SHAPES, 1.0, 1.0, np.random.default_rng(4))
+    edit(rows[0]) if "nosuch" not in msg else edit(rows[1])
+    path = _write(tmp_path / "run.csv", rows)
+    out = tmp_path / "out.json"
+    assert fc.main(["--refit", "x86-falcon", "--bench", path, "-o", str(out)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and err.startswith(f"falcon-calibrate: error: {path}") and msg in err, err
+    assert "internal error" not in err and not out.exists()
+
+
+def test_refit_short_or_long_line_is_one_line(tmp_path, capsys):
+    """A line with fewer or more fields than the header (a file cut short, an edit) is malformed."""
+    prof = load_profile("x86-falcon")
+    path = _write(tmp_path / "run.csv", _rows(prof, SHAPES, 1.0, 1.0, np.random.default_rng(6)))
+    good = (tmp_path / "run.csv").read_text()
+    out = tmp_path / "out.json"
+    lines = good.splitlines(keepends=True)
+    long = "".join(lines[:1] + [lines[1].replace("\n", ",x,y\n")] + lines[2:])
+    for text, line in ((good + "a,2048,4096\n", len(lines) + 1), (long, 2)):
+        (tmp_path / "run.csv").write_text(text)
+        assert fc.main(["--refit", "x86-falcon", "--bench", path, "-o", str(out)]) == 1
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and f"{path}: line {line}: not a falcon-bench CSV" in err, err
+        assert not out.exists()
+
+
+def test_refit_name_with_a_line_break_is_refused(tmp_path, capsys):
+    """The profile's name is printed inside remarks and --lcma-explain lines: a line break would split
+    them."""
+    prof = load_profile("x86-falcon")
+    path = _write(tmp_path / "run.csv", _rows(prof, SHAPES, 1.0, 1.0, np.random.default_rng(8)))
+    out = tmp_path / "out.json"
+    assert fc.main(["--refit", "x86-falcon", "--bench", path, "-o", str(out), "--name", "a\nb"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "--name" in err and "control character" in err, err
+    assert not out.exists()

@@ -120,7 +120,9 @@ def _none_found(root, options: LcmaOptions) -> Optional[dict]:
 def _rewritten_before(root, options: LcmaOptions) -> dict:
     """The one entry of a module lcma-rewrite has rewritten before (``falcon.lcma_rewritten``): left as it
     is. Rewriting it again would take the plans' products for new contractions and add a level to them
-    (and count them as found); a plan of more levels is ``levels=``, on the original input."""
+    (and count them as found); a plan of more levels is ``levels=``, on the original input. Its
+    contractions over an empty reduction are replaced by their init all the same (their entries follow
+    this one)."""
     return {"location": format_location(root.location, options.filename), "op": root.name,
             "kind": "rewritten before", "M": None, "N": None, "K": None, "batch": [],
             "element_types": None, "plan": "classical",
@@ -457,7 +459,9 @@ def run_lcma_rewrite(module_op, options: LcmaOptions) -> list:
         the chunk's and ``products`` counts the chunk's plan plus the
         classical remainder op. A contraction with an empty reduction (K = 0)
         replaced by its init has ``replaced_by: "init"``, plan ``"classical"``
-        and ``remark`` false (:func:`passes.empty_reduction.entry_of`).
+        and ``remark`` false (:func:`passes.empty_reduction.entry_of`). A module marked
+        ``falcon.lcma_rewritten`` has one entry of kind ``"rewritten before"`` and is left as it is but
+        for those (:func:`_rewritten_before`).
 
     Raises:
         ProfileError: the options' profile does not load (checked by
@@ -465,7 +469,10 @@ def run_lcma_rewrite(module_op, options: LcmaOptions) -> list:
     """
     root = module_op.operation if hasattr(module_op, "operation") else module_op
     if REWRITTEN_ATTR in root.attributes:
-        return [_rewritten_before(root, options)]
+        # left as it is, but for K = 0 (replaced under every option: where lcma-rewrite runs, falcon-compile
+        # runs no empty-reduction pass, and IREE 3.13 crashes on those)
+        return [_rewritten_before(root, options)] + [replace_by_init(c, options.filename)
+                                                     for c in find_contractions(root) if c.empty_reduction]
     report, forced = [], []
     contractions = find_contractions(root)
     _strip_stray_plans(root, report, options)

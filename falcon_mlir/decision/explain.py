@@ -255,13 +255,18 @@ def explain(report: List[dict]) -> str:
     blocks = [explain_entry(e) for e in report if e.get("kind") not in NOT_CONTRACTIONS]
     planned = [e for e in report if isinstance(e.get("plan"), dict) and "kind" in e]
     unserved = sum(1 for e in planned if not served(e))
-    rewritten = len(planned) - unserved
+    # falcon-kernels' own entries of plans it built that no lcma-rewrite entry of this run carries: an
+    # earlier run planned them (falcon-opt's output given to falcon-compile, the module marked rewritten)
+    earlier = sum(1 for e in report if "kind" not in e and e.get("kernel") == "plan")
+    rewritten = len(planned) - unserved + earlier
     total_c = sum((e.get("predicted_time") or {}).get("classical", 0) for e in report)
     total_p = sum((e.get("predicted_time") or {}).get("plan", 0) for e in report if served(e))
     summary = f"lcma-explain: {rewritten} of {len(blocks)} contractions rewritten"
     replaced = sum(1 for e in report if e.get("replaced_by"))
     if replaced:
         summary += f", {replaced} replaced by {'its' if replaced == 1 else 'their'} init (K = 0)"
+    if earlier:
+        summary += f" ({earlier} planned by an earlier lcma-rewrite run, built here by falcon-kernels)"
     if unserved:
         summary += (f" ({unserved} more handed to falcon-kernels, which left them classical: "
                     "see their 'kernels' lines)")

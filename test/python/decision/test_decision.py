@@ -364,3 +364,22 @@ def test_an_edited_profile_is_read_again(tmp_path):
     path.write_text(json.dumps(dict(TOY, bandwidth=2e10)))
     os.utime(path, ns=(1, 10 ** 18))
     assert load_profile(str(path)).bandwidth == 2e10
+
+
+def test_explain_counts_a_plan_an_earlier_run_handed_to_falcon_kernels():
+    """falcon-opt's output (a kernel-form plan, the module marked falcon.lcma_rewritten) given to
+    falcon-compile: lcma-rewrite leaves the module (one module remark) and falcon-kernels builds the plan.
+    The summary said "0 of 1 contractions rewritten" while Strassen ran."""
+    remark = {"location": "x.mlir:1:1", "op": "builtin.module", "kind": "rewritten before", "M": None,
+              "N": None, "K": None, "batch": [], "element_types": None, "plan": "classical",
+              "reason": "the module was rewritten by lcma-rewrite before (falcon.lcma_rewritten): left as it is",
+              "remark": True}
+    built = {"location": "x.mlir:6:10", "op": "linalg.matmul", "M": 64, "N": 32, "K": 48, "batch": [],
+             "element_types": {"lhs": "f32", "rhs": "f32", "acc": "f32"}, "kernel": "plan",
+             "reason": "kernel-form plan on falcon's CPU kernel (combines inside it)",
+             "plan": {"scheme": "strassen", "R": 7, "dispatches": 14, "blocks": [32, 16, 24]},
+             "config": "cpu14x32,k256,28x256", "arch": "x86-avx512", "accumulate": False}
+    classical = dict(built, kernel="classical", reason="falcon's CPU GEMM kernel", plan=None)
+    summary = explain([remark, built, classical]).splitlines()[-1]
+    assert summary == ("lcma-explain: 1 of 2 contractions rewritten (1 planned by an earlier lcma-rewrite "
+                       "run, built here by falcon-kernels)"), summary

@@ -226,6 +226,11 @@ def _parse_refit(args):
         if os.path.isfile(csv_path) and os.path.exists(args.output) and os.path.samefile(csv_path, args.output):
             raise _usage(f"-o {args.output}: is the --bench CSV {csv_path} (its measurements would be replaced "
                          "by the profile); give another file")
+    seen = []
+    for csv_path in args.bench:  # one run given twice would count each of its shapes twice
+        if os.path.isfile(csv_path) and any(os.path.samefile(csv_path, p) for p in seen):
+            raise _usage(f"--bench {csv_path}: given twice")
+        seen.append(csv_path)
     return args
 
 

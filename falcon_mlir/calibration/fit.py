@@ -295,7 +295,8 @@ def fit_kernel_products(profile: Profile, tables: Sequence[Sequence[dict]]) -> T
     points, narrow, other = _kernel_points(profile, tables)
     if not points:
         raise ValueError("no shape has both a classical row and a one-level kernel-form plan timed in one "
-                         "run (falcon-bench --candidates classical,auto on shapes auto rewrites)")
+                         "run (falcon-bench --candidates classical,auto on shapes auto rewrites; a shape timed "
+                         "in two runs appended to one CSV is left out)")
     num = sum(P * (t - C) / t ** 2 for t, P, C, _ in points)
     den = sum(P * P / t ** 2 for t, P, C, _ in points)
     before = profile.product_factor("kernel")

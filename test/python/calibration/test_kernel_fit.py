@@ -122,6 +122,7 @@ def test_refit_command_writes_the_fitted_profile(tmp_path, capsys):
     (["--refit", "x86-falcon", "-o", "OUT"], "--refit PROFILE and --bench CSV ... go together", 2),
     (["--refit", "x86-falcon", "--bench", "CSV"], "--refit needs -o PROFILE.json", 2),
     (["--refit", "x86-falcon", "--bench", "CSV", "--sizes", "64", "-o", "OUT"], "--sizes does not apply", 2),
+    (["--refit", "x86-falcon", "--bench", "CSV", "CSV", "-o", "OUT"], ": given twice", 2),
     (["--refit", "nosuch", "--bench", "CSV", "-o", "OUT"], "unknown target profile 'nosuch'", 1),
     (["--refit", "x86-falcon", "--bench", "NOTCSV", "-o", "OUT"], "NOTCSV: not a falcon-bench CSV (no column M", 1),
     (["--refit", "x86-falcon", "--bench", "MISSING", "-o", "OUT"], "MISSING: No such file or directory", 1),

@@ -285,6 +285,25 @@ def _warn_form_changed(plan, entry: dict, options: LcmaOptions) -> None:
     print(entry["form_warning"], file=sys.stderr, flush=True)
 
 
+def _warn_edge_changed(plan, entry: dict, options: LcmaOptions) -> None:
+    """Warn (stderr, one line; the entry's ``edge_warning``) when the user asked for an edge policy
+    (``edge=peel``) and the plan handles the edges of this contraction another way: the kernel form
+    pads (its only policy), and the plan was shown as padded with nothing saying the option was not
+    followed. Silent where the blocks divide every size (the policy does nothing there)."""
+    import sys
+
+    from falcon_mlir.decision.explain import edges_text
+
+    if options.edge in (None, "auto") or plan.edge == options.edge:
+        return
+    done = edges_text(entry)
+    if not done:
+        return
+    entry["edge_warning"] = (f"{entry['location']}: warning: lcma-rewrite: edge={options.edge} asked for, "
+                             f"plan {'+'.join(plan.schemes)} in the {plan.form} form: {done}")
+    print(entry["edge_warning"], file=sys.stderr, flush=True)
+
+
 def _warn_narrow_options_unused(options: LcmaOptions, report: list) -> None:
     """Warn once (stderr, one line; the first contraction's entry's ``options_warning`` unless it has
     one) when ``sums=`` or ``products=`` was given but no contraction of the module has a bf16/f16
@@ -449,7 +468,8 @@ def run_lcma_rewrite(module_op, options: LcmaOptions) -> list:
         printed on stderr before IREE compiles, :func:`_warn_long_compile`), ``memory_warning``
         (:func:`_warn_device_memory`), ``form_warning`` (a forced bf16/f16 plan in IREE's forms on
         a CUDA profile, :func:`_warn_gpu_iree_form`; a form asked for and not emitted,
-        :func:`_warn_form_changed`), ``options_warning`` (first entry only:
+        :func:`_warn_form_changed`), ``edge_warning`` (an edge policy asked for and not followed where it
+        acts, :func:`_warn_edge_changed`), ``options_warning`` (first entry only:
         ``operands=`` where no kernel-form plan can be, :func:`_warn_operands_unused`), ``remark``
         (whether the user should be told), and for rewritten ones
         ``products`` and ``combines`` (the number of contractions and combine
@@ -511,6 +531,7 @@ def run_lcma_rewrite(module_op, options: LcmaOptions) -> list:
             forced.append(entry)
         if plan is not None:
             _warn_form_changed(plan, entry, options)
+            _warn_edge_changed(plan, entry, options)
         if PLAN_ATTR in c.op.attributes:
             del c.op.attributes[PLAN_ATTR]
         if plan is not None and plan.form == "kernel":

@@ -222,15 +222,16 @@ def _parse_refit(args):
     if not args.output:
         raise _usage("--refit needs -o PROFILE.json")
     check_output("-o", args.output)
-    for csv_path in args.bench:  # the profile written over a run's measurements: a slip, refused
-        if os.path.isfile(csv_path) and os.path.exists(args.output) and os.path.samefile(csv_path, args.output):
+    for i, csv_path in enumerate(args.bench):
+        if not os.path.isfile(csv_path):  # a missing or odd path: the read's own error, later
+            continue
+        # the profile written over a run's measurements: a slip, refused
+        if os.path.exists(args.output) and os.path.samefile(csv_path, args.output):
             raise _usage(f"-o {args.output}: is the --bench CSV {csv_path} (its measurements would be replaced "
                          "by the profile); give another file")
-    seen = []
-    for csv_path in args.bench:  # one run given twice would count each of its shapes twice
-        if os.path.isfile(csv_path) and any(os.path.samefile(csv_path, p) for p in seen):
+        # one run given twice would count each of its shapes twice
+        if any(os.path.isfile(p) and os.path.samefile(csv_path, p) for p in args.bench[:i]):
             raise _usage(f"--bench {csv_path}: given twice")
-        seen.append(csv_path)
     return args
 
 

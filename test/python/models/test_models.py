@@ -301,14 +301,18 @@ def test_compile_split_tile_bytes_reach_both_builds():
     workgroup 1x2 16x16 tiles of C (plain) and 8x2 (Strassen's 128x1024x512
     products); 4 MiB gives 16x16 and 8x8. Nothing is set process-wide (IREE's
     global options stay as they were: unset unless an earlier test in this
-    process compiled CUDA kernels). (The
+    process compiled CUDA kernels). For an AVX-512 CPU (znver4), whatever the host. (The
     falcon build keeps IREE's products, kernels=None: on an AVX-512 host
     falcon's CPU kernel would take them, with no IREE matmul tiles left.)"""
     from falcon_mlir.models.main_job import BASE_FLAGS, DATA_TILING_FLAGS, compile_split, tile_flags
     from falcon_mlir.pipeline.capi import global_flags
 
     before = global_flags()
-    flags = list(BASE_FLAGS) + list(DATA_TILING_FLAGS)
+    # A fixed AVX-512 CPU, not the host: the tiles above are those of its 16x16 mmt4d ukernel (an
+    # AVX2-only host, 2-core Zen 3, gives 2x4 and 32x32 at the two tile bytes).
+    flags = [f if f != "--iree-llvmcpu-target-cpu=host" else "--iree-llvmcpu-target-cpu=znver4"
+             for f in BASE_FLAGS] + list(DATA_TILING_FLAGS)
+    assert "--iree-llvmcpu-target-cpu=znver4" in flags
     to = ["--compile-to=executable-configurations"]
     got = {}
     for tb in (0, 4 << 20):

@@ -419,13 +419,13 @@ def gemm_module(M: int, N: int, K: int, config: Optional[CpuGemmConfig] = None, 
             AVX-512 F/BW/DQ/VL, or the target's ``cpu_features`` lack them (a module for
             another CPU would carry the object to a machine that cannot run it).
     """
-    if "--iree-llvmcpu-target-cpu=host" in flags and not cpu_object.host_has_avx512():
-        raise RuntimeError("falcon's CPU GEMM kernel needs AVX-512 (F, BW, DQ, VL), which this machine's CPU lacks")
+    isa = config.isa if config else "avx512"
+    check_target(flags, None, isa)
     _check_sizes("gemm_module", M, N, K)
     spec = gemm_spec(M, N, K, trans_a, trans_b, batch)
     config = config or cpu_gemm.classical_config(M, N, K, batch, trans_a, trans_b)
     target_attr = target_attr or cpu_target_attribute(flags)
-    check_target(flags, target_attr)
+    check_target(flags, target_attr, isa)
     if obj is not None:
         defined = cpu_object.defined_symbols(obj) if Path(obj).is_file() else None
         need = cpu_gemm.entry_names(config)
@@ -443,19 +443,21 @@ def gemm_module(M: int, N: int, K: int, config: Optional[CpuGemmConfig] = None, 
     return module_text(parts)
 
 
-def check_target(flags: Sequence[str], target_attr: str) -> None:
-    """Refuse a module for a CPU that cannot run the kernel's object.
+def check_target(flags: Sequence[str], target_attr: Optional[str], isa: str = "avx512") -> None:
+    """Refuse a module for a CPU that cannot run the ``isa`` kernel's object.
 
     Raises:
         RuntimeError: ``flags`` target this machine (``--iree-llvmcpu-target-cpu=host``) and it lacks
-            AVX-512 F/BW/DQ/VL, or ``target_attr``'s ``cpu_features`` lack them (a module for another
+            the ISA's features (:data:`~falcon_mlir.kernels.cpu_object.ISA_FEATURES`: AVX-512 F/BW/DQ/VL,
+            or AVX2 and FMA), or ``target_attr``'s ``cpu_features`` lack them (a module for another
             CPU would carry the object to a machine that cannot run it).
     """
-    if "--iree-llvmcpu-target-cpu=host" in flags and not cpu_object.host_has_avx512():
-        raise RuntimeError("falcon's CPU GEMM kernel needs AVX-512 (F, BW, DQ, VL), which this machine's CPU lacks")
-    missing = cpu_object.missing_target_features(target_attr)
+    need = cpu_object.ISA_NAMES[isa]
+    if "--iree-llvmcpu-target-cpu=host" in flags and not cpu_object.host_has(isa):
+        raise RuntimeError(f"falcon's CPU GEMM kernel needs {need}, which this machine's CPU lacks")
+    missing = cpu_object.missing_target_features(target_attr, isa) if target_attr else []
     if missing:
-        raise RuntimeError(f"falcon's CPU GEMM kernel needs AVX-512 (F, BW, DQ, VL); the IREE target lacks "
+        raise RuntimeError(f"falcon's CPU GEMM kernel needs {need}; the IREE target lacks "
                            f"{', '.join(missing)}")
 
 

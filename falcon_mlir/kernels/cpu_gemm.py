@@ -1,4 +1,4 @@
-"""falcon's own f32 GEMM for x86-64 CPUs with AVX-512: generated C, compiled by gcc to an object file.
+"""falcon's own f32 GEMM for x86-64 CPUs with AVX-512, or with AVX2 and FMA: generated C, compiled by gcc to an object file.
 
 Why: IREE 3.13's CPU GEMM (data tiling + the mmt4d ukernel) computes one
 16 x 16 tile of C per workgroup over the whole K with no cache blocking; on a
@@ -70,6 +70,11 @@ of a configuration. Compiled with ``$FALCON_CC`` or ``gcc``
 ``~/.cache/falcon-mlir/cpu`` (``$FALCON_KERNEL_CACHE/cpu`` when set). The
 object needs AVX-512 F/BW/DQ/VL on the machine that runs it (:func:`falcon_mlir.kernels.cpu_object.host_has_avx512`).
 
+**The AVX2 build** (``CpuGemmConfig.isa = "avx2"``, docs/kernels.md *The AVX2 build*): the same source
+with 8-float ymm vectors (a 6 x 16 micro-kernel, 12 accumulators), vector masks for the edges, an
+element-wise 16 x 16 transpose, compiled for x86-64-v3 (AVX2, FMA); its blockings :data:`AVX2_CONFIG`,
+:data:`AVX2_SMALL_CONFIG`, :data:`AVX2_PLAN_CONFIG`, and the choices below take ``isa``.
+
 This module holds the kernel's Python side: the blocking (:class:`CpuGemmConfig`), the entry
 points' names, the choices of blocking and form per shape, and the buffers' sizes. The C source of
 the seven entry points is :mod:`falcon_mlir.kernels.cpu_source`, its compile and cache
@@ -90,12 +95,22 @@ GEMM_NAME = "falcon_cpu_gemm"
 MAX_TERMS = 8
 
 
+#: Floats per vector register of each ISA the kernel is written for.
+ISA_WIDTH = {"avx512": 16, "avx2": 8}
+#: Accumulator registers the micro-kernel may take: of 32 zmm, 28 (B's vectors and A's broadcast take
+#: the rest); of 16 ymm, 12 (6 x 16: two B vectors and one broadcast beside them).
+MAX_ACCUMULATORS = {"avx512": 28, "avx2": 12}
+
+
 @dataclass(frozen=True)
 class CpuGemmConfig(DictFields):
     """The kernel's blocking, in elements.
 
-    ``mr x nr``: the micro-kernel's tile of C (``nr`` a multiple of 16, the
-    zmm width; ``mr * nr/16 <= 28`` accumulators). ``kc``: K block (the
+    ``isa``: the vector instructions, ``avx512`` (zmm registers, 16 floats) or
+    ``avx2`` (ymm, 8 floats; AVX2 and FMA, the x86-64-v3 level).
+    ``mr x nr``: the micro-kernel's tile of C (``nr`` a multiple of 16, a
+    cache line; ``mr * nr / width`` accumulators, at most :data:`MAX_ACCUMULATORS`
+    of the ISA). ``kc``: K block (the
     ``kc x nr`` B micro-panel stays in L1). ``mc x nc``: one workgroup's block
     of C (``mc`` a multiple of ``mr``, ``nc`` of ``nr``; the ``mc x kc`` A
     block stays in L2). ``pack_rows``: rows of B per pack workgroup.
@@ -110,23 +125,28 @@ class CpuGemmConfig(DictFields):
     mc: int = 112
     nc: int = 512
     pack_rows: int = 16
+    isa: str = "avx512"
 
     def __post_init__(self):
+        if self.isa not in ISA_WIDTH:
+            raise ValueError(f"CpuGemmConfig.isa must be one of {', '.join(ISA_WIDTH)}, got {self.isa!r}")
         for name in ("mr", "nr", "kc", "mc", "nc", "pack_rows"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"CpuGemmConfig.{name} must be a positive int, got {v!r}")
-        if self.nr % 16 or self.mr * (self.nr // 16) > 28:
-            raise ValueError(f"CpuGemmConfig: nr={self.nr} must be a multiple of 16 with mr*nr/16 <= 28 "
-                             f"(mr={self.mr})")
+        width, most = ISA_WIDTH[self.isa], MAX_ACCUMULATORS[self.isa]
+        if self.nr % 16 or self.mr * (self.nr // width) > most:
+            raise ValueError(f"CpuGemmConfig: nr={self.nr} must be a multiple of 16 with mr*nr/{width} <= {most} "
+                             f"(mr={self.mr}, {self.isa})")
         if self.mc % self.mr or self.nc % self.nr:
             raise ValueError(f"CpuGemmConfig: mc={self.mc} must be a multiple of mr={self.mr} and "
                              f"nc={self.nc} of nr={self.nr}")
 
     @property
     def label(self) -> str:
-        """``cpu14x32,k256,112x512``: the report's name for this kernel and blocking."""
-        return f"cpu{self.mr}x{self.nr},k{self.kc},{self.mc}x{self.nc}"
+        """``cpu14x32,k256,112x512``: the report's name for this kernel and blocking (``,avx2`` after it
+        for the AVX2 kernel)."""
+        return f"cpu{self.mr}x{self.nr},k{self.kc},{self.mc}x{self.nc}" + ("" if self.isa == "avx512" else f",{self.isa}")
 
 
 def general_entry_names(config: "CpuGemmConfig") -> tuple:
@@ -152,7 +172,7 @@ def entry_names(config: "CpuGemmConfig") -> tuple:
     ``falcon_cpu_gemm_14x32_k256_112x512_p16``: the blocking is compiled into the object and
     the module's grid and buffers follow it, so an object of another blocking must not link."""
     c = config
-    sfx = f"{c.mr}x{c.nr}_k{c.kc}_{c.mc}x{c.nc}_p{c.pack_rows}"
+    sfx = f"{c.mr}x{c.nr}_k{c.kc}_{c.mc}x{c.nc}_p{c.pack_rows}" + ("" if c.isa == "avx512" else f"_{c.isa}")
     return f"{PACK_B_NAME}_{sfx}", f"{GEMM_NAME}_{sfx}"
 
 
@@ -166,14 +186,35 @@ SMALL_CONFIG = CpuGemmConfig(mc=28, nc=256)
 #: Fewer 112 x 512 blocks than this: :data:`SMALL_CONFIG` (4096^3 ran 3-5% faster on 112 x 512).
 MIN_BLOCKS = 40
 
+#: The AVX2 kernel's blockings (the 6 x 16 micro-kernel: 12 ymm accumulators), in the roles of
+#: ``CpuGemmConfig()``, :data:`SMALL_CONFIG` and :data:`PLAN_CONFIG` (below). Measured on a 2-core
+#: AMD EPYC (Zen 3) VM, 2026-12-03 (docs/kernels.md, *The AVX2 kernel*).
+AVX2_CONFIG = CpuGemmConfig(mr=6, nr=16, kc=256, mc=96, nc=512, isa="avx2")
+AVX2_SMALL_CONFIG = CpuGemmConfig(mr=6, nr=16, kc=256, mc=24, nc=256, isa="avx2")
+AVX2_PLAN_CONFIG = CpuGemmConfig(mr=6, nr=16, kc=384, mc=48, nc=512, isa="avx2")
 
-def choose_config(M: int, N: int, K: int, batch: int = 1) -> CpuGemmConfig:
-    """The blocking for ``M x N x K`` (``batch`` of them): the default 112 x 512 blocks of C when there
-    are at least :data:`MIN_BLOCKS` of them (counted over the batch: the workgroups to balance are those of
-    the whole batch), else :data:`SMALL_CONFIG` (measured on the 2-core Zen 5 at batch 1,
-    docs/kernels.md)."""
-    big = CpuGemmConfig()
-    return big if batch * _ceil(M, big.mc) * _ceil(N, big.nc) >= MIN_BLOCKS else SMALL_CONFIG
+
+def default_config(isa: str = "avx512") -> CpuGemmConfig:
+    """The default blocking of the ``isa`` kernel (``CpuGemmConfig()`` for AVX-512, :data:`AVX2_CONFIG`).
+
+    Raises:
+        ValueError: ``isa`` is not one of :data:`ISA_WIDTH`."""
+    if isa not in ISA_WIDTH:
+        raise ValueError(f"no CPU kernel for ISA {isa!r} (one of {', '.join(ISA_WIDTH)})")
+    return AVX2_CONFIG if isa == "avx2" else CpuGemmConfig()
+
+
+def choose_config(M: int, N: int, K: int, batch: int = 1, isa: str = "avx512") -> CpuGemmConfig:
+    """The blocking for ``M x N x K`` (``batch`` of them) on the ``isa`` kernel: the default blocks of C
+    (:func:`default_config`) when there are at least :data:`MIN_BLOCKS` of them (counted over the batch:
+    the workgroups to balance are those of the whole batch), else the small one (:data:`SMALL_CONFIG`,
+    :data:`AVX2_SMALL_CONFIG`; measured on the 2-core Zen 5 at batch 1, docs/kernels.md).
+
+    Raises:
+        ValueError: ``isa`` is not one of :data:`ISA_WIDTH`."""
+    big = default_config(isa)
+    small = AVX2_SMALL_CONFIG if isa == "avx2" else SMALL_CONFIG
+    return big if batch * _ceil(M, big.mc) * _ceil(N, big.nc) >= MIN_BLOCKS else small
 
 
 #: The classical GEMM packs B inside itself (:func:`fuse_b_inside`) up to this many rows of A ...
@@ -226,12 +267,15 @@ def b_inside(M: int, N: int, K: int, trans_a: bool = False, trans_b: bool = Fals
 
 
 def classical_config(M: int, N: int, K: int, batch: int = 1, trans_a: bool = False,
-                     trans_b: bool = False) -> CpuGemmConfig:
-    """The blocking of a classical GEMM on falcon's kernel: the default 112 x 512 where B is packed
-    inside (:func:`b_inside`; measured with that blocking), else :func:`choose_config`."""
+                     trans_b: bool = False, isa: str = "avx512") -> CpuGemmConfig:
+    """The blocking of a classical GEMM on falcon's ``isa`` kernel: the default (:func:`default_config`)
+    where B is packed inside (:func:`b_inside`; measured with that blocking), else :func:`choose_config`.
+
+    Raises:
+        ValueError: ``isa`` is not one of :data:`ISA_WIDTH`."""
     if b_inside(M, N, K, trans_a, trans_b, batch):
-        return CpuGemmConfig()
-    return choose_config(M, N, K, batch)
+        return default_config(isa)
+    return choose_config(M, N, K, batch, isa)
 
 
 def fused_scratch_floats(N: int, config: CpuGemmConfig) -> int:
@@ -253,11 +297,17 @@ def fused_slot_floats(config: CpuGemmConfig) -> int:
 PLAN_CONFIG = CpuGemmConfig(kc=384, mc=56)
 
 
-def choose_plan_config(M: int, N: int, K: int, batch: int = 1) -> CpuGemmConfig:
-    """The blocking for an LCMA plan's ``M x N x K`` products (``batch`` of each): :data:`PLAN_CONFIG` where
-    :func:`choose_config` takes the default blocking, else its small one."""
-    c = choose_config(M, N, K, batch)
-    return PLAN_CONFIG if c == CpuGemmConfig() else c
+def choose_plan_config(M: int, N: int, K: int, batch: int = 1, isa: str = "avx512") -> CpuGemmConfig:
+    """The blocking for an LCMA plan's ``M x N x K`` products (``batch`` of each) on the ``isa`` kernel:
+    :data:`PLAN_CONFIG` (:data:`AVX2_PLAN_CONFIG`) where :func:`choose_config` takes the default
+    blocking, else its small one.
+
+    Raises:
+        ValueError: ``isa`` is not one of :data:`ISA_WIDTH`."""
+    c = choose_config(M, N, K, batch, isa)
+    if c != default_config(isa):
+        return c
+    return AVX2_PLAN_CONFIG if isa == "avx2" else PLAN_CONFIG
 
 
 def packed_b_floats(N: int, K: int, config: CpuGemmConfig = CpuGemmConfig(), batch: int = 1) -> int:

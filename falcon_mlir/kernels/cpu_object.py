@@ -24,10 +24,13 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-#: Flags every object is compiled with (x86-64-v4: AVX-512 F/BW/DQ/VL).
-CFLAGS = ("-O3", "-march=x86-64-v4", "-mtune=native", "-ffreestanding", "-fPIC", "-fvisibility=hidden",
+#: Flags every object is compiled with, after its ISA's ``-march`` (:data:`MARCH`).
+CFLAGS = ("-O3", "-mtune=native", "-ffreestanding", "-fPIC", "-fvisibility=hidden",
           "-fno-plt", "-fno-asynchronous-unwind-tables", "-fno-tree-loop-distribute-patterns",
           "-fno-stack-protector", "-fno-exceptions", "-fno-math-errno")
+#: The x86-64 level each kernel ISA is compiled for: x86-64-v4 (AVX-512 F/BW/DQ/VL), x86-64-v3 (AVX2,
+#: FMA, BMI2: an AVX2 object must hold no AVX-512 instruction gcc might pick on its own).
+MARCH = {"avx512": "-march=x86-64-v4", "avx2": "-march=x86-64-v3"}
 
 
 #: The AVX-512 subsets the object's code uses (``-march=x86-64-v4``), as ``/proc/cpuinfo`` and LLVM
@@ -35,19 +38,37 @@ CFLAGS = ("-O3", "-march=x86-64-v4", "-mtune=native", "-ffreestanding", "-fPIC",
 REQUIRED_FEATURES = ("avx512f", "avx512bw", "avx512dq", "avx512vl")
 
 
-def host_has_avx512(cpuinfo: str = "/proc/cpuinfo") -> bool:
-    """Whether this machine's CPU has every subset in :data:`REQUIRED_FEATURES` (the ``flags``
+#: The features each kernel ISA's object uses (``-march`` of :data:`MARCH`), as ``/proc/cpuinfo``
+#: and LLVM name them; the AVX2 object's x86-64-v3 also allows BMI1/2, LZCNT and MOVBE, which every
+#: CPU with AVX2 and FMA has.
+ISA_FEATURES = {"avx512": REQUIRED_FEATURES, "avx2": ("avx", "avx2", "fma", "f16c")}
+#: What each ISA's features are called in messages.
+ISA_NAMES = {"avx512": "AVX-512 (F, BW, DQ, VL)", "avx2": "AVX2 and FMA"}
+
+
+def host_has(isa: str, cpuinfo: str = "/proc/cpuinfo") -> bool:
+    """Whether this machine's CPU has every feature of :data:`ISA_FEATURES` ``[isa]`` (the ``flags``
     lines of ``cpuinfo``; False where it cannot be read)."""
     try:
         with open(cpuinfo) as f:
             lines = [ln.split(":", 1)[-1].split() for ln in f if ln.startswith("flags")]
     except OSError:
         return False
-    return bool(lines) and all(set(REQUIRED_FEATURES) <= set(flags) for flags in lines)
+    return bool(lines) and all(set(ISA_FEATURES[isa]) <= set(flags) for flags in lines)
 
 
-def missing_target_features(target_attr: str) -> list:
-    """The :data:`REQUIRED_FEATURES` an ``#hal.executable.target`` attribute's ``cpu_features``
+def host_has_avx512(cpuinfo: str = "/proc/cpuinfo") -> bool:
+    """Whether this machine's CPU has every subset in :data:`REQUIRED_FEATURES` (:func:`host_has`)."""
+    return host_has("avx512", cpuinfo)
+
+
+def host_isa(cpuinfo: str = "/proc/cpuinfo"):
+    """The widest kernel ISA this machine's CPU runs (``avx512``, ``avx2``), or None."""
+    return next((isa for isa in ISA_FEATURES if host_has(isa, cpuinfo)), None)
+
+
+def missing_target_features(target_attr: str, isa: str = "avx512") -> list:
+    """The :data:`ISA_FEATURES` ``[isa]`` an ``#hal.executable.target`` attribute's ``cpu_features``
     lack, as ``+avx512f`` ...; ``[]`` when it has them all or names no ``cpu_features``."""
     import re
 
@@ -55,7 +76,7 @@ def missing_target_features(target_attr: str) -> list:
     if m is None:
         return []
     have = set(m.group(1).split(","))
-    return [f"+{f}" for f in REQUIRED_FEATURES if f"+{f}" not in have]
+    return [f"+{f}" for f in ISA_FEATURES[isa] if f"+{f}" not in have]
 
 
 def compiler() -> str:
@@ -154,8 +175,8 @@ def _compiler_version(cc: str) -> str:
     return out.stdout.splitlines()[0] if out.stdout else cc
 
 
-def compile_source(src: str, label: str = "source", cache: bool = True) -> Path:
-    """Compile C source ``src`` with :data:`CFLAGS` to an object file and return its path.
+def compile_source(src: str, label: str = "source", cache: bool = True, isa: str = "avx512") -> Path:
+    """Compile C source ``src`` with ``isa``'s :data:`MARCH` and :data:`CFLAGS` to an object file and return its path.
 
     The object is cached under :func:`cache_dir` by SHA-256 of (source,
     flags, compiler version); written to a temporary file and renamed.
@@ -174,7 +195,8 @@ def compile_source(src: str, label: str = "source", cache: bool = True) -> Path:
             links with ``--no-undefined`` and no libc).
     """
     cc = compiler()
-    key = hashlib.sha256("\0".join([src, " ".join(CFLAGS), _compiler_version(cc)]).encode()).hexdigest()[:24]
+    flags = (MARCH[isa], *CFLAGS)
+    key = hashlib.sha256("\0".join([src, " ".join(flags), _compiler_version(cc)]).encode()).hexdigest()[:24]
     name = f"sgemm_{key}.o"
     out = cache_dir() / name
     if cache and out.is_file() and object_problem(out) is None and linkable_path(out.resolve()):
@@ -182,7 +204,7 @@ def compile_source(src: str, label: str = "source", cache: bool = True) -> Path:
     with tempfile.TemporaryDirectory() as tmp:
         c_file, o_file = Path(tmp) / "k.c", Path(tmp) / "k.o"
         c_file.write_text(src)
-        res = subprocess.run([cc, *CFLAGS, "-c", str(c_file), "-o", str(o_file)], capture_output=True, text=True)
+        res = subprocess.run([cc, *flags, "-c", str(c_file), "-o", str(o_file)], capture_output=True, text=True)
         if res.returncode != 0:
             text = (res.stderr + res.stdout).strip()
             first = next((ln for ln in text.splitlines() if "error" in ln), text[:200].replace("\n", " "))

@@ -99,14 +99,18 @@ class CpuPlan:
     Attributes:
         M, N, K: the GEMM's sizes, multiples of the scheme's ``m``, ``n``, ``k``.
         scheme: a catalog name (``strassen``, ``strassen^2``, ``winograd*strassen`` ...).
-        config: the kernel's blocking (default :func:`cpu_gemm.choose_plan_config` of the product's blocks).
+        config: the kernel's blocking (default :func:`cpu_gemm.choose_plan_config` of the product's blocks
+            for ``isa``).
         trans_a: A is stored ``K x M`` (else ``M x K``); trans_b: B is stored ``N x K`` (else ``K x N``).
         batch: that many independent products, a leading dimension of A, B and C alike (each product's
             2 R dispatches run every entry: the pack's workgroup y is the entry, the GEMM's workgroup z a
             group of entries, :func:`cpu_gemm.batch_groups`).
+        isa: the kernel's vector instructions (``avx512``, ``avx2``), the default config's; ``config.isa``
+            where a config is given.
 
     Raises:
-        ValueError: a size is not a positive multiple of the format, a flag not a bool; a product needs more than
+        ValueError: a size is not a positive multiple of the format, a flag not a bool; ``isa`` unknown
+            or not ``config``'s; a product needs more than
             :data:`MAX_TERMS` terms; a coefficient :func:`encode_term` refuses.
         falcon_mlir.catalog.UnknownSchemeError: ``scheme`` is not in the catalog.
     """
@@ -119,6 +123,7 @@ class CpuPlan:
     trans_a: bool = False
     trans_b: bool = False
     batch: int = 1
+    isa: Optional[str] = None
 
     def __post_init__(self):
         for name in ("M", "N", "K", "batch"):
@@ -133,7 +138,11 @@ class CpuPlan:
             raise ValueError(f"CpuPlan: {self.M}x{self.N}x{self.K} (MxNxK) is not a multiple of "
                              f"{self.scheme}'s format <{s.m},{s.k},{s.n}>")
         if self.config is None:
-            object.__setattr__(self, "config", cpu_gemm.choose_plan_config(self.Mb, self.Nb, self.Kb, self.batch))
+            object.__setattr__(self, "config", cpu_gemm.choose_plan_config(self.Mb, self.Nb, self.Kb, self.batch,
+                                                                           self.isa or "avx512"))
+        elif self.isa not in (None, self.config.isa):
+            raise ValueError(f"CpuPlan: isa={self.isa!r} but the config is for {self.config.isa}")
+        object.__setattr__(self, "isa", self.config.isa)
         self.products  # noqa: B018 - checks the terms now
 
     @cached_property
@@ -260,7 +269,7 @@ def plan_module(plan: CpuPlan, *, flags: Sequence[str] = (), target_attr: Option
 
     flags = tuple(flags) or cpu_embed.DEFAULT_CPU_FLAGS
     target_attr = target_attr or cpu_embed.cpu_target_attribute(flags)
-    cpu_embed.check_target(flags, target_attr)
+    cpu_embed.check_target(flags, target_attr, plan.isa)
     obj = obj or cpu_source.compile_object(plan.config)
     a_t, b_t, c_t = (tensor_type(x, "f32") for x in (plan.spec.a_shape, plan.spec.b_shape, plan.spec.c_shape))
     lines, c = plan_dispatch_lines(exe, plan)

@@ -1,7 +1,8 @@
 """The C source of falcon's CPU GEMM kernel (see :mod:`falcon_mlir.kernels.cpu_gemm` for the design).
 
 :func:`kernel_source` writes, for one blocking (:class:`~falcon_mlir.kernels.cpu_gemm.CpuGemmConfig`),
-the seven entry points as one translation unit: the classical pair (pack B, GEMM), the classical GEMM
+the seven entry points as one translation unit (in AVX-512 or AVX2, the config's ``isa``: the vector
+operations go through :class:`_Isa`): the classical pair (pack B, GEMM), the classical GEMM
 that packs B itself, the general pair (transposed operands, batches) and the LCMA pair (an LCMA
 plan's product with its terms summed in the packs and several destinations in the epilogue), which
 share one micro-kernel, one set of packs and the 16 x 16 transposing tile. :func:`compile_object`
@@ -11,6 +12,7 @@ each helper's text is used by the entry points written below it.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from . import cpu_object
@@ -28,8 +30,54 @@ def _memref(name: str, const: bool) -> str:
     return _MEMREF.format(n=name, q="const " if const else "")
 
 
+@dataclass(frozen=True)
+class _Isa:
+    """The vector instructions the generated C is written in: ``avx512`` (zmm, 16 floats, mask
+    registers) or ``avx2`` (ymm, 8 floats, AVX2 + FMA; masks are vectors of all-ones lanes)."""
+
+    name: str
+    width: int
+    vec: str
+    prefix: str
+    mask: str
+
+    def zero(self) -> str:
+        return f"{self.prefix}_setzero_ps()"
+
+    def op(self, name: str, *args: str) -> str:
+        """``{prefix}_{name}_ps(args)``: loadu, storeu, set1, fmadd, mul, add."""
+        return f"{self.prefix}_{name}_ps({', '.join(args)})"
+
+    def loadz(self, m: str, p: str) -> str:
+        """Load the lanes of ``m`` from ``p``, the others 0 (nothing read there)."""
+        return f"_mm512_maskz_loadu_ps({m}, {p})" if self.width == 16 else f"_mm256_maskload_ps({p}, {m})"
+
+    def mstore(self, p: str, m: str, v: str) -> str:
+        """Store the lanes of ``m`` of ``v`` at ``p``."""
+        return f"_mm512_mask_storeu_ps({p}, {m}, {v})" if self.width == 16 else f"_mm256_maskstore_ps({p}, {m}, {v})"
+
+    def lanes(self, n: str) -> str:
+        """The mask of the first ``n`` lanes (``n`` a C expression of type long, any value)."""
+        return f"lanes({n})"
+
+
+_ISAS = {"avx512": _Isa("avx512", 16, "__m512", "_mm512", "__mmask16"),
+         "avx2": _Isa("avx2", 8, "__m256", "_mm256", "__m256i")}
+
+
+def _lanes_helper(isa: _Isa) -> str:
+    if isa.width == 16:
+        return ("static inline __mmask16 lanes(long n) {\n"
+                "  return n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1u);\n}")
+    return ("static inline __m256i lanes(long n) {\n"
+            "  return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(n < 0 ? 0 : n > 8 ? 8 : n)),\n"
+            "                            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));\n}")
+
+
 def _microkernel(c: CpuGemmConfig) -> str:
-    nv = c.nr // 16
+    isa = _ISAS[c.isa]
+    W, V = isa.width, isa.vec
+    nv = c.nr // W
     acc = [[f"c{r}_{v}" for v in range(nv)] for r in range(c.mr)]
     # The destinations' tiles into L2 first: their loads and stores at the end then miss no further
     # (C is M x N, it lives in L3 or memory at large sizes). Both are functions of their own (one
@@ -40,7 +88,7 @@ def _microkernel(c: CpuGemmConfig) -> str:
              "  for (size_t t = 0; t < nd; ++t)",
              "    for (size_t r = 0; r < rows; ++r) {",
              "      " + " ".join(f"_mm_prefetch((const char *)(d[t].c + r * d[t].ld + {16 * v}), _MM_HINT_T1);"
-                                 for v in range(nv)),
+                                 for v in range(c.nr // 16)),
              "    }",
              "}",
              "",
@@ -48,25 +96,24 @@ def _microkernel(c: CpuGemmConfig) -> str:
              "ukernel(size_t kc, const float *restrict a, const float *restrict b, const float *addp, size_t ldp,",
              "        const Dst *d, size_t nd, size_t rows, size_t cols, unsigned first, const float *pf) {",
              "  prefetch_dst(d, nd, rows);"]
-    lines.append("  __m512 " + ", ".join(f"{x} = _mm512_setzero_ps()" for row in acc for x in row) + ";")
+    lines.append(f"  {V} " + ", ".join(f"{x} = {isa.zero()}" for row in acc for x in row) + ";")
     lines.append("  for (size_t k = 0; k < kc; ++k) {")
-    lines.append("    " + " ".join(f"__m512 b{v} = _mm512_loadu_ps(b + {16 * v});" for v in range(nv)))
+    lines.append("    " + " ".join(f"{V} b{v} = {isa.op('loadu', f'b + {W * v}')};" for v in range(nv)))
     # One line of the next B micro-panel into L2 per k step (the caller spreads them).
     lines.append("    _mm_prefetch((const char *)(pf + k * 16), _MM_HINT_T1);")
     for r in range(c.mr):
-        fmas = " ".join(f"{acc[r][v]} = _mm512_fmadd_ps(a{r}, b{v}, {acc[r][v]});" for v in range(nv))
-        lines.append(f"    {{ __m512 a{r} = _mm512_set1_ps(a[{r} * APS]); {fmas} }}")
+        fmas = " ".join(f"{acc[r][v]} = {isa.op('fmadd', f'a{r}', f'b{v}', acc[r][v])};" for v in range(nv))
+        lines.append(f"    {{ {V} a{r} = {isa.op('set1', f'a[{r} * APS]')}; {fmas} }}")
     lines.append(f"    a += 1; b += {c.nr};")
     lines.append("  }")
-    # The tile's columns per vector (all 16 but in an edge tile), for the loads and stores below.
+    # The tile's columns per vector (all W but in an edge tile), for the loads and stores below.
     for v in range(nv):
-        lines.append(f"  __mmask16 m{v} = cols >= {16 * (v + 1)} ? (__mmask16)0xFFFF : "
-                     f"cols <= {16 * v} ? (__mmask16)0 : (__mmask16)((1u << (cols - {16 * v})) - 1u);")
+        lines.append(f"  {isa.mask} m{v} = {isa.lanes(f'(long)cols - {W * v}')};")
     # Plus the partial sum of the earlier K blocks (a workgroup's private tile, `addp`), if any.
     lines.append("  if (addp) {")
     for r in range(c.mr):
-        body = " ".join(f"{acc[r][v]} = _mm512_add_ps({acc[r][v]}, _mm512_maskz_loadu_ps(m{v}, addp + {r} * ldp + "
-                        f"{16 * v}));" for v in range(nv))
+        body = " ".join(f"{acc[r][v]} = {isa.op('add', acc[r][v], isa.loadz(f'm{v}', f'addp + {r} * ldp + {W * v}'))};"
+                        for v in range(nv))
         lines.append(f"    if (rows > {r}) {{ {body} }}")
     lines.append("  }")
     # Each destination gets w * tile: stored where `first` has its bit, else added (one rounding:
@@ -74,27 +121,29 @@ def _microkernel(c: CpuGemmConfig) -> str:
     lines.append("  for (size_t t = 0; t < nd; ++t) {")
     lines.append("    float *restrict c = d[t].c;")
     lines.append("    size_t ldc = d[t].ld;")
-    lines.append("    __m512 w = _mm512_set1_ps(d[t].w);")
+    lines.append(f"    {V} w = {isa.op('set1', 'd[t].w')};")
     lines.append("    int st = (first >> t) & 1u;")
     # Full tile: without masks.
     lines.append(f"    if (rows == {c.mr} && cols == {c.nr}) {{")
     lines.append("      if (st) {")
     for r in range(c.mr):
-        lines.append("        " + " ".join(f"_mm512_storeu_ps(c + {r} * ldc + {16 * v}, _mm512_mul_ps(w, {acc[r][v]}));"
-                                           for v in range(nv)))
+        lines.append("        " + " ".join(
+            isa.op("storeu", f"c + {r} * ldc + {W * v}", isa.op("mul", "w", acc[r][v])) + ";" for v in range(nv)))
     lines.append("      } else {")
     for r in range(c.mr):
         lines.append("        " + " ".join(
-            f"_mm512_storeu_ps(c + {r} * ldc + {16 * v}, _mm512_fmadd_ps(w, {acc[r][v]}, "
-            f"_mm512_loadu_ps(c + {r} * ldc + {16 * v})));" for v in range(nv)))
+            isa.op("storeu", f"c + {r} * ldc + {W * v}",
+                   isa.op("fmadd", "w", acc[r][v], isa.op("loadu", f"c + {r} * ldc + {W * v}"))) + ";"
+            for v in range(nv)))
     lines.append("      }")
     lines.append("      continue;")
     lines.append("    }")
     # Edge tile: masked columns, rows below `rows` only.
     for r in range(c.mr):
         body = " ".join(
-            f"_mm512_mask_storeu_ps(c + {r} * ldc + {16 * v}, m{v}, st ? _mm512_mul_ps(w, {acc[r][v]}) : "
-            f"_mm512_fmadd_ps(w, {acc[r][v]}, _mm512_maskz_loadu_ps(m{v}, c + {r} * ldc + {16 * v})));"
+            isa.mstore(f"c + {r} * ldc + {W * v}", f"m{v}",
+                       f"st ? {isa.op('mul', 'w', acc[r][v])} : "
+                       f"{isa.op('fmadd', 'w', acc[r][v], isa.loadz(f'm{v}', f'c + {r} * ldc + {W * v}'))}") + ";"
             for v in range(nv))
         lines.append(f"    if (rows > {r}) {{ {body} }}")
     lines.append("  }")
@@ -102,16 +151,19 @@ def _microkernel(c: CpuGemmConfig) -> str:
     return "\n".join(lines)
 
 
-def _tile16() -> str:
+def _tile16(isa: _Isa) -> str:
     """C of ``tile16``: a 16 x 16 block of ``sum_t w[t] src_t`` (rows ``ld`` apart) transposed into ``dst``
     (rows ``ldd`` apart) in zmm registers: unpack (pairs of floats), unpack (pairs of doubles), two
     128-bit lane shuffles, 64 shuffles per 256 elements. Source rows ``nrows`` and up read as 0, columns
     outside ``cm`` as 0; ``nout`` rows of ``dst`` are stored, each through mask ``om``."""
+    head = ["static inline __attribute__((always_inline)) void",
+            "tile16(const float *const *src, const float *w, size_t nt, size_t ld, size_t nrows, mask16 cm,",
+            "       float *restrict dst, size_t ldd, size_t nout, mask16 om) {"]
+    if isa.width != 16:
+        return "\n".join(head) + "\n" + _TILE16_SCALAR
     r = [f"r{q}" for q in range(16)]
     t = [f"t{q}" for q in range(16)]
-    lines = ["static inline __attribute__((always_inline)) void",
-             "tile16(const float *const *src, const float *w, size_t nt, size_t ld, size_t nrows, __mmask16 cm,",
-             "       float *restrict dst, size_t ldd, size_t nout, __mmask16 om) {",
+    lines = head + [
              "  __m512 " + ", ".join(f"{x} = _mm512_setzero_ps()" for x in r) + ";",
              "  __m512 " + ", ".join(t) + ";"]
     # Rows in term order, one rounding per term (as sum_row: the same sums as the row-major packs).
@@ -148,19 +200,62 @@ def _tile16() -> str:
     return "\n".join(lines)
 
 
+#: ``tile16``'s body without zmm registers (AVX2): element by element, each source row read along
+#: its columns, the same sums in the same order (``w[0] x`` then one fused multiply-add per term).
+#: Used by the transposed layouts' packs only; the plain layouts' packs and the micro-kernel are vector code.
+_TILE16_SCALAR = """  for (size_t i = 0; i < 16; ++i)
+    for (size_t q = 0; q < nout; ++q) {
+      if (!((om >> i) & 1u)) continue;
+      float s = 0.0f;
+      if (i < nrows && ((cm >> q) & 1u)) {
+        s = w[0] * src[0][i * ld + q];
+        for (size_t u = 1; u < nt; ++u) s = __builtin_fmaf(w[u], src[u][i * ld + q], s);
+      }
+      dst[q * ldd + i] = s;
+    }
+}"""
+
+
+def _sum_row(isa: _Isa) -> str:
+    W, V = isa.width, isa.vec
+    first = lambda m: isa.op("mul", isa.op("set1", "w[0]"), m("src[0] + k"))  # noqa: E731
+    more = lambda m: isa.op("fmadd", isa.op("set1", "w[t]"), m("src[t] + k"), "s")  # noqa: E731
+    full = lambda x: isa.op("loadu", x)  # noqa: E731
+    part = lambda x: isa.loadz("m", x)  # noqa: E731
+    return f"""/* dst[0, n) = sum_t w[t] * src[t][0, n) (one rounding per term, in term order). */
+static inline __attribute__((always_inline)) void
+sum_row(float *restrict dst, const float *const *src, const float *w, size_t nt, size_t n) {{
+  size_t k = 0;
+  for (; k + {W} <= n; k += {W}) {{
+    {V} s = {first(full)};
+    for (size_t t = 1; t < nt; ++t)
+      s = {more(full)};
+    {isa.op("storeu", "dst + k", "s")};
+  }}
+  if (k < n) {{
+    {isa.mask} m = lanes((long)(n - k));
+    {V} s = {first(part)};
+    for (size_t t = 1; t < nt; ++t)
+      s = {more(part)};
+    {isa.mstore("dst + k", "m", "s")};
+  }}
+}}"""
+
+
 def kernel_source(config: CpuGemmConfig = CpuGemmConfig()) -> str:
     """The C source of the seven entry points for ``config`` (sizes are run-time arguments):
     the classical pair (:func:`entry_names`), the classical GEMM that packs B itself
     (:func:`fused_entry_name`), the general classical pair (:func:`general_entry_names`) and the LCMA
     pair (:func:`lcma_entry_names`)."""
     c = config
+    isa = _ISAS[c.isa]
     pack_b_name, gemm_name = entry_names(c)
     fgemm_name = fused_entry_name(c)
     lpack_b_name, lgemm_name = lcma_entry_names(c)
     gpack_b_name, ggemm_name = general_entry_names(c)
     terms = lambda p: ", ".join(f"size_t {p}{i}" for i in range(MAX_TERMS))  # noqa: E731
     term_list = lambda p: ", ".join(f"{p}{i}" for i in range(MAX_TERMS))  # noqa: E731
-    return f"""/* falcon's f32 GEMM for x86-64 AVX-512, {c.label} (generator v{GENERATOR_VERSION}). */
+    return f"""/* falcon's f32 GEMM for x86-64 {isa.name.upper()}, {c.label} (generator v{GENERATOR_VERSION}). */
 #include <immintrin.h>
 #include <stddef.h>
 
@@ -175,7 +270,8 @@ def kernel_source(config: CpuGemmConfig = CpuGemmConfig()) -> str:
 #define APS (KC + 16) /* row stride of packed A: one line of padding spreads the rows over L1's sets */
 #define MIN(x, y) ((x) < (y) ? (x) : (y))
 #define PACKED(N, K) (((N) + NR - 1) / NR * (K) * NR) /* floats of packed B for a K x N B */
-#define MASK16(n) ((n) >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n)) - 1u))
+#define MASK16(n) ((n) >= 16 ? (mask16)0xFFFF : (mask16)((1u << (n)) - 1u))
+typedef unsigned short mask16; /* a bit per column of a 16 x 16 tile (tile16) */
 
 /* One destination of a micro-kernel's tile: C += w * tile (or C = w * tile), rows ld apart. */
 typedef struct {{ float *c; size_t ld; float w; }} Dst;
@@ -188,28 +284,13 @@ static inline float term_coef(size_t t) {{
   return (float)((long)((t >> 4) & 1023) - 512) / (float)(1u << (t & 15));
 }}
 
+{_lanes_helper(isa)}
+
 {_microkernel(c)}
 
-{_tile16()}
+{_tile16(isa)}
 
-/* dst[0, n) = sum_t w[t] * src[t][0, n) (one rounding per term, in term order). */
-static inline __attribute__((always_inline)) void
-sum_row(float *restrict dst, const float *const *src, const float *w, size_t nt, size_t n) {{
-  size_t k = 0;
-  for (; k + 16 <= n; k += 16) {{
-    __m512 s = _mm512_mul_ps(_mm512_set1_ps(w[0]), _mm512_loadu_ps(src[0] + k));
-    for (size_t t = 1; t < nt; ++t)
-      s = _mm512_fmadd_ps(_mm512_set1_ps(w[t]), _mm512_loadu_ps(src[t] + k), s);
-    _mm512_storeu_ps(dst + k, s);
-  }}
-  if (k < n) {{
-    __mmask16 m = (__mmask16)((1u << (n - k)) - 1u);
-    __m512 s = _mm512_mul_ps(_mm512_set1_ps(w[0]), _mm512_maskz_loadu_ps(m, src[0] + k));
-    for (size_t t = 1; t < nt; ++t)
-      s = _mm512_fmadd_ps(_mm512_set1_ps(w[t]), _mm512_maskz_loadu_ps(m, src[t] + k), s);
-    _mm512_mask_storeu_ps(dst + k, m, s);
-  }}
-}}
+{_sum_row(isa)}
 
 /* Bp[j][k][r] = sum_t w[t] * B_t[k][j*NR + r] (0 past N) for rows k of this workgroup; B_t's rows
    are ldb apart. */
@@ -242,7 +323,7 @@ static void pack_b_t(const float *const *b, const float *w, size_t nt, size_t N,
       for (size_t v = 0; v < NR; v += 16) {{
         for (size_t t = 0; t < nt; ++t) src[t] = b[t] + (j * NR + v) * ldb + k;
         tile16(src, w, nt, ldb, cols > v ? MIN(16, cols - v) : 0, MASK16(kn), bp + (j * K + k) * NR + v, NR, kn,
-               (__mmask16)0xFFFF);
+               (mask16)0xFFFF);
       }}
     }}
   }}
@@ -498,4 +579,4 @@ def compile_object(config: CpuGemmConfig = CpuGemmConfig(), cache: bool = True) 
     Raises:
         RuntimeError: as :func:`falcon_mlir.kernels.cpu_object.compile_source`.
     """
-    return cpu_object.compile_source(kernel_source(config), config.label, cache)
+    return cpu_object.compile_source(kernel_source(config), config.label, cache, config.isa)

@@ -43,7 +43,8 @@ LcmaSpec = Union[None, bool, str, Any]
 TilesSpec = Union[None, bool, str, Any]
 
 # "auto": falcon-kernels (sm_90a) when the flags select the cuda device and Triton
-# is installed, (x86-avx512) for an llvm-cpu target CPU with AVX-512 and a C compiler;
+# is installed, (x86-avx512) for an llvm-cpu target CPU with AVX-512 and a C compiler, (x86-avx2)
+# for one with AVX2 and FMA but not AVX-512;
 # None/False/"none": off; falcon-kernels options ("arch=sm_90a f32-mode=ieee").
 KernelsSpec = Union[None, bool, str, Any]
 

@@ -3,7 +3,7 @@
 
 * ``lcma-rewrite`` (:mod:`.lcma_rewrite`): contractions through LCMA plans;
 * ``falcon-kernels`` (:mod:`.falcon_kernels`): contractions as falcon's own CUDA kernels, or
-  (``arch=x86-avx512``) f32 GEMMs as its CPU kernel;
+  (``arch=x86-avx512``, ``x86-avx2``) f32 GEMMs as its CPU kernel;
 * ``falcon-tiles`` (:mod:`.falcon_tiles`): CUDA tile choices;
 * ``empty-reduction`` (:mod:`.empty_reduction`): contractions over an empty
   reduction (K = 0) replaced by their init (IREE 3.13 crashes on them).

@@ -47,7 +47,7 @@ PASSES = {p.name: p for p in (
     PassInfo("falcon-kernels", KernelsOptions, run_falcon_kernels,
              "run contractions (and kernel-form plans) as falcon's generated CUDA kernels "
              "(Triton, sm_90a, embedded in the module; needs the cuda extra), or classical "
-             "f32 GEMMs as falcon's CPU kernel (x86-avx512; needs gcc):"),
+             "f32 GEMMs as falcon's CPU kernel (x86-avx512 or x86-avx2; needs gcc):"),
     PassInfo("falcon-tiles", TilesOptions, run_falcon_tiles,
              "attach CUDA tile choices (compilation_info) to contractions and to the "
              "rewrite's combines:"),

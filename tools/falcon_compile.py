@@ -43,7 +43,9 @@ Ours:
                             --iree-hal-target-device=cuda when Triton is
                             installed, the cuda extra; x86-avx512, falcon's
                             CPU f32 GEMM, for an llvm-cpu target CPU with
-                            AVX-512 when gcc or $FALCON_CC is found), none
+                            AVX-512 when gcc or $FALCON_CC is found;
+                            x86-avx2, its AVX2 build, for one with AVX2
+                            and FMA only), none
                             (IREE's code for every contraction), or options
                             such as "arch=sm_90a f32-mode=ieee min-flops=0";
                             the report lists each contraction's kernel.
@@ -53,7 +55,8 @@ Ours:
 Defaults inside IREE's pipeline (barriers=true), for a cuda target (the
 h200-iree profile, or h200-falcon with falcon's kernels, padding for a forced
 scheme, no run-time dispatch, the cuda-sm80 tile table, the kernels' sm_90a)
-and for an llvm-cpu target (the kernels' x86-avx512 where the CPU has AVX-512)
+and for an llvm-cpu target (the kernels' x86-avx512 where the CPU has AVX-512,
+x86-avx2 where it has AVX2 and FMA only)
 apply to options left at auto and are listed in the report
 (falcon_mlir.pipeline.assemble).
 

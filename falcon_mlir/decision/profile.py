@@ -67,8 +67,9 @@ target CPU without AVX512-BF16, ``falcon_mlir.pipeline.assemble.NO_NATIVE_BF16_C
 and V1, NVIDIA H200, H100, A100 and H20, and ``h200-iree`` (the H200 as
 IREE's CUDA code runs on it: sm_80 PTX with falcon's tile choices, measured
 with ``falcon-calibrate --device cuda``), ``h200-falcon`` (falcon's own CUDA
-kernels) and ``x86-falcon`` (the x86 host where falcon's own CPU kernel serves
-the f32 GEMMs and the kernel-form plans). Presets whose ``source`` is
+kernels), ``x86-falcon`` (the x86 host where falcon's own CPU kernel serves
+the f32 GEMMs and the kernel-form plans) and ``x86-falcon-avx2`` (the same with the
+kernel's AVX2 build, on a 2-core Zen 3 without AVX-512). Presets whose ``source`` is
 ``datasheet`` carry vendor peak figures (and a ramp for small sizes), marked
 in ``provenance``; they are starting points, to be replaced by a
 ``falcon-calibrate`` run on the machine.
@@ -99,6 +100,7 @@ PRESETS = {
     "x86-dev": "x86-dev.json",
     "x86-avx2": "x86-avx2.json",
     "x86-falcon": "x86-falcon.json",
+    "x86-falcon-avx2": "x86-falcon-avx2.json",
     "neoverse-n1": "neoverse-n1.json",
     "neoverse-v1": "neoverse-v1.json",
     "h200": "h200.json",

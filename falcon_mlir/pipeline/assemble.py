@@ -66,7 +66,7 @@ __all__ = ["Default", "PIPELINE_DEFAULTS", "KERNEL_DEFAULTS", "TARGET_DEFAULTS",
            "DEFAULT_TARGET", "profile_mismatch",
            "target_devices", "targets_cuda", "with_default_target", "check_cuda_target",
            "DEFAULT_CUDA_TARGET", "lcma_options", "targets_llvm_cpu", "cpu_target_flags",
-           "CPU_TARGET_FLAG_PREFIXES", "cpu_kernel_blocker",
+           "CPU_TARGET_FLAG_PREFIXES", "cpu_kernel_blocker", "kernels_kind",
            "tiles_options", "kernels_options", "rewrite_stages", "make_rewrite", "compile_source",
            "KERNEL_FLAGS"]
 
@@ -132,9 +132,13 @@ TARGET_DEFAULTS = {
             Default("arch", "x86-avx512", "llvm-cpu target CPU with AVX-512 F/BW/DQ/VL and a C "
                                           "compiler: classical f32 GEMMs run on falcon's CPU kernel",
                     when=lambda o: cpu_kernel_blocker(o.cpu_flags) is None),
-            Default("arch", "none", "llvm-cpu target, an x86-64 CPU without AVX-512 F/BW/DQ/VL: "
-                                    "falcon's CPU kernel needs them",
-                    when=lambda o: cpu_kernel_blocker(o.cpu_flags) == "avx512"),
+            Default("arch", "x86-avx2", "llvm-cpu target CPU with AVX2 and FMA but not AVX-512, and a C "
+                                        "compiler: classical f32 GEMMs run on falcon's AVX2 kernel",
+                    when=lambda o: cpu_kernel_blocker(o.cpu_flags) == "avx512"
+                    and cpu_kernel_blocker(o.cpu_flags, "avx2") is None),
+            Default("arch", "none", "llvm-cpu target, an x86-64 CPU without AVX2 and FMA: "
+                                    "falcon's CPU kernel needs them (or AVX-512)",
+                    when=lambda o: cpu_kernel_blocker(o.cpu_flags, "avx2") == "avx2"),
             Default("arch", "none", "llvm-cpu target, but no C compiler for falcon's CPU kernel "
                                     "(install gcc or set FALCON_CC)",
                     when=lambda o: cpu_kernel_blocker(o.cpu_flags) == "compiler"),
@@ -202,7 +206,25 @@ KERNEL_DEFAULTS = {
                     when=lambda o: not os.environ.get("FALCON_PROFILE")),  # the user's profile wins
         ),
     },
+    "cpu-avx2": {
+        "lcma-rewrite": (
+            Default("profile", "x86-falcon-avx2", "falcon-kernels on (x86-avx2): the profile of falcon's "
+                                                  "AVX2 CPU kernel (classical and kernel-form plans), "
+                                                  "measured on a 2-core Zen 3",
+                    when=lambda o: not os.environ.get("FALCON_PROFILE")),
+        ),
+    },
 }
+
+
+def kernels_kind(options: Optional[KernelsOptions]) -> Optional[str]:
+    """Where falcon-kernels with ``options`` runs its kernels, as :data:`KERNEL_DEFAULTS` keys them:
+    ``"cpu"`` (x86-avx512), ``"cpu-avx2"`` (x86-avx2), ``"cuda"``, or None (``options`` None: not run)."""
+    if options is None:
+        return None
+    if options.on_cpu:
+        return "cpu" if options.isa == "avx512" else f"cpu-{options.isa}"
+    return "cuda"
 
 #: The compile target (:data:`falcon_mlir.targets.TARGETS`) when the flags name
 #: no device (no ``--iree-hal-target-device`` / ``--iree-hal-target-backends``):
@@ -257,14 +279,16 @@ def cpu_target_flags(flags: Sequence[str]) -> tuple:
     return tuple(str(f) for f in flags if str(f).lstrip("-").startswith(CPU_TARGET_FLAG_PREFIXES))
 
 
-def cpu_kernel_blocker(flags: tuple) -> Optional[str]:
-    """Why falcon's CPU kernel cannot serve an llvm-cpu compile with ``flags``, or None when it can:
-    ``"not-x86"`` (the target triple, or without one this machine, is of another architecture: the
-    kernel does not apply, no default is stated), ``"avx512"`` (the x86-64 target CPU lacks AVX-512
-    F/BW/DQ/VL) or ``"compiler"`` (no C compiler, :func:`falcon_mlir.kernels.cpu_object.compiler`).
+def cpu_kernel_blocker(flags: tuple, isa: str = "avx512") -> Optional[str]:
+    """Why falcon's CPU kernel of ``isa`` (``avx512``, ``avx2``) cannot serve an llvm-cpu compile with
+    ``flags``, or None when it can: ``"not-x86"`` (the target triple, or without one this machine, is of
+    another architecture: the kernel does not apply, no default is stated), ``isa`` itself (the x86-64
+    target CPU lacks its features, :data:`falcon_mlir.kernels.cpu_object.ISA_FEATURES`: AVX-512
+    F/BW/DQ/VL, or AVX2 and FMA) or ``"compiler"`` (no C compiler,
+    :func:`falcon_mlir.kernels.cpu_object.compiler`).
 
     The ``host`` CPU (without ``--iree-llvmcpu-target-cpu-features``) is this machine's
-    (:func:`~falcon_mlir.kernels.cpu_object.host_has_avx512`); any other target's features are read
+    (:func:`~falcon_mlir.kernels.cpu_object.host_has`); any other target's features are read
     from the executable target IREE makes of ``flags`` (a child iree-compile, cached per flags by
     :func:`falcon_mlir.kernels.cpu_embed.cpu_target_attribute`).
     """
@@ -280,17 +304,17 @@ def cpu_kernel_blocker(flags: tuple) -> Optional[str]:
     if _target_cpu(flags) == "":  # a triple (or, without one, this machine) of another architecture
         return "not-x86"
     if cpu == "host" and not features:
-        ok = cpu_object.host_has_avx512()
+        ok = cpu_object.host_has(isa)
     elif cpu is None and not features:  # LLVM's generic x86-64
         ok = False
     else:
         try:
             target = cpu_embed.cpu_target_attribute(flags)
         except Exception:  # IREE rejects the flags: the compile itself says why
-            return "avx512"
-        ok = 'cpu_features = "' in target and not cpu_object.missing_target_features(target)
+            return isa
+        ok = 'cpu_features = "' in target and not cpu_object.missing_target_features(target, isa)
     if not ok:
-        return "avx512"
+        return isa
     try:
         cpu_object.compiler()
     except RuntimeError:
@@ -364,10 +388,13 @@ def _cpu_and_kernel_defaults(options, pass_name: str, cpu: str, kernels: Optiona
     gets what was set. The target CPU's come first: x86-falcon's bf16 table is a native-bf16 CPU's, and
     on an AVX-512 CPU without AVX512-BF16 (skylake-avx512, x86-64-v4, icelake-server ...) it kept a
     2048^3 bf16 GEMM classical (predicted 17 ms) where x86-avx2 knows IREE's emulated bf16 GEMM (3.6 s)
-    and takes Strassen with f32 products (55 ms)."""
+    and takes Strassen with f32 products (55 ms). falcon's AVX2 kernel (``"cpu-avx2"``) runs on such CPUs
+    only, and its profile (x86-falcon-avx2) has x86-avx2's emulated bf16 table: it comes first."""
+    if kernels == "cpu-avx2":  # its profile's bf16 table is already the emulated one: it goes first
+        options = _apply(options, KERNEL_DEFAULTS[kernels].get(pass_name, ()), applied)
     if cpu in CPU_DEFAULTS:
         options = _apply(options, CPU_DEFAULTS[cpu].get(pass_name, ()), applied)
-    if kernels:
+    if kernels and kernels != "cpu-avx2":
         options = _apply(options, KERNEL_DEFAULTS[kernels].get(pass_name, ()), applied)
     return options
 
@@ -410,8 +437,7 @@ def imply_kernel_defaults(stages: list) -> list:
             continue
         applied: dict = {}
         cpu = _target_cpu(kopts.cpu_flags) if kopts.on_cpu else ""  # () is the host: nothing implied
-        options = _cpu_and_kernel_defaults(st.options, "lcma-rewrite", cpu, "cpu" if kopts.on_cpu else "cuda",
-                                           applied)
+        options = _cpu_and_kernel_defaults(st.options, "lcma-rewrite", cpu, kernels_kind(kopts), applied)
         if applied:
             extra = dict(st.report_extra)
             extra["defaults"] = {**extra.get("defaults", {}), **applied}
@@ -636,8 +662,7 @@ def rewrite_stages(lcma, tiles, flags: Sequence[str], kernels="auto", empty_redu
         raise OptionError(f"form=kernel needs the falcon-kernels pass, which does not run here: {why} "
                           "(the contractions would stay classical under a report that says rewritten)")
     if options is not None:
-        options, applied = _with_defaults(options, "lcma-rewrite", flags,
-                                          kernels=None if kopts is None else "cpu" if kopts.on_cpu else "cuda")
+        options, applied = _with_defaults(options, "lcma-rewrite", flags, kernels=kernels_kind(kopts))
         extra = {"defaults": applied} if applied else {}
         mismatch = profile_mismatch(options, flags)
         if mismatch:

@@ -19,9 +19,9 @@ the module needs nothing but IREE's runtime:
   (:mod:`falcon_mlir.kernels.fma_gemm`), else the Triton kernel with its tile
   configuration from the measured table (:mod:`falcon_mlir.kernels.configs`).
 
-With ``arch=x86-avx512`` (an llvm-cpu module) the pass serves f32 GEMMs with
+With ``arch=x86-avx512`` or ``x86-avx2`` (an llvm-cpu module) the pass serves f32 GEMMs with
 falcon's own CPU kernel instead (:mod:`falcon_mlir.kernels.cpu_gemm`:
-generated AVX-512 C compiled by gcc, embedded by
+generated AVX-512 or AVX2 C compiled by gcc, embedded by
 :mod:`falcon_mlir.kernels.cpu_embed`): which ones, :mod:`.serve_cpu`
 (row-major f32, batch 1, static; classical ones of at least ``min-flops``,
 auto 2 x 256^3; kernel-form plans as ``2 R`` dispatches with the combines
@@ -34,10 +34,10 @@ compiled in one Triton child process (cached on disk by content hash; Triton
 is never imported here: after TensorFlow it aborts the process).
 
 Options: :class:`KernelsOptions` (``--falcon-kernels="arch=sm_90a ..."``).
-sm_90a needs the ``cuda`` extra (Triton), x86-avx512 a C compiler; without
+sm_90a needs the ``cuda`` extra (Triton), x86-avx512 and x86-avx2 a C compiler; without
 it the pass reports every contraction as left to IREE. Report entries: ``location``, ``op``, ``M``,
 ``N``, ``K``, ``batch``, ``element_types``, ``kernel`` (``"classical"``,
-``"plan"`` or ``None``), ``config``/``plan`` details, ``reason``; on x86-avx512 a classical entry's
+``"plan"`` or ``None``), ``config``/``plan`` details, ``reason``; on the CPU a classical entry's
 ``dispatches``: 1 where B is packed inside the GEMM (``@fgemm``), else 2.
 """
 

@@ -1,4 +1,4 @@
-"""falcon-kernels with ``arch=x86-avx512``: classical f32 GEMMs and kernel-form LCMA plans as falcon's CPU kernel.
+"""falcon-kernels with ``arch=x86-avx512`` or ``x86-avx2``: classical f32 GEMMs and kernel-form LCMA plans as falcon's CPU kernel.
 
 :func:`run_cpu` is the pass on an llvm-cpu module: which contractions the kernel takes
 (:func:`choose_cpu`; :mod:`.serve_cpu` for the shape and a kernel-form plan the contraction carries,
@@ -24,12 +24,12 @@ __all__ = ["choose_cpu", "cpu_target", "run_cpu"]
 
 
 def choose_cpu(contractions, options: KernelsOptions) -> list:
-    """``(contraction, CpuServed or None, entry)`` for each contraction (``arch=x86-avx512``)."""
+    """``(contraction, CpuServed or None, entry)`` for each contraction (a CPU ``arch``)."""
     out = []
     for c in contractions:
         entry = report_entry(c, options)
         plan, why = kernel_plan(c)
-        served, why = serve_cpu(c, plan) if why is None else (None, why)
+        served, why = serve_cpu(c, plan, options.isa) if why is None else (None, why)
         if served is None:
             left(entry, why)
         elif why == "plan" or plan is not None:  # a kernel-form plan: served whatever its size
@@ -57,7 +57,7 @@ def cpu_target(options: KernelsOptions) -> str:
 
     Raises:
         PassError: IREE rejects the flags, they give no llvm-cpu target, or the target CPU lacks
-            the AVX-512 subsets the kernel needs.
+            the features the arch's kernel needs (:data:`falcon_mlir.kernels.cpu_object.ISA_FEATURES`).
     """
     from falcon_mlir.kernels import cpu_embed, cpu_object
 
@@ -68,16 +68,19 @@ def cpu_target(options: KernelsOptions) -> str:
         lines = [ln.strip() for ln in str(e).splitlines() if "error:" in ln]
         why = lines[0].split("error:", 1)[1].strip() if lines else " ".join(str(e).split())[:200]
         raise PassError(f"falcon-kernels: no llvm-cpu target for cpu-flags={','.join(flags)}: {why}") from None
-    missing = cpu_object.missing_target_features(target) if 'cpu_features = "' in target else \
-        [f"+{f}" for f in cpu_object.REQUIRED_FEATURES]
+    isa = options.isa
+    missing = cpu_object.missing_target_features(target, isa) if 'cpu_features = "' in target else \
+        [f"+{f}" for f in cpu_object.ISA_FEATURES[isa]]
     if missing:
-        raise PassError(f"falcon-kernels: arch={options.arch} needs AVX-512 F/BW/DQ/VL on the target CPU; "
+        need = "AVX-512 F/BW/DQ/VL" if isa == "avx512" else cpu_object.ISA_NAMES[isa]
+        raise PassError(f"falcon-kernels: arch={options.arch} needs {need} on the target CPU; "
                         f"the llvm-cpu target of cpu-flags={','.join(flags)} lacks {', '.join(missing)}")
     return target
 
 
 def run_cpu(root, contractions, options: KernelsOptions) -> list:
-    """``arch=x86-avx512``: serve the chosen contractions with falcon's CPU kernel; the report.
+    """A CPU ``arch`` (``x86-avx512``, ``x86-avx2``): serve the chosen contractions with falcon's CPU kernel
+    of that ISA; the report.
 
     Raises:
         PassError: see :func:`cpu_target`; the C compiler failed on the kernel.

@@ -10,13 +10,17 @@ from falcon_mlir.options import option, parse_options
 #: What ``arch=`` accepts: the kernels' target, ``none`` (the pass does nothing)
 #: or ``auto`` (falcon-opt: sm_90a; falcon-compile and the API: sm_90a for a
 #: cuda target when Triton is installed, x86-avx512 for an llvm-cpu target CPU
-#: with AVX-512 when a C compiler is found, else none). ``sm_90a``: falcon's
+#: with AVX-512 when a C compiler is found, x86-avx2 for one with AVX2 and FMA
+#: but not AVX-512, else none). ``sm_90a``: falcon's
 #: generated CUDA kernels (Triton, H100/H200); ``x86-avx512``: falcon's CPU
 #: f32 GEMM (:mod:`falcon_mlir.kernels.cpu_gemm`, x86-64 with AVX-512
-#: F/BW/DQ/VL; classical f32 GEMMs and kernel-form plans, :mod:`falcon_mlir.kernels.cpu_plan`).
-ARCHS = ("auto", "sm_90a", "x86-avx512", "none")
-#: The ``arch=`` values that run on the CPU (an llvm-cpu module).
-CPU_ARCHS = ("x86-avx512",)
+#: F/BW/DQ/VL; classical f32 GEMMs and kernel-form plans, :mod:`falcon_mlir.kernels.cpu_plan`);
+#: ``x86-avx2``: the same kernel written for AVX2 and FMA (x86-64-v3).
+ARCHS = ("auto", "sm_90a", "x86-avx512", "x86-avx2", "none")
+#: The ``arch=`` values that run on the CPU (an llvm-cpu module), and the ISA of the CPU kernel each
+#: builds (:class:`falcon_mlir.kernels.cpu_gemm.CpuGemmConfig`'s ``isa``).
+CPU_ISAS = {"x86-avx512": "avx512", "x86-avx2": "avx2"}
+CPU_ARCHS = tuple(CPU_ISAS)
 #: How f32 inputs multiply (:data:`falcon_mlir.kernels.spec.F32_MODES`).
 F32_MODES = ("ieee", "tf32", "tf32x3")
 #: Classical contractions below this many FLOP (2 M N K x batch) stay IREE's:
@@ -76,7 +80,7 @@ class KernelsOptions:
     """Options of the falcon-kernels pass (see each field's help for the text form).
 
     Attributes:
-        arch: ``sm_90a`` (generate Hopper kernels), ``x86-avx512`` (falcon's
+        arch: ``sm_90a`` (generate Hopper kernels), ``x86-avx512`` or ``x86-avx2`` (falcon's
             CPU f32 GEMM), ``none`` (do nothing) or ``auto`` (sm_90a here; see
             :data:`ARCHS`).
         classical: serve contractions that carry no kernel-form plan with
@@ -105,10 +109,10 @@ class KernelsOptions:
 
     arch: str = option("auto", choices=ARCHS, positional=True,
                        help="kernel target (sm_90a: Hopper, H100/H200; x86-avx512: falcon's CPU f32 "
-                            "GEMM, x86-64 with AVX-512); none: do nothing; auto: sm_90a "
-                            "(falcon-compile and the API: for a cuda target, with the cuda extra "
-                            "installed; x86-avx512 for an llvm-cpu target CPU with AVX-512, with a C "
-                            "compiler)")
+                            "GEMM, x86-64 with AVX-512; x86-avx2: the same with AVX2 and FMA); none: do "
+                            "nothing; auto: sm_90a (falcon-compile and the API: for a cuda target, with "
+                            "the cuda extra installed; for an llvm-cpu target with a C compiler, "
+                            "x86-avx512 where its CPU has AVX-512, else x86-avx2 where it has AVX2)")
     classical: bool = option(True, help="serve contractions without a kernel-form plan with "
                                         "falcon's classical GEMM kernel")
     f32_mode: str = option("ieee", choices=F32_MODES,
@@ -138,6 +142,11 @@ class KernelsOptions:
     def on_cpu(self) -> bool:
         """Whether ``arch`` is a CPU kernel (:data:`CPU_ARCHS`)."""
         return self.arch in CPU_ARCHS
+
+    @property
+    def isa(self) -> Optional[str]:
+        """The CPU kernel's ISA (``avx512``, ``avx2``: :data:`CPU_ISAS`), None off the CPU."""
+        return CPU_ISAS.get(self.arch)
 
     def flops_threshold(self) -> int:
         """``min_flops``, or the arch's default where it is ``None`` (auto)."""

@@ -123,14 +123,15 @@ def _layout(c: Contraction) -> tuple:
     return (ra[2], rb[2]), None
 
 
-def serve_cpu(c: Contraction, plan=None) -> tuple:
+def serve_cpu(c: Contraction, plan=None, isa: str = "avx512") -> tuple:
     """``(CpuServed, "classical" or "plan")`` when falcon's CPU kernel serves contraction ``c``, else
     ``(None, why)`` (one phrase, as report reasons say it after ``left to IREE:``).
 
     ``plan``: the kernel-form :class:`~falcon_mlir.dialects.plan.Plan` ``c`` carries, if any: run as a
     :class:`~falcon_mlir.kernels.cpu_plan.CpuPlan` of its schemes composed where the kernel can
     (sizes multiples of the composed format, at most ``MAX_TERMS`` terms), else by the classical
-    kernel with a note saying why."""
+    kernel with a note saying why. ``isa``: the kernel's vector instructions (``avx512``, ``avx2``), which
+    fix its blockings (:func:`~falcon_mlir.kernels.cpu_gemm.classical_config`)."""
     if c.dynamic:
         return None, f"dynamic {', '.join(c.dynamic)}: falcon's CPU kernel is built for static sizes"
     if c.unsupported and c.unsupported != FOLD_REASON:
@@ -151,12 +152,13 @@ def serve_cpu(c: Contraction, plan=None) -> tuple:
 
         name = "*".join(plan.schemes)
         try:
-            p = CpuPlan(c.M, c.N, c.K, name, **layout)
+            p = CpuPlan(c.M, c.N, c.K, name, isa=isa, **layout)
         except UnknownSchemeError as e:
             return None, f"{e} (falcon.plan)"
         except ValueError as e:
-            return CpuServed(c.M, c.N, c.K, classical_config(c.M, c.N, c.K, **layout), accumulate,
+            return CpuServed(c.M, c.N, c.K, classical_config(c.M, c.N, c.K, isa=isa, **layout), accumulate,
                              note=f"kernel-form plan {name} does not run on falcon's CPU kernel ({e}); "
                                   "classical kernel", **layout), "classical"
         return CpuServed(c.M, c.N, c.K, p.config, accumulate, plan=p, **layout), "plan"
-    return CpuServed(c.M, c.N, c.K, classical_config(c.M, c.N, c.K, **layout), accumulate, **layout), "classical"
+    return CpuServed(c.M, c.N, c.K, classical_config(c.M, c.N, c.K, isa=isa, **layout), accumulate,
+                     **layout), "classical"

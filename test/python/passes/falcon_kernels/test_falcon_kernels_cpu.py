@@ -326,16 +326,24 @@ def test_kernels_none_leaves_iree_code():
 
 
 def test_target_defaults_for_cpus(monkeypatch):
-    """An x86 CPU without AVX-512 states why the kernel is off; no C compiler likewise; the kernel
-    sets lcma-rewrite's profile to x86-falcon; a form=kernel plan needs the kernels to run."""
+    """An x86 CPU without AVX2 states why the kernel is off; one with AVX2 and FMA but not AVX-512
+    (haswell) gets the kernel's AVX2 build and its profile; no C compiler likewise off; the AVX-512
+    kernel sets lcma-rewrite's profile to x86-falcon; a form=kernel plan needs the kernels to run."""
+    nehalem = list(ZNVER4[:2]) + ["--iree-llvmcpu-target-cpu=nehalem"]
     haswell = list(ZNVER4[:2]) + ["--iree-llvmcpu-target-cpu=haswell"]
-    assert assemble.kernels_options("auto", haswell) is None
+    assert assemble.kernels_options("auto", nehalem) is None
     text = MM.format(fn="mm", M=64, N=48, K=32, t="f32")
-    _, rep = falcon_mlir.compile_str(text, extra_args=haswell, target_backends=(), return_report=True)
+    _, rep = falcon_mlir.compile_str(text, extra_args=nehalem, target_backends=(), return_report=True)
     k = rep[0]["kernels"][0]
     assert k["kernel"] is None and k["reason"] == ("left to IREE: llvm-cpu target, an x86-64 CPU without "
-                                                  "AVX-512 F/BW/DQ/VL: falcon's CPU kernel needs them")
-    assert k["defaults"]["arch"].startswith("none (llvm-cpu target, an x86-64 CPU without AVX-512")
+                                                  "AVX2 and FMA: falcon's CPU kernel needs them (or AVX-512)")
+    assert k["defaults"]["arch"].startswith("none (llvm-cpu target, an x86-64 CPU without AVX2 and FMA")
+    if _have_cc():
+        assert assemble.kernels_options("auto", haswell).arch == "x86-avx2"
+        stages = assemble.rewrite_stages("auto", "auto", haswell)
+        assert stages[-1].text.startswith("falcon-kernels{arch=x86-avx2 ")
+        assert stages[0].options.profile == "x86-falcon-avx2"
+        assert stages[0].report_extra["defaults"]["profile"].startswith("x86-falcon-avx2 (falcon-kernels on (x86-avx2)")
     if _have_cc() and cpu_object.host_has_avx512():
         host = assemble.with_default_target([])
         stages = assemble.rewrite_stages("auto", "auto", host)

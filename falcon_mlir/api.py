@@ -193,7 +193,7 @@ def compile_str(
             kernel-form plans become falcon's generated sm_90a kernels; and
             for an llvm-cpu target whose CPU has AVX-512 F/BW/DQ/VL when a C
             compiler is found: classical f32 GEMMs become falcon's CPU
-            kernel, ``arch=x86-avx512``; each report entry lists them under
+            kernel, ``arch=x86-avx512`` (``x86-avx2`` where the CPU has AVX2 and FMA only); each report entry lists them under
             ``kernels``), ``"none"``/None to keep IREE's code (with
             ``lcma=None``: plain IREE), or falcon-kernels options
             (``"arch=sm_90a f32-mode=ieee"``, ``"min-flops=0"``).

@@ -69,7 +69,7 @@ def objects_target(target_attr: str) -> str:
     that enters the target (``--iree-llvmcpu-stack-allocation-limit`` gives another
     ``max_stack_allocation_size``) dropped the objects keyed by the exact target: "undefined symbol:
     falcon_cpu_pack_b_..." at link time. Why the CPU features all the same: the object is AVX-512
-    code, and the features the kernel needs are checked on the target of the half that chooses the
+    (or AVX2) code, and the features the kernel needs are checked on the target of the half that chooses the
     kernel (``passes/falcon_kernels/cpu.py``); keyed by the triple alone, a second half (or an
     iree-compile of falcon-opt's output) for another CPU, ``--iree-llvmcpu-target-cpu=haswell`` or no
     CPU flag at all (LLVM's generic x86-64), linked the AVX-512 object into a module for a CPU

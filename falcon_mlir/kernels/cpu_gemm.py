@@ -70,7 +70,7 @@ of a configuration. Compiled with ``$FALCON_CC`` or ``gcc``
 ``~/.cache/falcon-mlir/cpu`` (``$FALCON_KERNEL_CACHE/cpu`` when set). The
 object needs AVX-512 F/BW/DQ/VL on the machine that runs it (:func:`falcon_mlir.kernels.cpu_object.host_has_avx512`).
 
-**The AVX2 build** (``CpuGemmConfig.isa = "avx2"``, docs/kernels.md *The AVX2 build*): the same source
+**The AVX2 build** (``CpuGemmConfig.isa = "avx2"``, docs/kernels.md *The AVX2 build of the CPU kernel*): the same source
 with 8-float ymm vectors (a 6 x 16 micro-kernel, 12 accumulators), vector masks for the edges, an
 element-wise 16 x 16 transpose, compiled for x86-64-v3 (AVX2, FMA); its blockings :data:`AVX2_CONFIG`,
 :data:`AVX2_SMALL_CONFIG`, :data:`AVX2_PLAN_CONFIG`, and the choices below take ``isa``.
@@ -188,7 +188,7 @@ MIN_BLOCKS = 40
 
 #: The AVX2 kernel's blockings (the 6 x 16 micro-kernel: 12 ymm accumulators), in the roles of
 #: ``CpuGemmConfig()``, :data:`SMALL_CONFIG` and :data:`PLAN_CONFIG` (below). Measured on a 2-core
-#: AMD EPYC (Zen 3) VM, 2026-12-03 (docs/kernels.md, *The AVX2 kernel*).
+#: AMD EPYC (Zen 3) VM, 2026-12-03 (docs/kernels.md, *The AVX2 build of the CPU kernel*).
 AVX2_CONFIG = CpuGemmConfig(mr=6, nr=16, kc=256, mc=96, nc=512, isa="avx2")
 AVX2_SMALL_CONFIG = CpuGemmConfig(mr=6, nr=16, kc=256, mc=24, nc=256, isa="avx2")
 AVX2_PLAN_CONFIG = CpuGemmConfig(mr=6, nr=16, kc=384, mc=48, nc=512, isa="avx2")

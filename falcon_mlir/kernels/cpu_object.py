@@ -4,15 +4,15 @@ What :mod:`falcon_mlir.kernels.cpu_gemm` and :mod:`falcon_mlir.kernels.cpu_plan`
 source; this module turns a source into a relocatable x86-64 object that IREE 3.13 links into an
 llvm-cpu executable (docs/kernels.md, *falcon's own CPU GEMM kernel*, "Compiler and cache"):
 
-* the compiler (``$FALCON_CC`` or ``gcc``, :func:`compiler`) and its flags (:data:`CFLAGS`:
-  x86-64-v4, freestanding, no libc calls);
+* the compiler (``$FALCON_CC`` or ``gcc``, :func:`compiler`) and its flags (:data:`MARCH` per ISA,
+  :data:`CFLAGS`: freestanding, no libc calls);
 * the checks on what it made (:func:`object_problem`: a whole ELF64 x86-64 relocatable object;
   :func:`undefined_symbols`: nothing IREE's ``--no-undefined`` link would miss);
 * the cache (:func:`cache_dir`, keyed by SHA-256 of source, flags and compiler version; objects
   written atomically; a folder of the user's own under the system's temporary folder where the
   cache cannot be written or IREE cannot link from its path, :func:`linkable_path`);
-* the CPU the object needs (:data:`REQUIRED_FEATURES`, :func:`host_has_avx512`,
-  :func:`missing_target_features`).
+* the CPU the object needs (:data:`ISA_FEATURES` per ISA: AVX-512 F/BW/DQ/VL for x86-64-v4 code, AVX2,
+  FMA, F16C and BMI2 for the AVX2 build's x86-64-v3; :func:`host_has`, :func:`missing_target_features`).
 """
 
 from __future__ import annotations
@@ -39,11 +39,11 @@ REQUIRED_FEATURES = ("avx512f", "avx512bw", "avx512dq", "avx512vl")
 
 
 #: The features each kernel ISA's object uses (``-march`` of :data:`MARCH`), as ``/proc/cpuinfo``
-#: and LLVM name them; the AVX2 object's x86-64-v3 also allows BMI1/2, LZCNT and MOVBE, which every
-#: CPU with AVX2 and FMA has.
-ISA_FEATURES = {"avx512": REQUIRED_FEATURES, "avx2": ("avx", "avx2", "fma", "f16c")}
+#: and LLVM name them (the same names for these). The AVX2 object's x86-64-v3 also allows BMI1, LZCNT and
+#: MOVBE; gcc uses BMI2's shifts (shlx, shrx: about 70 in the object), so BMI2 is checked too.
+ISA_FEATURES = {"avx512": REQUIRED_FEATURES, "avx2": ("avx", "avx2", "fma", "f16c", "bmi2")}
 #: What each ISA's features are called in messages.
-ISA_NAMES = {"avx512": "AVX-512 (F, BW, DQ, VL)", "avx2": "AVX2 and FMA"}
+ISA_NAMES = {"avx512": "AVX-512 (F, BW, DQ, VL)", "avx2": "AVX2 and FMA (x86-64-v3)"}
 
 
 def host_has(isa: str, cpuinfo: str = "/proc/cpuinfo") -> bool:
@@ -75,8 +75,10 @@ def missing_target_features(target_attr: str, isa: str = "avx512") -> list:
     m = re.search(r'cpu_features = "([^"]*)"', target_attr)
     if m is None:
         return []
-    have = set(m.group(1).split(","))
-    return [f"+{f}" for f in ISA_FEATURES[isa] if f"+{f}" not in have]
+    have = set()
+    for f in m.group(1).split(","):  # in order: a later -fma takes back an earlier +fma (LLVM's rule)
+        (have.add if f.startswith("+") else have.discard)(f[1:])
+    return [f"+{f}" for f in ISA_FEATURES[isa] if f not in have]
 
 
 def compiler() -> str:

@@ -141,7 +141,8 @@ TARGET_DEFAULTS = {
                     when=lambda o: cpu_kernel_blocker(o.cpu_flags, "avx2") == "avx2"),
             Default("arch", "none", "llvm-cpu target, but no C compiler for falcon's CPU kernel "
                                     "(install gcc or set FALCON_CC)",
-                    when=lambda o: cpu_kernel_blocker(o.cpu_flags) == "compiler"),
+                    when=lambda o: "compiler" in (cpu_kernel_blocker(o.cpu_flags),
+                                                  cpu_kernel_blocker(o.cpu_flags, "avx2"))),
         ),
     } for device in ("local", "llvm-cpu")},
 }
@@ -180,7 +181,8 @@ CPU_DEFAULTS = {
         "lcma-rewrite": (
             Default("profile", "x86-avx2", f"llvm-cpu target cpu {cpu}: no AVX512-BF16, bf16 "
                                            "is emulated (IREE's bf16 GEMM ran at about 1/55 of its "
-                                           "f32 rate on x86-64-v3)"),
+                                           "f32 rate on x86-64-v3)",
+                    when=lambda o: not os.environ.get("FALCON_PROFILE")),  # the user's profile wins
         ),
     }
     for cpu in NO_NATIVE_BF16_CPUS
@@ -606,7 +608,7 @@ def kernels_options(spec, flags: Sequence[str] = ()) -> Optional[KernelsOptions]
     ``None`` when the pass does not run: ``None``/``False``/``"none"`` off;
     ``True``/``"auto"``: on for a cuda target when Triton is installed, and
     (``arch=x86-avx512``) for an llvm-cpu target whose CPU has AVX-512
-    F/BW/DQ/VL when a C compiler is found (:data:`TARGET_DEFAULTS`,
+    F/BW/DQ/VL when a C compiler is found (``arch=x86-avx2`` for one with AVX2 and FMA only) (:data:`TARGET_DEFAULTS`,
     :func:`cpu_kernel_blocker`); option text (``"arch=sm_90a f32-mode=ieee"``); a
     :class:`KernelsOptions`. Off for other targets, and for an arch of another
     kind than the target (the text is checked all the same). ``cuda-target`` is

@@ -1,10 +1,10 @@
-"""Which contractions falcon's CPU kernel serves (``arch=x86-avx512``), or why not.
+"""Which contractions falcon's CPU kernel serves (``arch=x86-avx512`` or ``x86-avx2``), or why not.
 
 The kernel (:mod:`falcon_mlir.kernels.cpu_gemm`) computes ``C = A @ B`` for
 f32 A (``M x K``, or stored ``K x M``), B (``K x N``, or stored ``N x K``) and
 C (``M x N``), all row-major, optionally a batch of them (a leading dimension
 of all three), with run-time sizes; its blocking follows the shape
-(:func:`~falcon_mlir.kernels.cpu_gemm.classical_config`). A contraction is
+(:func:`~falcon_mlir.kernels.cpu_gemm.classical_config`, per ISA). A contraction is
 served when its buffers are exactly that: f32 x f32 -> f32, static sizes, the
 body of a plain multiply-accumulate, and maps that read
 

@@ -47,7 +47,7 @@ func.func @square(%a: tensor<4096x4096xf32>, %b: tensor<4096x4096xf32>) -> tenso
 // REPORT: "config": "cpu6x16,k256,24x256,avx2"
 // REPORT: "arch": "x86-avx2"
 
-// NOAVX2: error: falcon-kernels: arch=x86-avx2 needs AVX2 and FMA on the target CPU; the llvm-cpu target of cpu-flags={{.+}}target-cpu=nehalem lacks +avx, +avx2, +fma, +f16c
+// NOAVX2: error: falcon-kernels: arch=x86-avx2 needs AVX2 and FMA (x86-64-v3) on the target CPU; the llvm-cpu target of cpu-flags={{.+}}target-cpu=nehalem lacks +avx, +avx2, +fma, +f16c, +bmi2
 // NOAVX512: error: falcon-kernels: arch=x86-avx512 needs AVX-512 F/BW/DQ/VL on the target CPU; {{.+}}target-cpu=znver3 lacks +avx512f
 
 // PROFILE: linalg.matmul M=4096 N=4096 K=4096 (f32 x f32 -> f32): rewritten: strassen, 1 level(s), kernel form; 7 products, handed to falcon-kernels

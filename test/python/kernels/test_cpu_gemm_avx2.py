@@ -28,7 +28,7 @@ needs_avx2 = pytest.mark.skipif(not cpu_object.host_has("avx2") or shutil.which(
 _EDGES = CpuGemmConfig(mr=2, nr=48, kc=40, mc=18, nc=96, pack_rows=7, isa="avx2")
 _TINY = CpuGemmConfig(mr=6, nr=16, kc=64, mc=24, nc=64, isa="avx2")
 #: An AVX2 device target as IREE prints one (texts only: nothing compiles it).
-_TARGET = ('#hal.executable.target<"llvm-cpu", "embedded-elf-x86_64", {cpu_features = "+avx,+avx2,+fma,+f16c", '
+_TARGET = ('#hal.executable.target<"llvm-cpu", "embedded-elf-x86_64", {cpu_features = "+avx,+avx2,+bmi2,+f16c,+fma", '
            'target_triple = "x86_64-unknown-unknown-eabi-elf"}>')
 
 
@@ -95,15 +95,21 @@ def test_source_and_object_hold_no_avx512():
 
 def test_host_and_target_checks_name_the_isa(tmp_path):
     info = tmp_path / "cpuinfo"
-    info.write_text("flags\t\t: fpu sse avx avx2 fma f16c\nflags\t\t: fpu sse avx avx2 fma f16c\n")
+    info.write_text("flags\t\t: fpu sse avx avx2 fma f16c bmi2\nflags\t\t: fpu sse avx avx2 fma f16c bmi2\n")
     assert cpu_object.host_has("avx2", str(info)) and not cpu_object.host_has("avx512", str(info))
     assert cpu_object.host_isa(str(info)) == "avx2"
-    info.write_text("flags\t\t: fpu sse avx avx2 f16c\n")  # no FMA
+    info.write_text("flags\t\t: fpu sse avx avx2 f16c bmi2\n")  # no FMA
     assert cpu_object.host_isa(str(info)) is None
     attr = '#hal.executable.target<"llvm-cpu", "x", {cpu_features = "+avx,+avx2,+f16c", target_triple = "x86_64"}>'
-    assert cpu_object.missing_target_features(attr, "avx2") == ["+fma"]
-    with pytest.raises(RuntimeError, match=r"needs AVX2 and FMA; the IREE target lacks \+fma"):
+    assert cpu_object.missing_target_features(attr, "avx2") == ["+fma", "+bmi2"]
+    with pytest.raises(RuntimeError, match=r"needs AVX2 and FMA \(x86-64-v3\); the IREE target lacks \+fma, \+bmi2"):
         cpu_embed.check_target((), attr, "avx2")
+    # features in order, as LLVM reads them: a later -fma takes back +fma (break-it review: haswell with
+    # --iree-llvmcpu-target-cpu-features=-avx2,-fma was given the AVX2 object)
+    attr = '{cpu_features = "+avx,+avx2,+fma,+f16c,+bmi2,-fma,-avx512f"}'
+    assert cpu_object.missing_target_features(attr, "avx2") == ["+fma"]
+    assert cpu_object.missing_target_features('{cpu_features = "+avx512f,+avx512bw,+avx512dq,+avx512vl,-avx512f"}') \
+        == ["+avx512f"]
 
 
 @needs_avx2

@@ -359,6 +359,37 @@ def test_target_defaults_for_cpus(monkeypatch):
         assert assemble.cpu_kernel_blocker(tuple(host)) == "compiler"
 
 
+BF16_MM = """func.func @bf(%a: tensor<2048x2048xbf16>, %b: tensor<2048x2048xbf16>) -> tensor<2048x2048xf32> {
+  %cst = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<2048x2048xf32>
+  %f = linalg.fill ins(%cst : f32) outs(%e : tensor<2048x2048xf32>) -> tensor<2048x2048xf32>
+  %0 = linalg.matmul ins(%a, %b : tensor<2048x2048xbf16>, tensor<2048x2048xbf16>) outs(%f : tensor<2048x2048xf32>) -> tensor<2048x2048xf32>
+  return %0 : tensor<2048x2048xf32>
+}
+"""
+
+
+@pytest.mark.skipif(not _have_cc(), reason="needs a C compiler (the AVX2 kernel's default)")
+def test_avx2_kernel_defaults_from_the_break_it_review(monkeypatch):
+    """Were (break-it review of the AVX2 build): on haswell (AVX2, bf16 emulated) bf16 2048^3 stayed
+    classical, 1091 ms, where Strassen in the per-product form ran 424 ms (x86-falcon-avx2 allowed the
+    f32-only kernel form alone); $FALCON_PROFILE lost to the target CPU's x86-avx2; without a C compiler
+    the kernels were off with no reason given."""
+    monkeypatch.delenv("FALCON_PROFILE", raising=False)
+    haswell = list(ZNVER4[:2]) + ["--iree-llvmcpu-target-cpu=haswell", "--compile-to=global-optimization"]
+    _, rep = falcon_mlir.compile_str(BF16_MM, extra_args=haswell, target_backends=(), return_report=True)
+    assert rep[0]["predicted_time"]["profile"] == "x86-falcon-avx2"
+    assert rep[0]["plan"]["schemes"] == ["strassen"] and rep[0]["plan"]["form"] == "per-product", rep[0]["plan"]
+    monkeypatch.setenv("FALCON_PROFILE", "x86-dev")
+    st = assemble.rewrite_stages("auto", None, haswell[:3])[0]
+    assert st.name == "lcma-rewrite" and st.options.profile in (None, "auto", "host")  # left to $FALCON_PROFILE
+    assert "profile" not in st.report_extra.get("defaults", {})
+    monkeypatch.delenv("FALCON_PROFILE")
+    monkeypatch.setenv("FALCON_CC", "no-such-cc-falcon")
+    _, applied = assemble._kernels("auto", haswell[:3])
+    assert applied["arch"].startswith("none (llvm-cpu target, but no C compiler for falcon's CPU kernel")
+
+
 @needs_avx512
 @pytest.mark.parametrize("lcma, M, N, K, kernel", [
     ("scheme=strassen form=kernel", 2 * 67, 2 * 45, 2 * 150, "plan"),          # several K blocks

@@ -35,6 +35,10 @@ def _have_cc() -> bool:
 needs_cc = pytest.mark.skipif(not _have_cc(), reason="needs an x86-64 machine with gcc")
 needs_avx512 = pytest.mark.skipif(not (_have_cc() and cpu_object.host_has_avx512()),
                                   reason="needs gcc and an AVX-512 F/BW/DQ/VL CPU")
+#: The ISA of the kernel falcon-compile runs on this machine (AVX-512, else the AVX2 build), and its arch.
+HOST_ISA = cpu_object.host_isa() if _have_cc() else None
+HOST_ARCH = {"avx512": "x86-avx512", "avx2": "x86-avx2"}.get(HOST_ISA)
+needs_host_kernel = pytest.mark.skipif(HOST_ISA is None, reason="needs gcc and a CPU with AVX-512, or AVX2 and FMA")
 
 #: A named AVX-512 CPU: the pass's object key without depending on this machine's CPU.
 ZNVER4 = ("--iree-hal-target-device=local", "--iree-hal-local-target-device-backends=llvm-cpu",
@@ -298,17 +302,19 @@ def _check(out, ref, K):
     assert err < 2 * K * 2.0 ** -24, err
 
 
-@needs_avx512
+@needs_host_kernel
 @pytest.mark.parametrize("M, N, K", [(67, 45, 83), (130, 260, 70)])
 def test_falcon_compile_numerics_and_report(M, N, K):
+    """On this machine's kernel: the AVX-512 one, or the AVX2 build where the CPU has no AVX-512."""
     text = MM.format(fn="mm", M=M, N=N, K=K, t="f32") + MM_ACC.format(fn="acc", M=M, N=N, K=K)
     vmfb, rep = falcon_mlir.compile_str(text, kernels="min-flops=0", return_report=True)
     ks = [e["kernels"][0] for e in rep]
     assert [k["kernel"] for k in ks] == ["classical", "classical"]
     assert [k["accumulate"] for k in ks] == [False, True]
-    assert ks[0]["config"] == cpu_gemm.choose_config(M, N, K).label
-    assert ks[0]["defaults"]["arch"].startswith("x86-avx512 (llvm-cpu target CPU with AVX-512")
-    assert rep[0]["defaults"]["profile"].startswith("x86-falcon (falcon-kernels on (x86-avx512)")
+    assert ks[0]["config"] == cpu_gemm.choose_config(M, N, K, isa=HOST_ISA).label
+    assert ks[0]["defaults"]["arch"].startswith(f"{HOST_ARCH} (llvm-cpu target CPU with ")
+    profile = "x86-falcon" if HOST_ISA == "avx512" else "x86-falcon-avx2"
+    assert rep[0]["defaults"]["profile"].startswith(f"{profile} (falcon-kernels on ({HOST_ARCH})")
     a, b, c = _inputs((M, K), (K, N), (M, N))
     mod = Module(vmfb)
     ref = a.astype(np.float64) @ b.astype(np.float64)
@@ -316,7 +322,7 @@ def test_falcon_compile_numerics_and_report(M, N, K):
     _check(mod("acc", a, b, c), ref + c, K)
 
 
-@needs_avx512
+@needs_host_kernel
 def test_kernels_none_leaves_iree_code():
     text = MM.format(fn="mm", M=67, N=45, K=83, t="f32")
     with_kernel = falcon_mlir.compile_str(text, kernels="min-flops=0")
@@ -390,7 +396,7 @@ def test_avx2_kernel_defaults_from_the_break_it_review(monkeypatch):
     assert applied["arch"].startswith("none (llvm-cpu target, but no C compiler for falcon's CPU kernel")
 
 
-@needs_avx512
+@needs_host_kernel
 @pytest.mark.parametrize("lcma, M, N, K, kernel", [
     ("scheme=strassen form=kernel", 2 * 67, 2 * 45, 2 * 150, "plan"),          # several K blocks
     ("scheme=strassen levels=2 form=kernel", 4 * 33, 4 * 17, 4 * 40, "plan"),  # four terms per operand
@@ -432,7 +438,7 @@ def test_pass_serves_layouts_with_their_own_wrappers():
            "batch 3, C added)" in explain(rep)
 
 
-@needs_avx512
+@needs_host_kernel
 @pytest.mark.parametrize("text, shapes, ta, tb", [
     (MM_TA.format(fn="f", M=37, N=53, K=29), ((29, 37), (29, 53), (37, 53)), True, False),
     (MM_TB.format(fn="f", M=37, N=53, K=29), ((37, 29), (53, 29), (37, 53)), False, True),
@@ -491,7 +497,7 @@ def test_split_compile_links_for_the_same_cpu_only():
         compile_str(mid, extra_args=local + ["--iree-llvmcpu-target-cpu=haswell", "--compile-from=input"])
 
 
-@needs_avx512
+@needs_host_kernel
 @pytest.mark.parametrize("text, shapes, ta, tb, kernel", [
     (MM_TA.format(fn="f", M=2 * 37, N=2 * 53, K=2 * 29), ((58, 74), (58, 106), (74, 106)), True, False, "plan"),
     (_generic("f", ["b, m, k", "b, n, k", "b, m, n"], (3, 68, 60), (3, 44, 60), (3, 68, 44), iters=4),

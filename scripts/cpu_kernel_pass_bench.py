@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""Time f32 ``C = A @ B`` through the falcon-kernels pass (``arch=x86-avx512``) against IREE's own code.
+"""Time f32 ``C = A @ B`` through the falcon-kernels pass (this machine's CPU arch: ``x86-avx512``, else
+``x86-avx2``) against IREE's own code.
 
 For each ``--shapes MxNxK`` one module, compiled twice with the same iree-compile flags:
 
 * ``iree``: the ``linalg.matmul`` as it is (IREE's code);
-* ``kernel``: the same module after ``falcon-kernels{x86-avx512 min-flops=0 min-intensity=0
+* ``kernel``: the same module after ``falcon-kernels{ARCH min-flops=0 min-intensity=0
   cpu-flags=...}`` (falcon's CPU kernel: pack B, then the GEMM; blocking by
   :func:`falcon_mlir.kernels.cpu_gemm.choose_config`).
 
@@ -69,7 +70,10 @@ def module_texts(M: int, N: int, K: int, flags) -> tuple:
     from falcon_mlir.passes.falcon_kernels import KernelsOptions, run_falcon_kernels
 
     text = matmul_mlir(M, N, K)  # @mm(A, B) -> A @ B, zero-filled C
-    opts = KernelsOptions.parse("x86-avx512 min-flops=0 min-intensity=0 cpu-flags=" + ",".join(flags))
+    from falcon_mlir.kernels import cpu_object
+
+    arch = "x86-avx2" if cpu_object.host_isa() == "avx2" else "x86-avx512"  # no AVX2 either: the pass says so
+    opts = KernelsOptions.parse(f"{arch} min-flops=0 min-intensity=0 cpu-flags=" + ",".join(flags))
     with ir.Context():
         m = ir.Module.parse(text)
         rep = run_falcon_kernels(m.operation, opts)

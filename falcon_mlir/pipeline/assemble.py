@@ -38,7 +38,7 @@ pass it changed lists it under ``"defaults"`` (``--lcma-explain`` shows it).
 The compile target itself defaults to this machine's CPU
 (:data:`DEFAULT_TARGET`) when the flags name no device.
 
-(About 750 lines: the defaults tables, the readers of the target from the
+(About 790 lines (the AVX2 kernel's defaults added 2026-12-03): the defaults tables, the readers of the target from the
 flags they key on, and the stage assembly that applies them (falcon-compile's
 and falcon-opt's) are one decision, read together. Split candidate: the target readers,
 ``target_devices`` to ``check_cuda_target`` and ``_target_cpu``.)

@@ -14,9 +14,11 @@ from iree.compiler import ir
 
 import falcon_mlir
 from falcon_mlir.ir.contraction import find_contractions
+from falcon_mlir.ir.matmul_text import matmul_mlir
 from falcon_mlir.kernels import cpu_gemm, cpu_object
 from falcon_mlir.options import OptionError
 from falcon_mlir.passes import PassError
+from falcon_mlir.passes.falcon_kernels.options import CPU_ISAS
 from falcon_mlir.passes.falcon_kernels import KernelsOptions, run_falcon_kernels
 from falcon_mlir.passes.falcon_kernels.options import CPU_MIN_FLOPS, MIN_FLOPS, MIN_INTENSITY
 from falcon_mlir.passes.falcon_kernels.serve_cpu import serve_cpu
@@ -37,7 +39,7 @@ needs_avx512 = pytest.mark.skipif(not (_have_cc() and cpu_object.host_has_avx512
                                   reason="needs gcc and an AVX-512 F/BW/DQ/VL CPU")
 #: The ISA of the kernel falcon-compile runs on this machine (AVX-512, else the AVX2 build), and its arch.
 HOST_ISA = cpu_object.host_isa() if _have_cc() else None
-HOST_ARCH = {"avx512": "x86-avx512", "avx2": "x86-avx2"}.get(HOST_ISA)
+HOST_ARCH = next((arch for arch, isa in CPU_ISAS.items() if isa == HOST_ISA), None)
 needs_host_kernel = pytest.mark.skipif(HOST_ISA is None, reason="needs gcc and a CPU with AVX-512, or AVX2 and FMA")
 
 #: A named AVX-512 CPU: the pass's object key without depending on this machine's CPU.
@@ -365,16 +367,6 @@ def test_target_defaults_for_cpus(monkeypatch):
         assert assemble.cpu_kernel_blocker(tuple(host)) == "compiler"
 
 
-BF16_MM = """func.func @bf(%a: tensor<2048x2048xbf16>, %b: tensor<2048x2048xbf16>) -> tensor<2048x2048xf32> {
-  %cst = arith.constant 0.0 : f32
-  %e = tensor.empty() : tensor<2048x2048xf32>
-  %f = linalg.fill ins(%cst : f32) outs(%e : tensor<2048x2048xf32>) -> tensor<2048x2048xf32>
-  %0 = linalg.matmul ins(%a, %b : tensor<2048x2048xbf16>, tensor<2048x2048xbf16>) outs(%f : tensor<2048x2048xf32>) -> tensor<2048x2048xf32>
-  return %0 : tensor<2048x2048xf32>
-}
-"""
-
-
 @pytest.mark.skipif(not _have_cc(), reason="needs a C compiler (the AVX2 kernel's default)")
 def test_avx2_kernel_defaults_from_the_break_it_review(monkeypatch):
     """Were (break-it review of the AVX2 build): on haswell (AVX2, bf16 emulated) bf16 2048^3 stayed
@@ -383,7 +375,8 @@ def test_avx2_kernel_defaults_from_the_break_it_review(monkeypatch):
     the kernels were off with no reason given."""
     monkeypatch.delenv("FALCON_PROFILE", raising=False)
     haswell = list(ZNVER4[:2]) + ["--iree-llvmcpu-target-cpu=haswell", "--compile-to=global-optimization"]
-    _, rep = falcon_mlir.compile_str(BF16_MM, extra_args=haswell, target_backends=(), return_report=True)
+    text = matmul_mlir(2048, 2048, 2048, "bf16", "f32")
+    _, rep = falcon_mlir.compile_str(text, extra_args=haswell, target_backends=(), return_report=True)
     assert rep[0]["predicted_time"]["profile"] == "x86-falcon-avx2"
     assert rep[0]["plan"]["schemes"] == ["strassen"] and rep[0]["plan"]["form"] == "per-product", rep[0]["plan"]
     monkeypatch.setenv("FALCON_PROFILE", "x86-dev")

@@ -359,9 +359,10 @@ def test_target_defaults_for_cpus(monkeypatch):
         assert stages[0].report_extra["defaults"]["profile"].startswith("x86-falcon")
         forced = assemble.rewrite_stages("scheme=strassen form=kernel", "auto", host)
         assert forced[-1].name == "falcon-kernels"  # the CPU kernel runs kernel-form plans
+        assert assemble.rewrite_stages("scheme=strassen form=kernel", "auto", haswell)[-1].name == "falcon-kernels"
         with pytest.raises(OptionError, match="form=kernel needs the falcon-kernels pass, which does not run "
                                               "here"):
-            assemble.rewrite_stages("scheme=strassen form=kernel", "auto", haswell)
+            assemble.rewrite_stages("scheme=strassen form=kernel", "auto", nehalem)
         monkeypatch.setenv("FALCON_CC", "no-such-cc-falcon")
         assert assemble.kernels_options("auto", host) is None
         assert assemble.cpu_kernel_blocker(tuple(host)) == "compiler"

@@ -2,9 +2,14 @@
 
 For each shape, the same GEMM as two IREE modules on falcon's kernel, one per form
 (:func:`falcon_mlir.kernels.cpu_embed.gemm_module` with ``b_inside`` True and False, the 112 x 512 blocking
-the rule takes), and numpy (OpenBLAS) on the same random normal inputs, timed in alternating rounds in one
-process; prints the medians (wall per call, seconds), the ratios of the medians and the median of the
-per-round ratios (docs/benchmarks.md, *The classical kernel with B packed inside*)::
+the rule takes), and numpy (OpenBLAS) on the same random normal inputs, in one process: the two forms in
+alternating rounds (their order swapped each round, the inputs on the device), then numpy in a block of
+its own after falcon-bench's settle (:data:`falcon_mlir.bench.measure.PEER_SETTLE_S`: OpenBLAS's threads
+spin after a call and slowed whichever form came next; until 2026-12-04 numpy ran inside the rounds, just
+before the two-dispatch form, which read 9-15% slow on a Zen 4 that way); prints the medians (wall per
+call, seconds), the ratios of the medians and the median of the per-round ratios (two / inside;
+numpy's against inside's, round for round, is a ratio of calls not made side by side)
+(docs/benchmarks.md, *The classical kernel with B packed inside*)::
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python3 scripts/cpu_b_inside_bench.py \\
         512x7168x2048 1024x4096x4096 --rounds 9
@@ -40,6 +45,7 @@ def parse_shape(text: str) -> tuple:
 def bench_shape(M: int, N: int, K: int, rounds: int, seed: int = 0) -> dict:
     """Seconds per call (medians over ``rounds``) of ``two``, ``inside`` and ``numpy``, the per-round ratio
     medians ``two/inside`` and ``numpy/inside``, and both forms' max-norm errors against float64."""
+    from falcon_mlir.bench.measure import PEER_SETTLE_S
     from falcon_mlir.kernels import cpu_embed
     from falcon_mlir.kernels.cpu_gemm import CpuGemmConfig
     from falcon_mlir.runner import Module
@@ -52,14 +58,19 @@ def bench_shape(M: int, N: int, K: int, rounds: int, seed: int = 0) -> dict:
     b = rng.standard_normal((K, N), dtype=np.float32)
     ref = a.astype(np.float64) @ b.astype(np.float64)
     out = {f"err_{f}": float(np.abs(m("main", a, b) - ref).max() / np.abs(ref).max()) for f, m in mods.items()}
-    calls = {"two": lambda: mods["two"]("main", a, b), "inside": lambda: mods["inside"]("main", a, b),
-             "numpy": lambda: a @ b}
-    times = {k: [] for k in calls}
-    for _ in range(rounds):
-        for k, f in calls.items():
+    args = {form: m.on_device(a, b) for form, m in mods.items()}
+    calls = {form: (lambda form=form: mods[form]("main", *args[form])) for form in mods}
+    times = {k: [] for k in ("two", "inside", "numpy")}
+    for rnd in range(rounds):
+        for k in ("two", "inside") if rnd % 2 == 0 else ("inside", "two"):
             t = time.perf_counter()
-            f()
+            calls[k]()
             times[k].append(time.perf_counter() - t)
+    for _ in range(rounds):  # OpenBLAS after IREE: its threads' spin after a call slows only numpy's next
+        t = time.perf_counter()
+        a @ b
+        times["numpy"].append(time.perf_counter() - t)
+    time.sleep(PEER_SETTLE_S)  # before the next shape's IREE calls
     out.update({k: statistics.median(v) for k, v in times.items()})
     for k in ("two", "numpy"):
         out[f"{k}/inside paired"] = statistics.median(x / y for x, y in zip(times[k], times["inside"]))

@@ -84,6 +84,7 @@ the seven entry points is :mod:`falcon_mlir.kernels.cpu_source`, its compile and
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fractions import Fraction
 
 from .spec import DictFields
 
@@ -233,9 +234,24 @@ FUSED_PANEL_COLS = 512
 #: of 25 MB, where the two-dispatch form packs B's own 25 MB. Shapes below it were never measured
 #: with B inside; those measured had K of 2048 and more.
 FUSED_MIN_K = 256
+#: ... and, above :data:`FUSED_BALANCE_FREE_M` rows, the panels (one workgroup each) share out evenly over
+#: the workers: at least this fraction of the workers' rounds busy, ``p / (ceil(p / w) w)`` for ``p``
+#: panels on ``w`` workers (:func:`fuse_b_inside`).
+FUSED_MIN_BALANCE = Fraction(9, 10)
+#: Rows up to which B goes inside however the panels share out (the pass over B is then the larger part
+#: that B inside saves: 512x2304x4096, 5 panels on 2 workers, ran 1.09x faster inside).
+FUSED_BALANCE_FREE_M = 512
 
 
-def fuse_b_inside(M: int, N: int, K: int, config: CpuGemmConfig) -> bool:
+def workers() -> int:
+    """The workers the kernel's workgroups are shared among: this machine's CPUs (``os.cpu_count()``;
+    IREE's local-task device runs one worker per core by default), at least 1."""
+    import os
+
+    return max(1, os.cpu_count() or 1)
+
+
+def fuse_b_inside(M: int, N: int, K: int, config: CpuGemmConfig, n_workers: int = 0) -> bool:
     """Whether the classical GEMM ``M x N x K`` (plain layout, no batch) runs as one dispatch that packs
     B itself, a ``kc x nc`` panel at a time into the workgroup's scratch just before the micro-kernels
     use it (the BLIS loop order: one workgroup per ``nc`` columns of C, over all of M), instead of a pack
@@ -252,11 +268,23 @@ def fuse_b_inside(M: int, N: int, K: int, config: CpuGemmConfig) -> bool:
     scratch's size, not its speed). (An LCMA plan's products the same way measured no faster: not used
     there.)
 
+    And the panels balance over the workers (``n_workers``, default :func:`workers`): B inside has one
+    workgroup per panel, so ``p`` panels on ``w`` workers keep them busy ``p / (ceil(p / w) w)`` of the
+    rounds, where the two-dispatch form has ``ceil(M / mc)`` times as many workgroups. Above
+    ``FUSED_BALANCE_FREE_M`` rows that share must be at least ``FUSED_MIN_BALANCE``. Measured on a 2-core
+    Zen 4, 2026-12-04 (``scripts/cpu_b_inside_bench.py`` after its fix: the Xeon's figures above were
+    taken with numpy's OpenBLAS threads still spinning into the two-dispatch calls), two / inside at
+    M = 1024: 3 panels (1024x1536x7168) 0.74, 5 (1024x2560x2560) 0.89, 7 (1024x3584x3584) 0.95, 6
+    (1024x3072x3072) 0.99, 9 (1024x4544x4544) 1.04, 10 (1024x5120x5120) 1.09, 8 (1024x4096x4096) 1.10;
+    at M = 512, 5 panels (512x2304x4096) 1.09, 8 and 14 1.19 and 1.27.
+
     The rule is one of the shape alone: ``config`` (the blocking the GEMM runs with, its workgroups
     ``config.nc`` columns wide) does not change it, so :func:`cpu_embed.dispatch_lines` asked with the
     blocking :func:`classical_config` gave answers as :func:`classical_config` did."""
-    return (M <= FUSED_MAX_M and N * K >= FUSED_MIN_B and _ceil(N, FUSED_PANEL_COLS) >= FUSED_MIN_PANELS
-            and K >= FUSED_MIN_K)
+    panels, w = _ceil(N, FUSED_PANEL_COLS), n_workers or workers()
+    balanced = M <= FUSED_BALANCE_FREE_M or panels >= FUSED_MIN_BALANCE * _ceil(panels, w) * w
+    return (M <= FUSED_MAX_M and N * K >= FUSED_MIN_B and panels >= FUSED_MIN_PANELS and K >= FUSED_MIN_K
+            and balanced)
 
 
 def b_inside(M: int, N: int, K: int, trans_a: bool = False, trans_b: bool = False, batch: int = 1) -> bool:

@@ -243,12 +243,29 @@ FUSED_MIN_BALANCE = Fraction(9, 10)
 FUSED_BALANCE_FREE_M = 512
 
 
-def workers() -> int:
-    """The workers the kernel's workgroups are shared among: this machine's CPUs (``os.cpu_count()``;
-    IREE's local-task device runs one worker per core by default), at least 1."""
+#: IREE's local-task device starts at most this many workers by default (``--task_topology_max_group_count``).
+MAX_WORKERS = 64
+
+
+def workers(sys_cpu: str = "/sys/devices/system/cpu") -> int:
+    """The workers IREE's local-task device shares the kernel's workgroups among by default: one per
+    physical core (``--task_topology_mode=physical_cores``), counted as the distinct ``(package, core)``
+    pairs of the CPUs this process may run on (``sys_cpu``'s ``topology``), at most :data:`MAX_WORKERS`;
+    ``os.cpu_count()`` where the topology cannot be read; at least 1. (IREE also keeps to the current
+    NUMA node; not modelled.) The machine that compiles is taken for the one that runs."""
     import os
 
-    return max(1, os.cpu_count() or 1)
+    try:
+        cpus = os.sched_getaffinity(0)
+        cores = set()
+        for c in cpus:
+            topo = f"{sys_cpu}/cpu{c}/topology"
+            with open(f"{topo}/physical_package_id") as f, open(f"{topo}/core_id") as g:
+                cores.add((f.read().strip(), g.read().strip()))
+        n = len(cores)
+    except (OSError, AttributeError):
+        n = os.cpu_count() or 1
+    return max(1, min(n, MAX_WORKERS))
 
 
 def fuse_b_inside(M: int, N: int, K: int, config: CpuGemmConfig, n_workers: int = 0) -> bool:
@@ -276,11 +293,22 @@ def fuse_b_inside(M: int, N: int, K: int, config: CpuGemmConfig, n_workers: int 
     taken with numpy's OpenBLAS threads still spinning into the two-dispatch calls), two / inside at
     M = 1024: 3 panels (1024x1536x7168) 0.74, 5 (1024x2560x2560) 0.89, 7 (1024x3584x3584) 0.95, 6
     (1024x3072x3072) 0.99, 9 (1024x4544x4544) 1.04, 10 (1024x5120x5120) 1.09, 8 (1024x4096x4096) 1.10;
-    at M = 512, 5 panels (512x2304x4096) 1.09, 8 and 14 1.19 and 1.27.
+    at M = 512, 5 panels (512x2304x4096) 1.09, 8 and 14 1.19 and 1.27. What the rule leaves open: it counts
+    panels, not columns (a last panel of one column counts as a whole one: 1024x2561x2561 is 6 panels
+    and goes inside, 1024x2049x4096 is 5 and does not); 9/10 rests on M = 1024 and 512 on one shape at
+    M = 512, both on two workers; on many workers (16 and up) it leaves B inside to few shapes above 512
+    rows, never measured there; where B stays out, M of 513-1024 with fewer than :data:`MIN_BLOCKS`
+    blocks runs on the small blocking (:func:`classical_config`), the measurements above on 112 x 512
+    (falcon-bench's 1024x1536x7168 ran the small one: 124 ms against 152-166 ms B inside).
 
-    The rule is one of the shape alone: ``config`` (the blocking the GEMM runs with, its workgroups
-    ``config.nc`` columns wide) does not change it, so :func:`cpu_embed.dispatch_lines` asked with the
-    blocking :func:`classical_config` gave answers as :func:`classical_config` did."""
+    The rule is one of the shape and the workers alone: ``config`` (the blocking the GEMM runs with, its
+    workgroups ``config.nc`` columns wide) does not change it, so :func:`cpu_embed.dispatch_lines` asked
+    with the blocking :func:`classical_config` gave answers as :func:`classical_config` did.
+
+    Raises:
+        ValueError: ``n_workers`` is negative."""
+    if n_workers < 0:
+        raise ValueError(f"fuse_b_inside: n_workers must be >= 0 (0: workers()), got {n_workers}")
     panels, w = _ceil(N, FUSED_PANEL_COLS), n_workers or workers()
     balanced = M <= FUSED_BALANCE_FREE_M or panels >= FUSED_MIN_BALANCE * _ceil(panels, w) * w
     return (M <= FUSED_MAX_M and N * K >= FUSED_MIN_B and panels >= FUSED_MIN_PANELS and K >= FUSED_MIN_K

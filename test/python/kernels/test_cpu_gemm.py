@@ -518,8 +518,9 @@ def test_wrong_batch_entry_is_caught(what, old, new, M):
 # -- B packed inside the GEMM (fuse_b_inside): one dispatch, B's panels packed by their workgroup -----
 
 def test_b_inside_rule_and_blocking():
-    """At most 1024 rows of A, a B of at least 6e6 elements, two panels of columns or more; then the
-    default 112 x 512 blocking (what it was measured with), only for the plain layout without a batch."""
+    """At most 1024 rows of A, a B of at least 6e6 elements, two panels of columns or more (and, above 512
+    rows, panels that share out over the workers: the next test); then the default 112 x 512 blocking
+    (what it was measured with), only for the plain layout without a batch."""
     big = CpuGemmConfig()
     assert cpu_gemm.fuse_b_inside(512, 7168, 2048, big) and cpu_gemm.fuse_b_inside(1024, 2560, 2560, big, 1)
     assert not cpu_gemm.fuse_b_inside(2048, 4096, 4096, big)      # M = 2048: slower there
@@ -554,7 +555,39 @@ def test_b_inside_needs_panels_that_share_out_over_the_workers(M, N, workers, in
     busy at least 9/10 of the rounds, p / (ceil(p / w) w) (measured on a 2-core Zen 4: 3, 5, 7 panels at
     M = 1024 ran 0.74, 0.89, 0.95x of the two dispatches; 9 and 10 panels 1.04 and 1.09x)."""
     assert cpu_gemm.fuse_b_inside(M, N, 4096, CpuGemmConfig(), workers) is inside
-    assert cpu_gemm.workers() >= 1
+
+
+@pytest.mark.parametrize("workers, inside", [(1, True), (2, False)])
+def test_b_inside_follows_the_machines_workers_through_the_module(monkeypatch, workers, inside):
+    """The default worker count (cpu_gemm.workers) reaches b_inside, classical_config and the module's
+    dispatches alike: 1024x2560x2560 (5 panels) packs B inside on one worker, not on two (then the
+    two dispatches on the blocking choose_config gives)."""
+    monkeypatch.setattr(cpu_gemm, "workers", lambda: workers)
+    assert cpu_gemm.b_inside(1024, 2560, 2560) is inside
+    cfg = cpu_gemm.classical_config(1024, 2560, 2560)
+    assert cfg == (CpuGemmConfig() if inside else cpu_gemm.choose_config(1024, 2560, 2560))
+    main = cpu_embed.gemm_module(1024, 2560, 2560, target_attr=TARGET, obj="/tmp/k.o", flags=()).split("func.func @main")[1]
+    assert ("::@fgemm[" in main) is inside and ("::@pack_b[" in main) is not inside
+    with pytest.raises(ValueError, match="n_workers must be >= 0"):
+        cpu_gemm.fuse_b_inside(1024, 2560, 2560, cfg, -2)
+
+
+def test_workers_are_physical_cores(tmp_path, monkeypatch):
+    """One worker per (package, core) pair of the CPUs this process may run on, as IREE's local-task
+    device counts them (SMT siblings share one); os.cpu_count() where the topology is missing."""
+    import os
+
+    for cpu, (pkg, core) in enumerate([(0, 0), (0, 0), (0, 1), (1, 0)]):  # cpu1: cpu0's SMT sibling
+        topo = tmp_path / f"cpu{cpu}" / "topology"
+        topo.mkdir(parents=True)
+        (topo / "physical_package_id").write_text(f"{pkg}\n")
+        (topo / "core_id").write_text(f"{core}\n")
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    assert cpu_gemm.workers(str(tmp_path)) == 3
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    assert cpu_gemm.workers(str(tmp_path)) == 1
+    monkeypatch.setattr(os, "cpu_count", lambda: None)
+    assert cpu_gemm.workers(str(tmp_path / "none")) == 1
 
 
 def test_b_inside_panels_are_512_columns_whatever_the_blocking():

@@ -352,6 +352,11 @@ def test_target_defaults_for_cpus(monkeypatch):
         assert stages[-1].text.startswith("falcon-kernels{arch=x86-avx2 ")
         assert stages[0].options.profile == "x86-falcon-avx2"
         assert stages[0].report_extra["defaults"]["profile"].startswith("x86-falcon-avx2 (falcon-kernels on (x86-avx2)")
+        # named CPUs, so on any host: haswell's AVX2 build runs a forced kernel-form plan, nehalem has none
+        assert assemble.rewrite_stages("scheme=strassen form=kernel", "auto", haswell)[-1].name == "falcon-kernels"
+        with pytest.raises(OptionError, match="form=kernel needs the falcon-kernels pass, which does not run "
+                                              "here"):
+            assemble.rewrite_stages("scheme=strassen form=kernel", "auto", nehalem)
     if _have_cc() and cpu_object.host_has_avx512():
         host = assemble.with_default_target([])
         stages = assemble.rewrite_stages("auto", "auto", host)
@@ -359,10 +364,6 @@ def test_target_defaults_for_cpus(monkeypatch):
         assert stages[0].report_extra["defaults"]["profile"].startswith("x86-falcon")
         forced = assemble.rewrite_stages("scheme=strassen form=kernel", "auto", host)
         assert forced[-1].name == "falcon-kernels"  # the CPU kernel runs kernel-form plans
-        assert assemble.rewrite_stages("scheme=strassen form=kernel", "auto", haswell)[-1].name == "falcon-kernels"
-        with pytest.raises(OptionError, match="form=kernel needs the falcon-kernels pass, which does not run "
-                                              "here"):
-            assemble.rewrite_stages("scheme=strassen form=kernel", "auto", nehalem)
         monkeypatch.setenv("FALCON_CC", "no-such-cc-falcon")
         assert assemble.kernels_options("auto", host) is None
         assert assemble.cpu_kernel_blocker(tuple(host)) == "compiler"

@@ -67,12 +67,13 @@ def module_texts(M: int, N: int, K: int, flags) -> tuple:
     from iree.compiler import ir
 
     from falcon_mlir.ir.matmul_text import matmul_mlir
+    from falcon_mlir.kernels import cpu_object
     from falcon_mlir.passes.falcon_kernels import KernelsOptions, run_falcon_kernels
+    from falcon_mlir.passes.falcon_kernels.options import CPU_ISAS
 
     text = matmul_mlir(M, N, K)  # @mm(A, B) -> A @ B, zero-filled C
-    from falcon_mlir.kernels import cpu_object
-
-    arch = "x86-avx2" if cpu_object.host_isa() == "avx2" else "x86-avx512"  # no AVX2 either: the pass says so
+    # the arch of this machine's ISA; with neither ISA x86-avx512, and the pass says why it cannot build
+    arch = next((a for a, isa in CPU_ISAS.items() if isa == cpu_object.host_isa()), "x86-avx512")
     opts = KernelsOptions.parse(f"{arch} min-flops=0 min-intensity=0 cpu-flags=" + ",".join(flags))
     with ir.Context():
         m = ir.Module.parse(text)

@@ -112,6 +112,44 @@ class Module:
             return tuple(np.asarray(o.to_host()) for o in out)
         return np.asarray(out.to_host())
 
+    def transients_size(self, name: str):
+        """Bytes of transient storage function ``name`` states (IREE's external transients,
+        :func:`with_external_transients`), or None where it states no constant size."""
+        size = self._vm.lookup_function(name).reflection.get(TRANSIENTS_SIZE)
+        return None if size is None else int(size)
+
+    def call_with_transients(self, name: str, *args) -> np.ndarray:
+        """Call ``name``, a function compiled with IREE's external transients (its last argument a
+        ``!hal.buffer {iree.abi.transients}``, :func:`with_external_transients`), on ``args``
+        (``DeviceArray`` s, :meth:`on_device`), its transient memory in one buffer of the size the
+        module states, allocated on the first call and reused: no allocation, and no page faults, in the
+        steady state. Returns the single result on the host.
+
+        Raises:
+            ValueError: ``name`` states no constant transient size (no such argument, or a size that
+                depends on the inputs).
+        """
+        import iree.runtime as rt
+
+        storages = self.__dict__.setdefault("_transients", {})
+        fn = self._vm.lookup_function(name)
+        if name not in storages:
+            size = self.transients_size(name)
+            if size is None:
+                raise ValueError(f"function {name!r} states no constant transient size ({TRANSIENTS_SIZE}): "
+                                 "compile it with with_external_transients")
+            storages[name] = self.device.allocator.allocate_buffer(
+                memory_type=rt.MemoryType.DEVICE_LOCAL, allowed_usage=rt.BufferUsage.DEFAULT,
+                allocation_size=max(size, 64))
+        storage = storages[name]
+        arg_list = rt.VmVariantList(len(args) + 1)
+        for a in args:
+            arg_list.push_ref(a._buffer_view)
+        arg_list.push_ref(storage)
+        results = rt.VmVariantList(1)
+        self._ctx.vm_context.invoke(fn, arg_list, results)
+        return np.asarray(rt.DeviceArray(self.device, results.get_as_object(0, rt.HalBufferView)).to_host())
+
     def time(self, name: str, *args, repeat: int = 5, warmup: int = 1) -> list:
         """Wall-clock seconds of ``repeat`` calls (after ``warmup`` calls), results synced to host."""
         dev_args = self.on_device(*args)
@@ -123,6 +161,54 @@ class Module:
             self(name, *dev_args)
             times.append(time.perf_counter() - t0)
         return times
+
+
+#: The reflection key of a function's transient storage size (bytes) when it does not depend on the inputs.
+TRANSIENTS_SIZE = "iree.abi.transients.size.constant"
+
+
+def with_external_transients(text: str, func: str = "main") -> str:
+    """``text`` with its ``func`` given IREE's external transients: a last argument ``%falcon_transients:
+    !hal.buffer {iree.abi.transients}`` and its single result passed through ``hal.tensor.transients``,
+    so that iree-compile places every transient allocation of the function in that buffer and states its
+    size (:data:`TRANSIENTS_SIZE`; IREE 3.13). The call then allocates nothing
+    (:meth:`Module.call_with_transients`). Text-level: ``func`` must be a ``func.func`` with one result,
+    written ``-> (T ...)`` or ``-> T``, and one ``return`` in its body.
+
+    Raises:
+        ValueError: no such function, another result list, or not one ``return`` in its body.
+    """
+    import re
+
+    m = re.search(r"func\.func\s+(?:public\s+)?@" + re.escape(func) + r"\(", text)
+    if not m:
+        raise ValueError(f"with_external_transients: no func.func @{func}")
+    depth, i = 1, m.end()
+    while depth:
+        depth += {"(": 1, ")": -1}.get(text[i], 0)
+        i += 1
+    res = re.match(r"\s*->\s*(?:\(\s*)?(tensor<[^>]*>)", text[i:])
+    if not res:
+        raise ValueError(f"with_external_transients: @{func} has not one tensor result")
+    opened = re.compile(r"\{[ \t]*\n").search(text, i + res.end())  # the body's brace ends its line
+    if not opened:
+        raise ValueError(f"with_external_transients: @{func} has no body")
+    body_start = opened.start()
+    depth, j = 1, body_start + 1
+    while depth:
+        depth += {"{": 1, "}": -1}.get(text[j], 0)
+        j += 1
+    body = text[body_start:j]
+    rets = list(re.finditer(r"\n(\s*)(?:func\.)?return\s+(%[\w#]+)\s*:\s*(tensor<[^>]*>)", body))
+    if len(rets) != 1 or len(re.findall(r"(?<![\w.])return\b", body)) != 1:  # not stablehlo.return etc.
+        raise ValueError(f"with_external_transients: @{func} needs exactly one return of one tensor")
+    r = rets[0]
+    new_ret = (f"\n{r.group(1)}%falcon_transients_result = hal.tensor.transients {r.group(2)} : {r.group(3)} "
+               f"from %falcon_transients : !hal.buffer\n{r.group(1)}return %falcon_transients_result : {r.group(3)}")
+    body = body[:r.start()] + new_ret + body[r.end():]
+    sig = text[m.start():i - 1] + (", " if text[i - 2] != "(" else "") + \
+        "%falcon_transients: !hal.buffer {iree.abi.transients})"
+    return text[:m.start()] + sig + text[i:body_start] + body + text[j:]
 
 
 def run_mlir(text: str, name: str, *args, flags: Sequence[str] = CPU_FLAGS):

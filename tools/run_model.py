@@ -102,12 +102,17 @@ def parse_args(argv=None):
                    help="skip the float64 numpy reference (about 15 s at full size)")
     p.add_argument("--no-jax", dest="jax", action="store_false",
                    help="leave out the JAX/XLA peer (the block under jax.jit on the CPU)")
+    p.add_argument("--external-transients", action="store_true",
+                   help="both IREE builds with IREE's external transients: each call's transient memory one "
+                        "buffer allocated once, not mapped fresh every call (JAX/XLA unchanged)")
     p.add_argument("--save-dir", default=None,
                    help="write block.mlir (--train: step.mlir), classical.vmfb, falcon.vmfb, report.json there")
     p.add_argument("--json", default=None, metavar="FILE",
                    help="write the results as JSON to this file (not -: the table goes to stdout)")
     p.add_argument("--traceback", action="store_true", help="show the full error on failure")
     args = p.parse_args(argv)
+    if args.train and args.external_transients:
+        p.error("--external-transients applies to the block's run, not to --train")
     if args.json == "-":  # was: a file named '-', after the whole run
         p.error("--json -: stdout is not an output file here (the table goes there); give a file name")
     if args.tokens < 1 or args.repeat < 1:
@@ -152,7 +157,8 @@ def run(args) -> dict:
     job = run_main_job(tokens=args.tokens, lcma=args.lcma, repeat=args.repeat, seed=args.seed,
                        small=args.small, data_tiling=args.data_tiling, iree_flags=args.iree_flag,
                        reference=not args.no_reference, save_dir=args.save_dir, log=_log,
-                       dtype=args.dtype, jax=args.jax, tile_bytes=args.matmul_tile_bytes)
+                       dtype=args.dtype, jax=args.jax, tile_bytes=args.matmul_tile_bytes,
+                       external_transients=args.external_transients)
     res = job.data
     print_contractions(res["report"], job.layers)
     print("\n".join(result_lines(res)))

@@ -317,15 +317,19 @@ def _random_data(block, seed: int, dtype: str, log: Callable, what: str = "rando
     return x, weights
 
 
-def _iree_call(vmfb: bytes, inputs: list) -> Callable[[], np.ndarray]:
+def _iree_call(vmfb: bytes, inputs: list, external_transients: bool = False) -> Callable[[], np.ndarray]:
     """A zero-argument call of the module's ``main`` on ``inputs`` (placed on
-    ``local-task`` once), returning the output on the host."""
+    ``local-task`` once), returning the output on the host; ``external_transients``:
+    ``main`` takes IREE's transient storage last, one buffer reused by every call
+    (:meth:`falcon_mlir.runner.Module.call_with_transients`)."""
     from falcon_mlir.runner import Module
 
     mod = Module(vmfb)
     args = mod.on_device(*inputs)
 
     def call():
+        if external_transients:
+            return mod.call_with_transients("main", *args)
         out = mod("main", *args)
         return out[0] if isinstance(out, tuple) else out
 
@@ -368,7 +372,8 @@ def run_main_job(*, tokens: int = 1024, lcma: Optional[str] = "auto", repeat: in
                  small: bool = False, data_tiling: bool = True, iree_flags: Sequence[str] = (),
                  reference: bool = True, save_dir: Optional[str] = None,
                  log: Optional[Callable[[str], None]] = None, dtype: str = "float32",
-                 jax: bool = True, tile_bytes: int = MATMUL_TILE_BYTES) -> MainJob:
+                 jax: bool = True, tile_bytes: int = MATMUL_TILE_BYTES,
+                 external_transients: bool = False) -> MainJob:
     """Export, compile both ways, run, time and compare the block (and,
     with ``jax``, the same block under ``jax.jit`` on the CPU, the peer).
 
@@ -385,7 +390,11 @@ def run_main_job(*, tokens: int = 1024, lcma: Optional[str] = "auto", repeat: in
     ``rel_err_vs_f64``, and ``rel_err_vs_jax`` (classical's and falcon's
     output against JAX's); ``tile_bytes``: with ``data_tiling``, both builds'
     matmul tile bytes (:func:`tile_flags`; 0: IREE's default). Both builds go
-    through :func:`compile_split`.
+    through :func:`compile_split`. ``external_transients``: both IREE builds with
+    IREE's external transients (:func:`falcon_mlir.runner.with_external_transients`):
+    each call's transient memory is one buffer allocated before the timed calls
+    and reused, where by default IREE allocates it every call and the kernel maps
+    it fresh (page faults); JAX/XLA is run as always.
 
     Raises:
         ValueError: an unknown ``dtype``, ``tile_bytes`` out of :func:`tile_flags`' range.
@@ -399,6 +408,10 @@ def run_main_job(*, tokens: int = 1024, lcma: Optional[str] = "auto", repeat: in
     tiles = tile_flags(tile_bytes)  # checked before the export; global options: the back halves only
     back = list(tiles) if data_tiling else []
     cfg, block, text = _export(small, tokens, log, dtype)
+    if external_transients:
+        from falcon_mlir.runner import with_external_transients
+
+        text = with_external_transients(text)
 
     t0 = time.perf_counter()
     vm_classical, _ = compile_split(text, flags, falcon=False, extra_flags=back)
@@ -417,7 +430,7 @@ def run_main_job(*, tokens: int = 1024, lcma: Optional[str] = "auto", repeat: in
     x, weights = _random_data(block, seed, dtype, log)
     inputs = [x, *weights]
     del x, weights
-    calls = [_iree_call(vm_classical, inputs), _iree_call(vm_falcon, inputs)]
+    calls = [_iree_call(vm_classical, inputs, external_transients), _iree_call(vm_falcon, inputs, external_transients)]
     compile_s = {"classical": t_cc, "falcon": t_cf}
     if jax:
         jax_call, compile_s["jax"] = _jax_compiled(block, inputs, log)
@@ -444,6 +457,7 @@ def run_main_job(*, tokens: int = 1024, lcma: Optional[str] = "auto", repeat: in
         "times_s": dict(zip(runs, times)),
         "rel_err_vs_classical": rel_err(y["falcon"], y["classical"]),
         "report": report,
+        "external_transients": external_transients,
     }
     if jax:
         res["rel_err_vs_jax"] = {n: rel_err(y[n], y["jax"]) for n in ("classical", "falcon")}
@@ -463,7 +477,8 @@ def run_main_job(*, tokens: int = 1024, lcma: Optional[str] = "auto", repeat: in
     res["summary"] = (f"{cfg.name} block{'' if cfg.dtype == 'float32' else f' ({cfg.dtype})'}, "
                       f"{cfg.tokens} tokens: falcon {fmt_s(tf)} vs classical {fmt_s(tc)} "
                       f"({tc / tf:.2f}x){vs_jax}, rel. error {res['rel_err_vs_classical']:.1e}, "
-                      f"{rewritten} of {len(report)} contractions rewritten")
+                      f"{rewritten} of {len(report)} contractions rewritten"
+                      + ("; IREE's transients in one buffer per module, allocated once" if external_transients else ""))
     names = [n for n, _ in block.weight_specs()]
     return MainJob(res, [what_is(str(r.get("location", "")), text, names) for r in report])
 

@@ -6,6 +6,7 @@ Needs the ``models`` extra (jax, keras, keras-hub); skipped without it.
 
 import importlib.util
 import os
+import re
 
 import numpy as np
 import pytest
@@ -343,3 +344,27 @@ def test_compile_split_with_tile_bytes_computes_the_product():
         y = np.asarray(Module(vm)("mm", a, b))
         err = np.max(np.abs(y - ref)) / np.max(np.abs(ref))
         assert 0 < err < (2e-6 if not falcon else 5e-6), (falcon, err)
+
+
+def test_run_model_external_transients(capsys):
+    """--external-transients: both IREE builds take their transient memory in one buffer (IREE's external
+    transients), the outputs agree with JAX/XLA and float64 as without it, the summary says so; with --train
+    it is one usage line."""
+    import importlib.util
+
+    from repo_paths import ROOT
+
+    spec = importlib.util.spec_from_file_location("run_model", ROOT / "tools" / "run_model.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.main(["--small", "--train", "--external-transients"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--external-transients applies to the block's run, not to --train" in err, err
+    rc = mod.main(["--small", "--tokens", "32", "--lcma", "scheme=strassen", "--repeat", "2",
+                   "--external-transients"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert out.splitlines()[-1].endswith("; IREE's transients in one buffer per module, allocated once"), out
+    errs = {ln.split(":")[0]: ln for ln in out.splitlines() if ln.startswith("relative error")}
+    vals = [float(v) for ln in errs.values() for v in re.findall(r"(\d\.\d\de-\d\d)", ln)]
+    assert len(vals) == 6 and max(vals) < 1e-5, errs

@@ -115,8 +115,14 @@ class Module:
     def transients_size(self, name: str):
         """Bytes of transient storage function ``name`` states (IREE's external transients,
         :func:`with_external_transients`), or None where it states no constant size."""
-        size = self._vm.lookup_function(name).reflection.get(TRANSIENTS_SIZE)
+        size = self._function(name).reflection.get(TRANSIENTS_SIZE)
         return None if size is None else int(size)
+
+    def _function(self, name: str):
+        fn = self._vm.lookup_function(name)
+        if fn is None:
+            raise ValueError(f"the module has no function {name!r}")
+        return fn
 
     def call_with_transients(self, name: str, *args) -> np.ndarray:
         """Call ``name``, a function compiled with IREE's external transients (its last argument a
@@ -126,18 +132,25 @@ class Module:
         steady state. Returns the single result on the host.
 
         Raises:
-            ValueError: ``name`` states no constant transient size (no such argument, or a size that
-                depends on the inputs).
+            ValueError: no function ``name``; it states no constant transient size (no such argument,
+                or a size that depends on the inputs); another number of inputs than it takes.
+            TypeError: an input is not a device array.
         """
         import iree.runtime as rt
 
         storages = self.__dict__.setdefault("_transients", {})
-        fn = self._vm.lookup_function(name)
+        fn = self._function(name)
+        size = self.transients_size(name)
+        if size is None:
+            raise ValueError(f"function {name!r} states no constant transient size ({TRANSIENTS_SIZE}): "
+                             "compile it with with_external_transients")
+        expected = len(fn.reflection.get("iree.abi.declaration", "").split("%input")) - 2  # but the storage
+        if expected >= 0 and len(args) != expected:
+            raise ValueError(f"function {name!r} takes {expected} inputs besides its transient storage, "
+                             f"got {len(args)}")
+        if not all(hasattr(a, "_buffer_view") for a in args):
+            raise TypeError(f"call_with_transients({name!r}): the inputs must be device arrays (Module.on_device)")
         if name not in storages:
-            size = self.transients_size(name)
-            if size is None:
-                raise ValueError(f"function {name!r} states no constant transient size ({TRANSIENTS_SIZE}): "
-                                 "compile it with with_external_transients")
             storages[name] = self.device.allocator.allocate_buffer(
                 memory_type=rt.MemoryType.DEVICE_LOCAL, allowed_usage=rt.BufferUsage.DEFAULT,
                 allocation_size=max(size, 64))
@@ -167,46 +180,91 @@ class Module:
 TRANSIENTS_SIZE = "iree.abi.transients.size.constant"
 
 
+def _close(text: str, i: int, where: str) -> int:
+    """The index just past the bracket that closes the one at ``text[i]`` (``(``, ``<``, ``{`` or ``[``),
+    brackets inside ``"..."`` strings skipped.
+
+    Raises:
+        ValueError: the text ends first (``where`` names the function in the message).
+    """
+    pairs = {"(": ")", "<": ">", "{": "}", "[": "]"}
+    stack, j = [], i
+    while j < len(text):
+        ch = text[j]
+        if ch == '"':
+            j += 1
+            while j < len(text) and text[j] != '"':
+                j += 2 if text[j] == "\\" else 1
+        elif ch in pairs and (ch != "<" or not stack or stack[-1] == ">"):
+            stack.append(pairs[ch])
+        elif ch == ">" and stack and stack[-1] == ">" and text[j - 1] != "-":
+            stack.pop()
+        elif ch in ")}]":
+            if not stack or stack[-1] != ch:
+                raise ValueError(f"with_external_transients: {where}: unbalanced {ch!r}")
+            stack.pop()
+        j += 1
+        if not stack:
+            return j
+    raise ValueError(f"with_external_transients: {where}: the text ends inside a bracket")
+
+
 def with_external_transients(text: str, func: str = "main") -> str:
     """``text`` with its ``func`` given IREE's external transients: a last argument ``%falcon_transients:
     !hal.buffer {iree.abi.transients}`` and its single result passed through ``hal.tensor.transients``,
     so that iree-compile places every transient allocation of the function in that buffer and states its
     size (:data:`TRANSIENTS_SIZE`; IREE 3.13). The call then allocates nothing
-    (:meth:`Module.call_with_transients`). Text-level: ``func`` must be a ``func.func`` with one result,
-    written ``-> (T ...)`` or ``-> T``, and one ``return`` in its body.
+    (:meth:`Module.call_with_transients`). Text-level (brackets matched, strings skipped): ``func`` must be
+    a ``func.func`` with one tensor result, written ``-> (T {attrs})`` or ``-> T``, optionally
+    ``attributes {...}``, and one ``return`` (``func.return``) in its body.
 
     Raises:
-        ValueError: no such function, another result list, or not one ``return`` in its body.
+        ValueError: no such function, not one tensor result, not one ``return`` in its body, unbalanced
+            brackets, or the function has the argument already.
     """
     import re
 
-    m = re.search(r"func\.func\s+(?:public\s+)?@" + re.escape(func) + r"\(", text)
+    where = f"@{func}"
+    m = re.search(r"func\.func\s+(?:public\s+|private\s+)?@" + re.escape(func) + r"\(", text)
     if not m:
         raise ValueError(f"with_external_transients: no func.func @{func}")
-    depth, i = 1, m.end()
-    while depth:
-        depth += {"(": 1, ")": -1}.get(text[i], 0)
-        i += 1
-    res = re.match(r"\s*->\s*(?:\(\s*)?(tensor<[^>]*>)", text[i:])
-    if not res:
-        raise ValueError(f"with_external_transients: @{func} has not one tensor result")
-    opened = re.compile(r"\{[ \t]*\n").search(text, i + res.end())  # the body's brace ends its line
-    if not opened:
-        raise ValueError(f"with_external_transients: @{func} has no body")
-    body_start = opened.start()
-    depth, j = 1, body_start + 1
-    while depth:
-        depth += {"{": 1, "}": -1}.get(text[j], 0)
-        j += 1
+    i = _close(text, m.end() - 1, where)  # past the argument list's ")"
+    args = text[m.end():i - 1]
+    if "%falcon_transients" in args:
+        raise ValueError(f"with_external_transients: {where} has the transients argument already")
+    arrow = re.match(r"\s*->\s*", text[i:])
+    if not arrow:
+        raise ValueError(f"with_external_transients: {where} has not one tensor result")
+    k = i + arrow.end()
+    if text.startswith("(", k):
+        results_end = _close(text, k, where)
+        results = text[k + 1:results_end - 1].strip()
+    else:
+        results_end = _close(text, text.index("<", k), where) if text.startswith("tensor<", k) else k
+        results = text[k:results_end]
+    if not results.startswith("tensor<") or _close(results, 6, where) != len(results.split(" {")[0].rstrip()):
+        raise ValueError(f"with_external_transients: {where} has not one tensor result")
+    rest = re.match(r"\s*(?:attributes\s*)?", text[results_end:])
+    body_start = results_end + rest.end()
+    if rest.group(0).strip():  # attributes {...}, then the body
+        body_start = _close(text, body_start, where)
+        body_start += len(text[body_start:]) - len(text[body_start:].lstrip())
+    if not text.startswith("{", body_start):
+        raise ValueError(f"with_external_transients: {where} has no body")
+    j = _close(text, body_start, where)
     body = text[body_start:j]
-    rets = list(re.finditer(r"\n(\s*)(?:func\.)?return\s+(%[\w#]+)\s*:\s*(tensor<[^>]*>)", body))
-    if len(rets) != 1 or len(re.findall(r"(?<![\w.])return\b", body)) != 1:  # not stablehlo.return etc.
-        raise ValueError(f"with_external_transients: @{func} needs exactly one return of one tensor")
-    r = rets[0]
-    new_ret = (f"\n{r.group(1)}%falcon_transients_result = hal.tensor.transients {r.group(2)} : {r.group(3)} "
-               f"from %falcon_transients : !hal.buffer\n{r.group(1)}return %falcon_transients_result : {r.group(3)}")
-    body = body[:r.start()] + new_ret + body[r.end():]
-    sig = text[m.start():i - 1] + (", " if text[i - 2] != "(" else "") + \
+    returns = list(re.finditer(r"(?<![\w.])(?:func\.)?return\b", body))  # not stablehlo.return etc.
+    r = re.compile(r"(?:func\.)?return\s+(%[\w#.$-]+)\s*:\s*").match(body, returns[0].start()) if len(returns) == 1 else None
+    if r is None or not body.startswith("tensor<", r.end()):
+        raise ValueError(f"with_external_transients: {where} needs exactly one return of one tensor")
+    type_end = _close(body, r.end() + 6, where)
+    ty = body[r.end():type_end]
+    line_start = body.rfind("\n", 0, r.start()) + 1
+    indent = body[line_start:r.start()] if not body[line_start:r.start()].strip() else "  "
+    new_ret = (f"%falcon_transients_result = hal.tensor.transients {r.group(1)} : {ty} from %falcon_transients : "
+               f"!hal.buffer\n{indent}return %falcon_transients_result : {ty}")
+    body = body[:r.start()] + new_ret + body[type_end:]
+    sig = text[m.start():m.end()] + (args + ", " if args.strip() else "") + \
         "%falcon_transients: !hal.buffer {iree.abi.transients})"
     return text[:m.start()] + sig + text[i:body_start] + body + text[j:]
 

@@ -3,7 +3,7 @@
     falcon-bench [--shapes MxNxK,... | --workloads FILE [--model NAME] --m 512,1024,2048]
                  [--dtype f32|f16|bf16] [--acc same|f32]
                  [--candidates "classical,auto,scheme=strassen levels=1,..."]
-                 [--flags best|default] [--iree-flag FLAG ...] [--const-weights]
+                 [--flags best|default] [--iree-flag FLAG ...] [--const-weights] [--external-transients]
                  [--repeat 5] [--warmup 1] [--interleave] [--no-peers] [--numpy] [--torch] [--seed 0]
                  [--csv out.csv] [--md out.md] [--plot out.png] [--append]
                  [--title TEXT] [--device local-task]
@@ -164,6 +164,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--flags", choices=sorted(FLAG_SETS), default="best", help="IREE CPU flag set")
     p.add_argument("--iree-flag", action="append", metavar="FLAG", help="extra iree-compile flag (repeatable)")
     p.add_argument("--const-weights", action="store_true", help="B as a module constant (dense_resource)")
+    p.add_argument("--external-transients", action="store_true",
+                   help="IREE candidates with IREE's external transients: each call's transient memory one buffer "
+                        "allocated once, not mapped fresh every call (page faults)")
     p.add_argument("--repeat", type=int, default=5, help="timed calls per candidate (median reported)")
     p.add_argument("--warmup", type=int, default=1, help="untimed calls per candidate first (>= 1)")
     p.add_argument("--interleave", action="store_true",
@@ -275,7 +278,7 @@ def _main(argv: list) -> int:
     config = BenchConfig(dtype=args.dtype, acc=args.acc, flags=args.flags, iree_flags=tuple(args.iree_flag or ()),
                          const_weights=args.const_weights, repeat=args.repeat, warmup=args.warmup,
                          seed=args.seed, device=args.device, top=args.top, blas_core=openblas_core(),
-                         interleave=args.interleave)
+                         interleave=args.interleave, external_transients=args.external_transients)
     cmd = command_line(PROG, argv)
     print(cmd, flush=True)
     t_start = time.perf_counter()

@@ -104,7 +104,8 @@ def parse_args(argv=None):
                    help="leave out the JAX/XLA peer (the block under jax.jit on the CPU)")
     p.add_argument("--external-transients", action="store_true",
                    help="both IREE builds with IREE's external transients: each call's transient memory one "
-                        "buffer allocated once, not mapped fresh every call (JAX/XLA unchanged)")
+                        "buffer allocated once, not mapped fresh every call (JAX/XLA unchanged; the --save-dir "
+                        "modules' main then takes that buffer last)")
     p.add_argument("--save-dir", default=None,
                    help="write block.mlir (--train: step.mlir), classical.vmfb, falcon.vmfb, report.json there")
     p.add_argument("--json", default=None, metavar="FILE",

@@ -62,7 +62,11 @@ class BenchConfig:
     :data:`PEER_SETTLE_S` of idle after each peer call), so a shared
     machine's drift hits falcon and the library it is compared with alike
     (by default each peer is timed in a block of its own after them).
-    Peers (``numpy``, ``torch``) run with their libraries' own thread
+    ``external_transients``: every IREE candidate compiled with IREE's
+    external transients and called with one buffer allocated once
+    (:func:`falcon_mlir.runner.with_external_transients`), where by default each
+    call's transients are allocated and mapped fresh (page faults that differ
+    with a plan's temporaries). Peers (``numpy``, ``torch``) run with their libraries' own thread
     counts (:func:`openblas_threads`, :func:`torch_info`; on this machine
     every core, as IREE's ``local-task``).
     """
@@ -79,6 +83,7 @@ class BenchConfig:
     top: int = 2
     blas_core: str = "?"
     interleave: bool = False
+    external_transients: bool = False
     _runtime: object = field(default=None, repr=False, compare=False)
 
     @property
@@ -285,7 +290,8 @@ def _iree_runner(source, a, b, c: Candidate, config: BenchConfig, r: Result,
     try:
         mod = Module(vmfb, driver=config.device, config=config.runtime_config())
         dev_args = mod.on_device(*([a] if config.const_weights else [a, b]))
-        run = lambda: mod("mm", *dev_args)  # noqa: E731
+        call = mod.call_with_transients if config.external_transients else mod
+        run = lambda: call("mm", *dev_args)  # noqa: E731
     except Exception as e:
         r.status = "load failed: " + error_line(e, 200)
         log(f"{r.shape.text()} {c.name}: {r.status}")
@@ -331,6 +337,10 @@ def bench_shape(shape: Shape, cands: List[Candidate], config: BenchConfig,
     ref = a.astype(np.float64) @ b.astype(np.float64)
     text = matmul_mlir(shape.M, shape.N, shape.K, config.dtype, config.acc_type,
                        b_const=f"dense_resource<{WEIGHT_BLOB}>" if config.const_weights else None)
+    if config.external_transients:  # before the weight's blob is attached (the rewrite reads text)
+        from falcon_mlir.runner import with_external_transients
+
+        text = with_external_transients(text, "mm")
     source = attach_weight(text, b, config.dtype) if config.const_weights else text
 
     if any(c.kind in ("top", "blocked") for c in cands):  # the plans of auto's profile

@@ -89,3 +89,52 @@ def test_region_returns_of_other_dialects_are_not_the_functions():
     assert "    stablehlo.return %s : tensor<f32>\n" in out
     assert out.endswith("  %falcon_transients_result = hal.tensor.transients %r : tensor<8xf32> from %falcon_transients : "
                         "!hal.buffer\n  return %falcon_transients_result : tensor<8xf32>\n}\n")
+
+
+ONE_LINE = """func.func @main(%a: tensor<4xf32>) -> tensor<4xf32> { return %a : tensor<4xf32> }
+func.func @other(%b: tensor<4xf32>) -> tensor<4xf32> {
+  return %b : tensor<4xf32>
+}
+"""
+
+
+def test_the_named_function_is_rewritten_whatever_its_layout():
+    """Were (break-it review): a one-line body put the result op into the next function; a nested
+    ``<...>`` in the result type was cut short; ``func.return`` was refused; ``@main( )`` got a comma."""
+    out = with_external_transients(ONE_LINE)
+    assert out.startswith("func.func @main(%a: tensor<4xf32>, %falcon_transients: !hal.buffer {iree.abi.transients}) "
+                          "-> tensor<4xf32> { %falcon_transients_result = hal.tensor.transients %a : tensor<4xf32> "
+                          "from %falcon_transients : !hal.buffer\n  return %falcon_transients_result : "
+                          "tensor<4xf32> }\nfunc.func @other(%b: tensor<4xf32>) -> tensor<4xf32> {\n  return %b")
+    enc = ('func.func @main(%a: tensor<4xf32, #e<1>>) -> (tensor<4xf32, #e<1>> {x.y = "r(>"}) attributes {z = 1} {\n'
+           '  func.return %a : tensor<4xf32, #e<1>> loc("q")\n}\n')
+    out = with_external_transients(enc)
+    assert ('  func.return' not in out and
+            "hal.tensor.transients %a : tensor<4xf32, #e<1>> from %falcon_transients : !hal.buffer\n"
+            '  return %falcon_transients_result : tensor<4xf32, #e<1>> loc("q")\n}\n') in out, out
+    assert "attributes {z = 1} {" in out
+    empty = "func.func @main( ) -> tensor<2xf32> {\n  %c = arith.constant dense<1.5> : tensor<2xf32>\n  return %c : tensor<2xf32>\n}\n"
+    assert with_external_transients(empty).startswith(
+        "func.func @main(%falcon_transients: !hal.buffer {iree.abi.transients}) -> tensor<2xf32> {")
+
+
+@pytest.mark.parametrize("text, message", [
+    ('func.func @main(%a: tensor<4xf32> {x.y = "f("}) -> tensor<4xf32> {\n  return %a : tensor<4xf32>\n',
+     "the text ends inside a bracket"),
+    (with_external_transients(ONE_LINE), "@main has the transients argument already"),
+])
+def test_unbalanced_or_repeated_text_is_one_clear_error(text, message):
+    with pytest.raises(ValueError, match=message):
+        with_external_transients(text)
+
+
+def test_calls_with_the_wrong_inputs_are_refused_by_name():
+    mod = Module(compile_mlir(with_external_transients(TWO_MATMULS)))
+    rng = np.random.default_rng(5)
+    a, b, c = (rng.standard_normal(s, dtype=np.float32) for s in ((48, 32), (32, 40), (40, 24)))
+    with pytest.raises(ValueError, match="function 'main' takes 3 inputs besides its transient storage, got 2"):
+        mod.call_with_transients("main", *mod.on_device(a, b))
+    with pytest.raises(TypeError, match="the inputs must be device arrays"):
+        mod.call_with_transients("main", a, b, c)
+    with pytest.raises(ValueError, match="the module has no function 'nosuch'"):
+        mod.transients_size("nosuch")

@@ -35,6 +35,7 @@ def test_bench_tiny(tmp_path, capsys):
     assert list(rows[0].keys()) == report.COLUMNS
     assert [r["candidate"] for r in rows] == ["classical", "scheme=strassen levels=1", *PEERS]
     assert {r["interleave"] for r in rows} == {"0"}  # the run's --interleave, recorded
+    assert {r["external_transients"] for r in rows} == {"0"}
     for r in rows:
         assert r["status"] == "ok"
         assert (r["M"], r["N"], r["K"]) == ("64", "48", "80")
@@ -230,6 +231,20 @@ def test_bench_const_weights(tmp_path):
     for r in rows:
         assert r["status"] == "ok"
         assert float(r["rel_err_f64"]) < 1e-5
+
+
+def test_bench_external_transients(tmp_path):
+    """--external-transients: every IREE candidate (classical and a Strassen plan, B an argument or a
+    module constant) through one transient buffer, right against float64; the environment says so."""
+    for extra in ((), ("--const-weights",)):
+        _, rows, md = _run(tmp_path, "--external-transients", "--no-peers", *extra)
+        assert [r["candidate"] for r in rows] == ["classical", "scheme=strassen levels=1"]
+        assert [r["external_transients"] for r in rows] == ["1", "1"]  # recorded, as --interleave is
+        for r in rows:
+            assert r["status"] == "ok", r["status"]
+            assert float(r["rel_err_f64"]) < 1e-5
+        assert rows[1]["plan"].startswith("strassen x1")
+        assert "IREE's transients in one buffer per module, allocated once; repeat 2" in md
 
 
 @pytest.mark.parametrize("argv", [

@@ -92,6 +92,7 @@ class Module:
         self._vm = rt.VmModule.copy_buffer(self._ctx.instance, vmfb)
         self._ctx.add_vm_module(self._vm)
         self.functions = self._ctx.modules[self._vm.name]
+        self._transients = {}  # function name -> its transient storage (call_with_transients)
 
     @property
     def device(self):
@@ -138,7 +139,6 @@ class Module:
         """
         import iree.runtime as rt
 
-        storages = self.__dict__.setdefault("_transients", {})
         fn = self._function(name)
         size = self.transients_size(name)
         if size is None:
@@ -150,11 +150,11 @@ class Module:
                              f"got {len(args)}")
         if not all(hasattr(a, "_buffer_view") for a in args):
             raise TypeError(f"call_with_transients({name!r}): the inputs must be device arrays (Module.on_device)")
-        if name not in storages:
-            storages[name] = self.device.allocator.allocate_buffer(
+        if name not in self._transients:
+            self._transients[name] = self.device.allocator.allocate_buffer(
                 memory_type=rt.MemoryType.DEVICE_LOCAL, allowed_usage=rt.BufferUsage.DEFAULT,
                 allocation_size=max(size, 64))
-        storage = storages[name]
+        storage = self._transients[name]
         arg_list = rt.VmVariantList(len(args) + 1)
         for a in args:
             arg_list.push_ref(a._buffer_view)

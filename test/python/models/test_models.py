@@ -93,17 +93,21 @@ def test_iree_classical_matches_library(block, data):
     assert np.max(np.abs(y - ref)) / np.max(np.abs(ref)) < 1e-5
 
 
-def test_run_model_float16_is_refused_up_front(capsys):
-    """Were: --dtype float16 was offered and failed after the export ('The
-    precision F16_F16_F32 is not supported by dot_general on CPU'; break-it
-    review of issue 13): the parser now refuses it with the choices, one line, exit 2."""
-    import importlib.util
-
+def _run_model():
+    """tools/run_model.py loaded as a module (a tool, not a package: by its path)."""
     from repo_paths import ROOT
 
     spec = importlib.util.spec_from_file_location("run_model", ROOT / "tools" / "run_model.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
+    return mod
+
+
+def test_run_model_float16_is_refused_up_front(capsys):
+    """Were: --dtype float16 was offered and failed after the export ('The
+    precision F16_F16_F32 is not supported by dot_general on CPU'; break-it
+    review of issue 13): the parser now refuses it with the choices, one line, exit 2."""
+    mod = _run_model()
     assert mod.main(["--small", "--dtype", "float16"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "invalid choice: 'float16'" in err, err
@@ -117,15 +121,9 @@ def test_run_model_tile_bytes_misuse_is_refused_up_front(capsys):
     it as a 32-bit int) failed after the export and the front half, 14 s in, with
     iree-compile's command line; with --train or --no-data-tiling the flag was
     silently ignored. Now each is one line, exit 2, before any work."""
-    import importlib.util
-
-    from repo_paths import ROOT
-
     from falcon_mlir.models.main_job import MAX_MATMUL_TILE_BYTES, tile_flags
 
-    spec = importlib.util.spec_from_file_location("run_model", ROOT / "tools" / "run_model.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = _run_model()
     assert MAX_MATMUL_TILE_BYTES == 2**31 - 1
     assert tile_flags(2**31 - 1) == ("--iree-llvmcpu-matmul-tile-bytes=2147483647",)
     with pytest.raises(ValueError, match="<= 2147483647"):
@@ -153,15 +151,9 @@ def test_run_model_plain_iree(capsys, tmp_path):
     """tools/run_model.py end to end at small sizes with the rewrite off: plain
     IREE, falcon and the JAX/XLA peer side by side, JAX's output agreeing
     with both IREE outputs and with float64 to f32 rounding."""
-    import importlib.util
     import json
 
-    from repo_paths import ROOT
-
-    path = ROOT / "tools" / "run_model.py"
-    spec = importlib.util.spec_from_file_location("run_model", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = _run_model()
     out_json = tmp_path / "res.json"
     rc = mod.main(["--small", "--tokens", "32", "--lcma", "none", "--repeat", "2", "--json", str(out_json)])
     cap = capsys.readouterr()
@@ -350,13 +342,7 @@ def test_run_model_external_transients(capsys):
     """--external-transients: both IREE builds take their transient memory in one buffer (IREE's external
     transients), the outputs agree with JAX/XLA and float64 as without it, the summary says so; with --train
     it is one usage line."""
-    import importlib.util
-
-    from repo_paths import ROOT
-
-    spec = importlib.util.spec_from_file_location("run_model", ROOT / "tools" / "run_model.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = _run_model()
     assert mod.main(["--small", "--train", "--external-transients"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--external-transients applies to the block's run, not to --train" in err, err

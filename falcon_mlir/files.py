@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import stat
 import tempfile
-from typing import Iterable, Optional, Tuple
+from typing import Callable, Iterable, Optional, Tuple
 
 
 def _target(path: str) -> Tuple[str, bool]:
@@ -126,6 +126,40 @@ def write_atomic(path: str, data: bytes) -> None:
         OSError: the folder is missing or not writable, or the disk is full.
     """
     write_files_atomic([(path, data)])
+
+
+def write_atomic_by(path: str, write: Callable[[str], None]) -> None:
+    """Have ``write(tmp)`` write a file at ``tmp``, a temporary path beside ``path`` (named as
+    :func:`write_files_atomic`'s), then give it the umask's mode and rename it to ``path``: for
+    writers that take a path (e.g. IREE's parameter archives). On any failure ``tmp`` is removed
+    and ``path`` is as before.
+
+    Raises:
+        OSError: the folder is missing or not writable, or the disk is full (``e.filename`` is
+            ``path``); whatever ``write`` raises.
+    """
+    umask = os.umask(0)
+    os.umask(umask)
+    where = os.path.realpath(path)
+    try:
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(where), prefix=_temp_prefix(where, os.getpid()),
+                                   suffix=".tmp")
+    except OSError as e:
+        e.filename = path
+        raise
+    os.close(fd)
+    try:
+        write(tmp)
+        os.chmod(tmp, 0o666 & ~umask)
+        os.replace(tmp, where)
+    except BaseException as e:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        if isinstance(e, OSError):
+            e.filename = path
+        raise
 
 
 def _temp_prefix(path: str, pid: int) -> str:

@@ -82,13 +82,23 @@ class Module:
         config: an ``iree.runtime.Config`` to share (one device and allocator
             for many modules; a new one per module otherwise, from
             :func:`device_config`).
+        parameters: key -> numpy array: the values of the module's parameter-backed globals
+            (:func:`falcon_mlir.parameters.with_weight_parameters`), served from host memory in
+            ``scope``; the module's initializer (IREE's hoisted work on them) runs here, once.
+        scope: the parameters' scope.
     """
 
-    def __init__(self, vmfb: bytes, driver: str = "local-task", config=None):
+    def __init__(self, vmfb: bytes, driver: str = "local-task", config=None,
+                 parameters=None, scope: str = "model"):
         import iree.runtime as rt
 
         self._config = config if config is not None else device_config(driver)
         self._ctx = rt.SystemContext(config=self._config)
+        if parameters is not None:
+            from falcon_mlir.parameters import parameters_module
+
+            self._parameters = dict(parameters)  # (the provider reads them in place)
+            self._ctx.add_vm_module(parameters_module(self._ctx.instance, self._parameters, scope))
         self._vm = rt.VmModule.copy_buffer(self._ctx.instance, vmfb)
         self._ctx.add_vm_module(self._vm)
         self.functions = self._ctx.modules[self._vm.name]

@@ -20,7 +20,7 @@ __all__ = ["tensor_type", "bit_width", "is_float", "cast", "constant", "index", 
            "slice_along", "slice_accumulator", "insert_along", "pad_along",
            "dynamic_slice", "dynamic_insert", "parallel_generic", "weighted_sum",
            "COMPUTE_BARRIER", "compute_barrier", "compute_barrier_text", "defining_op_name", "reassociation_attr",
-           "permutation_source"]
+           "permutation_source", "CONSTANT_OPS", "derives_from_constants"]
 
 
 def tensor_type(v: ir.Value) -> ir.RankedTensorType:
@@ -243,6 +243,35 @@ def defining_op_name(v: ir.Value) -> str:
     if isinstance(owner, ir.Block):
         return ""
     return getattr(owner, "name", "")
+
+
+#: Ops whose result is a constant of the module: a literal, a global's load (a weight held by the module,
+#: e.g. an IREE parameter) or a flow constant.
+CONSTANT_OPS = ("arith.constant", "util.global.load", "flow.tensor.constant")
+
+
+def derives_from_constants(v: ir.Value, max_ops: int = 256) -> bool:
+    """Whether ``v`` is computed from :data:`CONSTANT_OPS` alone (through any ops: slices,
+    reshapes, lcma-rewrite's combines and fences), so that IREE's global optimization hoists it,
+    and what is computed from it alone, into the module's initializer (its const-expr hoisting,
+    run once at load). False at a function argument, and where more than ``max_ops`` ops would
+    have to be walked. Loads of mutable globals count as constants too (as the cost model's
+    ``const_rhs`` always has)."""
+    seen, stack = set(), [v]
+    while stack:
+        owner = stack.pop().owner
+        if isinstance(owner, ir.Block):
+            return False
+        op = owner.operation if hasattr(owner, "operation") else owner
+        if op in seen:
+            continue
+        seen.add(op)
+        if len(seen) > max_ops:
+            return False
+        if op.name in CONSTANT_OPS:
+            continue
+        stack.extend(op.operands)
+    return True
 
 
 def reassociation_attr(groups: Sequence[Sequence[int]]) -> ir.ArrayAttr:

@@ -2,7 +2,9 @@
 
 :func:`run_cpu` is the pass on an llvm-cpu module: which contractions the kernel takes
 (:func:`choose_cpu`; :mod:`.serve_cpu` for the shape and a kernel-form plan the contraction carries,
-then for classical ones the ``classical``, ``min-flops`` and ``min-intensity`` options), the executable's object key (:func:`cpu_target`: the llvm-cpu target
+then for classical ones: a constant B is left to IREE, whose data tiling packs it once at module load
+(:func:`falcon_mlir.ir.builders.derives_from_constants`), and the ``classical``, ``min-flops`` and
+``min-intensity`` options), the executable's object key (:func:`cpu_target`: the llvm-cpu target
 of ``cpu-flags``), the kernel's object per blocking (:func:`falcon_mlir.kernels.cpu_source.compile_object`,
 cached on disk), and the splice (:meth:`.splice.Splicer.cpu_function`, or
 :meth:`~.splice.Splicer.cpu_plan_function` for a plan: :mod:`falcon_mlir.kernels.cpu_plan`'s 2R dispatches
@@ -12,6 +14,7 @@ the contraction, plus ``C0 +`` for a live accumulator).
 
 from __future__ import annotations
 
+from falcon_mlir.ir.builders import derives_from_constants
 from falcon_mlir.passes import PassError
 
 from .attached import kernel_plan
@@ -35,6 +38,10 @@ def choose_cpu(contractions, options: KernelsOptions) -> list:
         elif why == "plan" or plan is not None:  # a kernel-form plan: served whatever its size
             entry["kernel"] = why
             entry["reason"] = served.note or "kernel-form plan on falcon's CPU kernel (combines inside it)"
+        elif derives_from_constants(c.op.operands[1]):
+            served = None
+            left(entry, "constant B: IREE's data tiling packs it once, at module load (falcon's kernel "
+                        "would pack it on every call)")
         elif not options.classical:
             served = None
             left(entry, "classical=false")

@@ -18,7 +18,7 @@ from typing import Optional
 from iree.compiler import ir
 
 from falcon_mlir.dialects.combine import COMBINE_ATTR, combine_group_dims, is_combine
-from falcon_mlir.ir.builders import COMPUTE_BARRIER, bit_width
+from falcon_mlir.ir.builders import COMPUTE_BARRIER, CONSTANT_OPS, bit_width
 from falcon_mlir.ir.contraction import format_location
 
 from .tables import SUBGROUP_SIZE
@@ -213,7 +213,6 @@ def _untileable_combine(op, out_t) -> Optional[str]:
     if any(ir.RankedTensorType(v.type).element_type != out_t.element_type for v in blocks):
         return ("widening combine (blocks of another element type): IREE fuses it into "
                 "the product's dispatch; IREE's default")
-    consts = ("arith.constant", "util.global.load", "flow.tensor.constant")
-    if blocks and all(root(v) in consts for v in blocks):
+    if blocks and all(root(v) in CONSTANT_OPS for v in blocks):
         return "blocks of a constant (folded by IREE's const-eval on the host); IREE's default"
     return None

@@ -106,3 +106,29 @@ def test_same_destination(tmp_path, monkeypatch):
     assert same_destination([("-o", "a.mlir"), ("--lcma-report", "b.json")]) is None
     assert same_destination([("-o", os.devnull), ("--lcma-report", os.devnull)]) is None
     assert same_destination([("-o", "-"), ("--lcma-report", None)]) is None
+
+
+def test_write_atomic_by_renames_a_whole_file_or_leaves_the_old_one(tmp_path):
+    """A writer that takes a path (IREE's parameter archives): the file appears complete with the
+    umask's mode; a writer that fails leaves the old file and no temporary."""
+    from falcon_mlir.files import write_atomic_by
+
+    out = tmp_path / "w.bin"
+    out.write_bytes(b"old")
+
+    def fails(tmp):
+        with open(tmp, "wb") as f:
+            f.write(b"half")
+        raise RuntimeError("writer failed")
+
+    with pytest.raises(RuntimeError, match="writer failed"):
+        write_atomic_by(str(out), fails)
+    assert out.read_bytes() == b"old" and sorted(p.name for p in tmp_path.iterdir()) == ["w.bin"]
+    write_atomic_by(str(out), lambda tmp: open(tmp, "wb").write(b"new"))
+    umask = os.umask(0)
+    os.umask(umask)
+    assert out.read_bytes() == b"new" and stat.S_IMODE(out.stat().st_mode) == 0o666 & ~umask
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["w.bin"]
+    with pytest.raises(OSError) as e:
+        write_atomic_by(str(tmp_path / "no" / "x.bin"), lambda tmp: None)
+    assert e.value.filename == str(tmp_path / "no" / "x.bin")

@@ -1,0 +1,163 @@
+"""Weights as IREE parameters (falcon_mlir.parameters, Module(parameters=...)) and what falcon does with a
+constant B: the rewritten text, values against float64 through parameters (classical, a forced Strassen
+whose combines of B IREE hoists to module load), derives_from_constants, the decision on IREE's profile and
+falcon-kernels leaving such a contraction to IREE, and the refusals."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+from iree.compiler import ir
+
+import falcon_mlir
+from falcon_mlir.ir.builders import derives_from_constants
+from falcon_mlir.ir.contraction import find_contractions
+from falcon_mlir.parameters import weight_keys, with_weight_parameters
+from falcon_mlir.runner import Module
+
+# x @ w1 then @ w2, w1 and w2 the weights (arguments 1 and 2); arg_attrs on two of them.
+BLOCK = """func.func public @main(%x: tensor<96x64xf32> {ml.name = "x"}, %w1: tensor<64x128xf32>, %w2: tensor<128x80xf32> {ml.name = "w2"}) -> tensor<96x80xf32> {
+  %c0 = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<96x128xf32>
+  %z = linalg.fill ins(%c0 : f32) outs(%e : tensor<96x128xf32>) -> tensor<96x128xf32>
+  %h = linalg.matmul ins(%x, %w1 : tensor<96x64xf32>, tensor<64x128xf32>) outs(%z : tensor<96x128xf32>) -> tensor<96x128xf32>
+  %e2 = tensor.empty() : tensor<96x80xf32>
+  %z2 = linalg.fill ins(%c0 : f32) outs(%e2 : tensor<96x80xf32>) -> tensor<96x80xf32>
+  %y = linalg.matmul ins(%h, %w2 : tensor<96x128xf32>, tensor<128x80xf32>) outs(%z2 : tensor<96x80xf32>) -> tensor<96x80xf32>
+  return %y : tensor<96x80xf32>
+}
+"""
+KEYS = {1: "layer/w1", 2: "layer/w2"}
+
+
+def _data(seed=0):
+    rng = np.random.default_rng(seed)
+    x, w1, w2 = (rng.standard_normal(s).astype(np.float32) for s in ((96, 64), (64, 128), (128, 80)))
+    ref = (x.astype(np.float64) @ w1.astype(np.float64)) @ w2.astype(np.float64)
+    return x, {"layer/w1": w1, "layer/w2": w2}, ref
+
+
+def _rel(y, ref):
+    return float(np.abs(y - ref).max() / np.abs(ref).max())
+
+
+def test_text_has_the_globals_the_loads_and_the_remaining_argument():
+    out = with_weight_parameters(BLOCK, KEYS)
+    lines = [ln.strip() for ln in out.splitlines()]
+    assert ('util.global private @"falcon_param_layer/w1" = #flow.parameter.named<"model"::"layer/w1"> : '
+            'tensor<64x128xf32>') in lines
+    assert ('util.global private @"falcon_param_layer/w2" = #flow.parameter.named<"model"::"layer/w2"> : '
+            'tensor<128x80xf32>') in lines
+    head = next(ln for ln in lines if ln.startswith("func.func"))
+    assert head == 'func.func public @main(%arg0: tensor<96x64xf32> {ml.name = "x"}) -> tensor<96x80xf32> {', head
+    body = lines[lines.index(head) + 1:]
+    w2, w1 = (re.fullmatch(r'(%[\w]+) = util.global.load @"falcon_param_layer/(w\d)" : tensor<[0-9x]+f32>',
+                           ln) for ln in body[:2])
+    assert w1.group(2) == "w1" and w2.group(2) == "w2", body[:2]
+    assert sum(f"linalg.matmul ins(%arg0, {w1.group(1)} :" in ln for ln in body) == 1
+    assert sum(f", {w2.group(1)} : tensor<96x128xf32>, tensor<128x80xf32>)" in ln for ln in body) == 1
+    other = with_weight_parameters(BLOCK, {2: "w2"}, scope="s")
+    assert '#flow.parameter.named<"s"::"w2">' in other and "%w1" not in other
+    assert "func.func public @main(%arg0: tensor<96x64xf32> {ml.name = \"x\"}, %arg1: tensor<64x128xf32>)" in other
+
+
+def test_values_through_parameters_match_float64_and_the_argument_module():
+    x, params, ref = _data()
+    with_args = Module(falcon_mlir.compile_str(BLOCK, lcma=None, kernels="none"))
+    plain = Module(falcon_mlir.compile_str(with_weight_parameters(BLOCK, KEYS), lcma=None, kernels="none"),
+                   parameters=params)
+    y = plain("main", x)
+    assert y.shape == (96, 80) and _rel(y, ref) < 1e-5
+    np.testing.assert_array_equal(y, with_args("main", x, params["layer/w1"], params["layer/w2"]))
+    x2, params2, ref2 = _data(1)  # another module, other weights: not the first module's
+    other = Module(falcon_mlir.compile_str(with_weight_parameters(BLOCK, KEYS), lcma=None, kernels="none"),
+                   parameters=params2)
+    assert _rel(other("main", x2), ref2) < 1e-5 and _rel(plain("main", x2), ref2) > 0.1
+
+
+def test_forced_strassen_on_parameters_hoists_combine_b_and_computes_the_product():
+    """The combines of a constant B go to the module's initializer: no dispatch of the call reads a weight
+    whole, and the values match float64 within Strassen's bound."""
+    text = with_weight_parameters(BLOCK, KEYS)
+    flow = falcon_mlir.compile_str(text, lcma="scheme=strassen", kernels="none",
+                                   extra_args=["--compile-to=flow"])
+    flow = flow.decode() if isinstance(flow, bytes) else flow
+    init = flow[flow.index("util.initializer"):] if "util.initializer" in flow else ""
+    assert "flow.dispatch" in init, "no hoisted work in an initializer"
+    x, params, ref = _data(2)
+    mod = Module(falcon_mlir.compile_str(text, lcma="scheme=strassen", kernels="none"), parameters=params)
+    assert _rel(mod("main", x), ref) < 1e-5
+
+
+def _results(text):
+    """The results of the first function's ops, in order (the module kept alive with them)."""
+    module = ir.Module.parse(text)
+    ops = module.body.operations[0].regions[0].blocks[0].operations
+    return module, [op.results[0] for op in ops if len(op.results)]
+
+
+def test_derives_from_constants_walks_to_constants_and_stops_at_arguments():
+    text = """func.func @f(%a: tensor<8x8xf32>) -> tensor<4x8xf32> {
+  %c = arith.constant dense<1.5> : tensor<8x8xf32>
+  %s = tensor.extract_slice %c[0, 0] [4, 8] [1, 1] : tensor<8x8xf32> to tensor<4x8xf32>
+  %t = tensor.extract_slice %c[4, 0] [4, 8] [1, 1] : tensor<8x8xf32> to tensor<4x8xf32>
+  %sum = arith.addf %s, %t : tensor<4x8xf32>
+  %u = tensor.extract_slice %a[0, 0] [4, 8] [1, 1] : tensor<8x8xf32> to tensor<4x8xf32>
+  %mixed = arith.addf %sum, %u : tensor<4x8xf32>
+  return %mixed : tensor<4x8xf32>
+}"""
+    with ir.Context():
+        _, (c, s, t, total, u, mixed) = _results(text)
+        assert [derives_from_constants(v) for v in (c, s, t, total, u, mixed)] == [True] * 4 + [False] * 2
+        assert derives_from_constants(total, max_ops=2) is False  # past the limit: not claimed constant
+
+
+def test_constant_b_is_decided_on_iree_code_and_left_to_it_by_falcon_kernels():
+    """With falcon's CPU kernel on (its profile x86-falcon), a weight held by the module is decided on the
+    host profile (IREE's code, which packs and combines B once at load) and the kernel leaves it to IREE;
+    the same product with B an argument stays on the kernel's profile."""
+    text = with_weight_parameters(BLOCK.replace("96x", "512x").replace("<96", "<512"), KEYS)
+    with ir.Context():
+        module = ir.Module.parse(text)  # (kept: the contractions point into it)
+        cs = find_contractions(module.operation)
+        assert all(derives_from_constants(c.op.operands[1]) for c in cs) and len(cs) == 2
+    from falcon_mlir.passes.falcon_kernels.cpu import choose_cpu
+    from falcon_mlir.passes.falcon_kernels.options import KernelsOptions
+    from falcon_mlir.passes.lcma_rewrite import LcmaOptions
+    from falcon_mlir.passes.lcma_rewrite.planning import decision_for
+
+    with ir.Context():
+        module = ir.Module.parse(text)
+        cs = find_contractions(module.operation)
+        d = decision_for(cs[0], LcmaOptions.parse("profile=x86-falcon"))
+        assert d.profile == "host" and d.reason.startswith(
+            "constant B: decided on IREE's code (profile host), which packs and combines B once, at module load; ")
+        kernel = decision_for(cs[0], LcmaOptions.parse("profile=x86-falcon"), forced=("strassen",), form="kernel")
+        assert kernel.profile == "x86-falcon"
+        chosen = choose_cpu(cs, KernelsOptions.parse("x86-avx512 min-flops=0"))
+        assert [s for _, s, _ in chosen] == [None, None]
+        assert all(e["reason"].startswith("left to IREE: constant B: IREE's data tiling packs it once, at module load")
+                   for _, _, e in chosen)
+        arg_module = ir.Module.parse(BLOCK.replace("96x", "512x").replace("<96", "<512"))
+        args = find_contractions(arg_module.operation)
+        assert decision_for(args[0], LcmaOptions.parse("profile=x86-falcon")).profile == "x86-falcon"
+
+
+@pytest.mark.parametrize("keys, func, msg", [
+    ({1: "w", 2: "w"}, "main", "parameter keys must be unique non-empty strings"),
+    ({1: ""}, "main", "parameter keys must be unique non-empty strings"),
+    ({1: 'a"b'}, "main", "parameter keys must be unique non-empty strings"),
+    ({3: "w"}, "main", "@main has 3 arguments; no argument 3"),
+    ({1: "w"}, "other", "no func.func @other"),
+])
+def test_refusals(keys, func, msg):
+    with pytest.raises(ValueError, match=msg):
+        with_weight_parameters(BLOCK, keys, func=func)
+    with pytest.raises(ValueError, match="the module does not parse"):
+        with_weight_parameters("func.func @main(", {0: "w"})
+
+
+def test_weight_keys_number_the_weights_after_the_inputs():
+    assert weight_keys(["a", "b"]) == {1: "a", 2: "b"} and weight_keys(["a"], first=3) == {3: "a"}

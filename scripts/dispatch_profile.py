@@ -2,7 +2,8 @@
 """Per-dispatch times of a compiled CPU module, measured inside the running module.
 
     python3 scripts/dispatch_profile.py MODULE.vmfb --input @x.npy [--input @w.npy ...]
-                                        [--function main] [--calls 4] [--top 40] [--json FILE]
+                                        [--parameters model=weights.irpa] [--function main] [--calls 4]
+                                        [--top 40] [--json FILE]
 
 Runs ``iree-benchmark-module`` (from the iree-base-runtime wheel) on ``--device=local-task``
 with IREE's HAL profiler on (``--device_profiling_mode=host-execution``: the span from a
@@ -22,7 +23,8 @@ dispatches (softmax) do not compile alone. IREE 3.13 does not implement the
 ``dispatch-events`` mode for local devices; ``host-execution`` works.
 
 ``--input`` values are iree-benchmark-module's (``@file.npy``, ``2x3xf32=1``, ...), in argument
-order. Exit status 0; 1 when the benchmark or the profile fails (one line); 2 for a bad command
+order. ``--parameters SCOPE=FILE`` (repeatable) serves a module's parameter-backed globals from an
+IREE parameter archive, e.g. the ``weights.irpa`` that ``tools/run_model.py --save-dir`` writes. Exit status 0; 1 when the benchmark or the profile fails (one line); 2 for a bad command
 line.
 """
 
@@ -158,9 +160,11 @@ def summarize(groups: Sequence[dict], calls: int, walls_ms: Sequence[float]) -> 
             "sum_ms": total, "rows": rows}
 
 
-def profile(vmfb: str, inputs: Sequence[str], function: str = "main", calls: int = 4) -> dict:
+def profile(vmfb: str, inputs: Sequence[str], function: str = "main", calls: int = 4,
+            parameters: Sequence[str] = ()) -> dict:
     """Run one warm-up and ``calls`` profiled calls of ``function`` of ``vmfb`` on
-    local-task and return :func:`summarize`'s dict of the ``calls`` after the warm-up.
+    local-task and return :func:`summarize`'s dict of the ``calls`` after the warm-up;
+    ``parameters``: iree-benchmark-module's ``--parameters`` values (``scope=file.irpa``).
 
     Raises:
         ToolError: iree-benchmark-module or iree-profile failed, or the profile holds no
@@ -170,6 +174,7 @@ def profile(vmfb: str, inputs: Sequence[str], function: str = "main", calls: int
     with tempfile.TemporaryDirectory(prefix="dispatch_profile_") as tmp:
         out = os.path.join(tmp, "module.ireeprof")
         cmd = [bench, f"--module={vmfb}", f"--function={function}", "--device=local-task",
+               *[f"--parameters={v}" for v in parameters],
                *[f"--input={i}" for i in inputs], f"--benchmark_repetitions={calls + 1}",
                "--benchmark_min_time=1x", "--device_profiling_mode=host-execution",
                f"--device_profiling_output={out}"]
@@ -219,6 +224,8 @@ def _main(argv: list) -> int:
     p.add_argument("vmfb", help="the compiled module (llvm-cpu)")
     p.add_argument("--input", action="append", default=[], metavar="VALUE",
                    help="an argument as iree-benchmark-module takes it (@file.npy, 4x4xf32=1), in order")
+    p.add_argument("--parameters", action="append", default=[], metavar="SCOPE=FILE",
+                   help="serve the module's parameters of SCOPE from an IREE parameter archive (.irpa)")
     p.add_argument("--function", default="main", help="function to call (default main)")
     p.add_argument("--calls", type=int, default=4, help="profiled calls (default 4)")
     p.add_argument("--top", type=int, default=40, help="rows printed (default 40)")
@@ -231,10 +238,16 @@ def _main(argv: list) -> int:
     for i in args.input:
         if i.startswith("@") and not os.path.isfile(i[1:]):
             raise ToolError(f"{PROG}: error: {i[1:]}: no such file", 2)
+    for v in args.parameters:
+        scope, eq, path = v.rpartition("=")
+        if not eq or not path:
+            p.error(f"--parameters {v}: give SCOPE=FILE (e.g. model=weights.irpa)")
+        if not os.path.isfile(path):
+            raise ToolError(f"{PROG}: error: --parameters {v}: {path}: no such file", 2)
     folder = os.path.dirname(os.path.abspath(args.json)) if args.json else None
     if folder and not os.path.isdir(folder):
         raise ToolError(f"{PROG}: error: --json {args.json}: no such folder {folder}", 2)
-    res = profile(args.vmfb, args.input, args.function, args.calls)
+    res = profile(args.vmfb, args.input, args.function, args.calls, args.parameters)
     print("\n".join(table_lines(res, args.top)))
     if args.json:
         try:

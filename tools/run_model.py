@@ -2,7 +2,7 @@
 and, as the peer, under ``jax.jit``.
 
     python tools/run_model.py [--tokens 1024] [--lcma auto] [--repeat 3] [--dtype bfloat16] [--no-jax]
-                              [--matmul-tile-bytes 8388608]
+                              [--matmul-tile-bytes 8388608] [--weights {parameters,arguments}]
     python tools/run_model.py --train [--steps 20] [--tokens 1024] [--layers 1] [--lr 0.5]
 
 Exports keras-hub's Llama decoder block at Llama-3-8B sizes (hidden 4096, MLP
@@ -11,7 +11,9 @@ StableHLO (:mod:`falcon_mlir.models.llama_block`), compiles it once with plain
 IREE (classical) and once with falcon (``falcon_mlir.api.compile_str`` with
 ``lcma``; both with IREE's data tiling and ukernels and 8 MiB matmul tiles,
 ``--matmul-tile-bytes``), runs both on the same random inputs on the CPU (llvm-cpu,
-``local-task``), runs the same keras-hub block with the same weights and
+``local-task``; the weights as IREE parameters, module globals loaded once, as IREE deploys a
+model: IREE hoists what depends on them alone, its packs and falcon's combines of B, to module
+load; ``--weights arguments`` passes them to every call instead), runs the same keras-hub block with the same weights and
 input under ``jax.jit`` on JAX's CPU device (XLA's CPU backend: what a JAX
 user gets without IREE; ``--no-jax`` leaves it out), and prints one row per
 contraction (shape and plan from falcon's report), the relative errors, the
@@ -54,7 +56,7 @@ import traceback
 
 from falcon_mlir.cli import ArgumentParser, ToolError, one_line, run_tool_guarded
 from falcon_mlir.files import write_atomic
-from falcon_mlir.models.main_job import (DATA_TILING_FLAGS, MATMUL_TILE_BYTES, MAX_MATMUL_TILE_BYTES,
+from falcon_mlir.models.main_job import (DATA_TILING_FLAGS, MATMUL_TILE_BYTES, MAX_MATMUL_TILE_BYTES, WEIGHTS,
                                          print_contractions, result_lines, run_main_job)
 from falcon_mlir.models.train_job import print_train_contractions, run_train_job, train_result_lines
 
@@ -106,6 +108,11 @@ def parse_args(argv=None):
                    help="both IREE builds with IREE's external transients: each call's transient memory one "
                         "buffer allocated once, not mapped fresh every call (JAX/XLA unchanged; the --save-dir "
                         "modules' main then takes that buffer last)")
+    p.add_argument("--weights", choices=WEIGHTS, default=None,
+                   help="how both IREE builds get the block's weights: parameters (default): module globals "
+                        "loaded once, as IREE deploys a model, so that IREE hoists what depends on the weights "
+                        "alone (its packs, falcon's combines of B) to module load; or arguments of every call "
+                        "(JAX/XLA gets them as arguments either way; --train: arguments)")
     p.add_argument("--save-dir", default=None,
                    help="write block.mlir (--train: step.mlir), classical.vmfb, falcon.vmfb, report.json there")
     p.add_argument("--json", default=None, metavar="FILE",
@@ -114,6 +121,9 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     if args.train and args.external_transients:
         p.error("--external-transients applies to the block's run, not to --train")
+    if args.train and args.weights is not None:
+        p.error("--weights applies to the block's run, not to --train (a step takes its weights as arguments)")
+    args.weights = args.weights or "parameters"
     if args.json == "-":  # was: a file named '-', after the whole run
         p.error("--json -: stdout is not an output file here (the table goes there); give a file name")
     if args.tokens < 1 or args.repeat < 1:
@@ -159,7 +169,7 @@ def run(args) -> dict:
                        small=args.small, data_tiling=args.data_tiling, iree_flags=args.iree_flag,
                        reference=not args.no_reference, save_dir=args.save_dir, log=_log,
                        dtype=args.dtype, jax=args.jax, tile_bytes=args.matmul_tile_bytes,
-                       external_transients=args.external_transients)
+                       external_transients=args.external_transients, weights=args.weights)
     res = job.data
     print_contractions(res["report"], job.layers)
     print("\n".join(result_lines(res)))

@@ -6,7 +6,10 @@ tools/run_model.py``).
 keras-hub's Llama decoder block (:mod:`falcon_mlir.models.llama_block`) is
 exported to StableHLO, compiled once with plain IREE (classical) and once
 with falcon (``falcon_mlir.api.compile_str`` with ``lcma``); both run on
-``local-task`` with the inputs already on the device. The peer is what a JAX
+``local-task`` with the inputs already on the device; by default the weights
+are IREE parameters (module globals served from host memory, loaded once:
+:mod:`falcon_mlir.parameters`), so IREE hoists what depends on them alone
+into the modules' initializers. The peer is what a JAX
 user gets without IREE: the same keras-hub block, same weights and input,
 run by :meth:`LlamaBlock.jit <falcon_mlir.models.llama_block.LlamaBlock.jit>`
 on JAX's CPU device (XLA's CPU backend; arguments placed with
@@ -36,9 +39,10 @@ import numpy as np
 
 from falcon_mlir.compare import rel_err
 from falcon_mlir.files import write_files_atomic
+from falcon_mlir.parameters import GLOBAL_PREFIX
 
 __all__ = ["BASE_FLAGS", "DATA_TILING_FLAGS", "MATMUL_TILE_BYTES", "MAX_MATMUL_TILE_BYTES", "SPLIT_PHASE",
-           "MainJob", "run_main_job", "compile_classical", "compile_falcon", "compile_split", "tile_flags",
+           "MainJob", "WEIGHTS", "run_main_job", "compile_classical", "compile_falcon", "compile_split", "tile_flags",
            "analyze_only", "plan_text", "what_is", "print_contractions", "result_lines", "error_text", "fmt_s",
            "RUN_LABELS"]
 
@@ -72,6 +76,8 @@ LAYER_NAMES = {
     "feedforward_output_dense": "down_proj",
 }
 _ARG = re.compile(r"%arg(\d+)\b")
+#: A weight's load in :func:`falcon_mlir.parameters.with_weight_parameters`' text: SSA value, weight name.
+_LOAD = re.compile(r'(%[\w.$-]+) = util\.global\.load @"?' + re.escape(GLOBAL_PREFIX) + r'([^"\s]+)"?')
 
 
 # -- compile --------------------------------------------------------------------
@@ -183,8 +189,10 @@ def plan_text(entry: dict) -> str:
 
 def what_is(location: str, mlir_text: str, weight_names: Sequence[str]) -> str:
     """Names the layer a report location points at, from the exported text's
-    line: the weight argument it reads (``q_proj`` ...), else ``attention
-    scores`` / ``attention values`` for the batched products; ``""`` if unknown."""
+    line: the weight it reads (``q_proj`` ...: an argument, or the load of its
+    parameter-backed global, :func:`falcon_mlir.parameters.with_weight_parameters`),
+    else ``attention scores`` / ``attention values`` for the batched products;
+    ``""`` if unknown."""
     m = re.search(r":(\d+):\d+$", location or "")
     if not m:
         return ""
@@ -193,12 +201,12 @@ def what_is(location: str, mlir_text: str, weight_names: Sequence[str]) -> str:
     if not 1 <= line_no <= len(lines):
         return ""
     line = lines[line_no - 1]
-    for a in _ARG.findall(line):
-        i = int(a)
-        if 1 <= i <= len(weight_names):
-            name = weight_names[i - 1]
-            name = name.split("/")[-2] if "/" in name else name
-            return LAYER_NAMES.get(name, name)
+    loads = dict(m.groups() for m in map(_LOAD.search, lines) if m)  # SSA value -> weight name
+    read = [weight_names[int(a) - 1] for a in _ARG.findall(line) if 1 <= int(a) <= len(weight_names)]
+    read += [loads[v] for v in re.findall(r"%[\w.$-]+", line) if v in loads and loads[v] in weight_names]
+    for name in read[:1]:
+        name = name.split("/")[-2] if "/" in name else name
+        return LAYER_NAMES.get(name, name)
     if "batching_dims" in line:
         earlier = sum("batching_dims" in ln for ln in lines[:line_no - 1])
         return "attention scores" if earlier == 0 else "attention values"
@@ -297,7 +305,7 @@ def _export(small: bool, tokens: int, log: Callable, dtype: str = "float32"):
     block = LlamaBlock(cfg)
     text = block.export_mlir()
     log(f"exported {cfg.name} block ({len(text.splitlines())} lines of StableHLO, "
-        f"{sum(int(np.prod(s)) for _, s in block.weight_specs()) / 1e6:.0f} M weights as arguments) "
+        f"{sum(int(np.prod(s)) for _, s in block.weight_specs()) / 1e6:.0f} M weights) "
         f"in {time.perf_counter() - t0:.1f} s; {library_versions()}")
     return cfg, block, text
 
@@ -317,14 +325,16 @@ def _random_data(block, seed: int, dtype: str, log: Callable, what: str = "rando
     return x, weights
 
 
-def _iree_call(vmfb: bytes, inputs: list, external_transients: bool = False) -> Callable[[], np.ndarray]:
+def _iree_call(vmfb: bytes, inputs: list, external_transients: bool = False,
+               parameters: Optional[dict] = None) -> Callable[[], np.ndarray]:
     """A zero-argument call of the module's ``main`` on ``inputs`` (placed on
     ``local-task`` once), returning the output on the host; ``external_transients``:
     ``main`` takes IREE's transient storage last, one buffer reused by every call
-    (:meth:`falcon_mlir.runner.Module.call_with_transients`)."""
+    (:meth:`falcon_mlir.runner.Module.call_with_transients`); ``parameters``: the values of
+    the module's parameter-backed weights (key -> array), served when the module loads."""
     from falcon_mlir.runner import Module
 
-    mod = Module(vmfb)
+    mod = Module(vmfb, parameters=parameters)
     args = mod.on_device(*inputs)
 
     def call():
@@ -348,6 +358,9 @@ def _time_all(calls: Sequence[Callable[[], np.ndarray]], repeat: int) -> tuple:
             times[i].append(time.perf_counter() - t0)
     return outs, times
 
+
+#: How the IREE builds get the block's weights (:func:`run_main_job`'s ``weights``).
+WEIGHTS = ("arguments", "parameters")
 
 #: Row labels of the three runs in the printed table and summary.
 RUN_LABELS = {"classical": "plain IREE", "falcon": "falcon", "jax": "JAX/XLA (jax.jit)"}
@@ -373,7 +386,7 @@ def run_main_job(*, tokens: int = 1024, lcma: Optional[str] = "auto", repeat: in
                  reference: bool = True, save_dir: Optional[str] = None,
                  log: Optional[Callable[[str], None]] = None, dtype: str = "float32",
                  jax: bool = True, tile_bytes: int = MATMUL_TILE_BYTES,
-                 external_transients: bool = False) -> MainJob:
+                 external_transients: bool = False, weights: str = "parameters") -> MainJob:
     """Export, compile both ways, run, time and compare the block (and,
     with ``jax``, the same block under ``jax.jit`` on the CPU, the peer).
 
@@ -394,14 +407,21 @@ def run_main_job(*, tokens: int = 1024, lcma: Optional[str] = "auto", repeat: in
     IREE's external transients (:func:`falcon_mlir.runner.with_external_transients`):
     each call's transient memory is one buffer allocated before the timed calls
     and reused, where by default IREE allocates it every call and the kernel maps
-    it fresh (page faults); JAX/XLA is run as always.
+    it fresh (page faults); JAX/XLA is run as always. ``weights``: how both IREE builds get the
+    block's weights: ``"arguments"`` (passed to every call, as exported) or ``"parameters"``
+    (:data:`WEIGHTS`: module globals backed by IREE parameters, served from the same host arrays
+    when the module loads; IREE hoists what is computed from them alone, its packs of the weights
+    and falcon's combines of B, into the module's initializer, run once at load, not timed; the
+    load seconds are ``load_s``). JAX/XLA gets the weights as arguments either way, as keras does.
 
     Raises:
-        ValueError: an unknown ``dtype``, ``tile_bytes`` out of :func:`tile_flags`' range.
+        ValueError: an unknown ``dtype`` or ``weights``, ``tile_bytes`` out of :func:`tile_flags`' range.
         RuntimeError: non-finite values in an output; anything the export,
             compilers or runtime raise.
     """
     log = log or (lambda msg: None)
+    if weights not in WEIGHTS:
+        raise ValueError(f"weights must be one of {', '.join(WEIGHTS)}, got {weights!r}")
     spec = (lcma or "").strip()
     spec = None if spec.lower() in ("none", "off", "") else spec
     flags = list(BASE_FLAGS) + (list(DATA_TILING_FLAGS) if data_tiling else []) + list(iree_flags)
@@ -412,6 +432,11 @@ def run_main_job(*, tokens: int = 1024, lcma: Optional[str] = "auto", repeat: in
         from falcon_mlir.runner import with_external_transients
 
         text = with_external_transients(text)
+    names = [n for n, _ in block.weight_specs()]
+    if weights == "parameters":
+        from falcon_mlir.parameters import weight_keys, with_weight_parameters
+
+        text = with_weight_parameters(text, weight_keys(names))
 
     t0 = time.perf_counter()
     vm_classical, _ = compile_split(text, flags, falcon=False, extra_flags=back)
@@ -427,10 +452,24 @@ def run_main_job(*, tokens: int = 1024, lcma: Optional[str] = "auto", repeat: in
             ("block.mlir", text.encode()), ("classical.vmfb", vm_classical), ("falcon.vmfb", vm_falcon),
             ("report.json", json.dumps(report, indent=1).encode()))])
 
-    x, weights = _random_data(block, seed, dtype, log)
-    inputs = [x, *weights]
-    del x, weights
-    calls = [_iree_call(vm_classical, inputs, external_transients), _iree_call(vm_falcon, inputs, external_transients)]
+    x, ws = _random_data(block, seed, dtype, log)
+    inputs = [x, *ws]
+    params = dict(zip(names, ws)) if weights == "parameters" else None
+    if save_dir and params:
+        from falcon_mlir.parameters import write_archive
+
+        write_archive(os.path.join(save_dir, "weights.irpa"), params)
+    iree_inputs = [x] if params else inputs
+    del x, ws
+    calls, load_s = [], {}
+    for name, vm in (("classical", vm_classical), ("falcon", vm_falcon)):
+        t0 = time.perf_counter()
+        calls.append(_iree_call(vm, iree_inputs, external_transients, params))
+        load_s[name] = time.perf_counter() - t0
+    if params:
+        log("modules loaded with the weights as parameters (initializers run): "
+            + ", ".join(f"{n} {t:.1f} s" for n, t in load_s.items()))
+    del params, iree_inputs
     compile_s = {"classical": t_cc, "falcon": t_cf}
     if jax:
         jax_call, compile_s["jax"] = _jax_compiled(block, inputs, log)
@@ -458,14 +497,15 @@ def run_main_job(*, tokens: int = 1024, lcma: Optional[str] = "auto", repeat: in
         "rel_err_vs_classical": rel_err(y["falcon"], y["classical"]),
         "report": report,
         "external_transients": external_transients,
+        "weights": weights, "load_s": load_s,
     }
     if jax:
         res["rel_err_vs_jax"] = {n: rel_err(y[n], y["jax"]) for n in ("classical", "falcon")}
     if reference:
         t0 = time.perf_counter()
-        x, weights = _random_data(block, seed, dtype, log, "the same inputs and weights again, for the float64 reference")
-        y64 = block.reference_f64(x, weights)
-        del x, weights
+        x, ws = _random_data(block, seed, dtype, log, "the same inputs and weights again, for the float64 reference")
+        y64 = block.reference_f64(x, ws)
+        del x, ws
         res["rel_err_vs_f64"] = {n: rel_err(y[n], y64) for n in runs}
         log(f"float64 reference in {time.perf_counter() - t0:.1f} s")
     tc, tf = res["time_s"]["classical"], res["time_s"]["falcon"]
@@ -478,8 +518,9 @@ def run_main_job(*, tokens: int = 1024, lcma: Optional[str] = "auto", repeat: in
                       f"{cfg.tokens} tokens: falcon {fmt_s(tf)} vs classical {fmt_s(tc)} "
                       f"({tc / tf:.2f}x){vs_jax}, rel. error {res['rel_err_vs_classical']:.1e}, "
                       f"{rewritten} of {len(report)} contractions rewritten"
-                      + ("; IREE's transients in one buffer per module, allocated once" if external_transients else ""))
-    names = [n for n, _ in block.weight_specs()]
+                      + ("; IREE's transients in one buffer per module, allocated once" if external_transients else "")
+                      + ("; weights as IREE parameters, hoisted work done at load (JAX/XLA: arguments)"
+                         if weights == "parameters" else ""))
     return MainJob(res, [what_is(str(r.get("location", "")), text, names) for r in report])
 
 

@@ -166,3 +166,36 @@ def test_warm_up_call_is_left_out_and_medians_taken():
     assert rows["enc"]["ms"] == pytest.approx(0.9) and rows["enc"]["per_call"] == 2
     assert rows["once"]["ms"] == pytest.approx(5.0 / 3)
     assert res["median_call_ms"] == 13.0
+
+
+def test_module_with_parameters_from_an_archive(tmp_path):
+    """A module whose B is an IREE parameter runs with --parameters model=FILE.irpa (the archive
+    run_model.py --save-dir writes); without the archive or with a value that is not SCOPE=FILE it is
+    one line, exit 2, before the run."""
+    from iree.compiler import compile_str
+
+    from falcon_mlir.parameters import with_weight_parameters, write_archive
+    from falcon_mlir.runner import CPU_FLAGS
+
+    src = ("func.func @main(%a: tensor<64x32xf32>, %b: tensor<32x48xf32>) -> tensor<64x48xf32> {\n"
+           "  %z = arith.constant 0.0 : f32\n"
+           "  %e = tensor.empty() : tensor<64x48xf32>\n"
+           "  %f = linalg.fill ins(%z : f32) outs(%e : tensor<64x48xf32>) -> tensor<64x48xf32>\n"
+           "  %c = linalg.matmul ins(%a, %b : tensor<64x32xf32>, tensor<32x48xf32>) "
+           "outs(%f : tensor<64x48xf32>) -> tensor<64x48xf32>\n"
+           "  return %c : tensor<64x48xf32>\n}")
+    vmfb = tmp_path / "m.vmfb"
+    vmfb.write_bytes(compile_str(with_weight_parameters(src, {1: "b"}), extra_args=list(CPU_FLAGS)))
+    rng = np.random.default_rng(2)
+    np.save(tmp_path / "a.npy", rng.standard_normal((64, 32), dtype=np.float32))
+    write_archive(str(tmp_path / "w.irpa"), {"b": rng.standard_normal((32, 48), dtype=np.float32)})
+    base = [sys.executable, str(SCRIPT), str(vmfb), "--input", f"@{tmp_path / 'a.npy'}", "--calls", "1"]
+    r = subprocess.run(base + ["--parameters", f"model={tmp_path / 'w.irpa'}"], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "matmul_64x48x32" in r.stdout and r.stdout.splitlines()[-1].startswith("sum of the dispatches ")
+    for value, want in ((f"model={tmp_path / 'no.irpa'}", f"{tmp_path / 'no.irpa'}: no such file"),
+                        ("w.irpa", "give SCOPE=FILE")):
+        r = subprocess.run(base + ["--parameters", value], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 2 and r.stdout == "" and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert want in r.stderr, r.stderr

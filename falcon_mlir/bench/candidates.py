@@ -124,7 +124,9 @@ def expand_top(shape: Shape, cands: List[Candidate], *, dtype: str, acc: str,
 
     pb = decision.Problem(shape.M, shape.N, shape.K, lhs=dtype, rhs=dtype, acc=acc,
                           const_rhs=bool(const_weights))
-    d = decision.decide(pb, decision.load_profile(profile), budget=numerics.default_max_error(acc))
+    prof = decision.load_profile(profile)
+    prof = (decision.constant_b_profile(prof) if const_weights else None) or prof  # as auto decides then
+    d = decision.decide(pb, prof, budget=numerics.default_max_error(acc))
     plans = ([] if d.choice.is_classical else [d.choice]) + list(d.alternatives)
     extra, seen = [], {c.lcma for c in cands}
     for e in plans[1:] if not d.choice.is_classical else plans:

@@ -23,7 +23,7 @@ from falcon_mlir.ir.contraction import Contraction
 
 from .options import LcmaOptions
 
-__all__ = ["plan_for", "decision_for", "const_rhs_profile", "problem_of", "schemes_fit", "numerics_check",
+__all__ = ["plan_for", "decision_for", "problem_of", "schemes_fit", "numerics_check",
            "predicted_time", "predicted_errors", "grouped_terms", "default_budget", "sums_type",
            "plan_error", "rounding_entry", "sum_roundings", "products_type", "operands_of",
            "operands_entry", "transposed_operands"]
@@ -120,7 +120,7 @@ def decision_for(c: Contraction, options: LcmaOptions, forced: Optional[tuple] =
     profile = decision.load_profile(options.profile)
     pb = problem_of(c, options)
     wanted = form if forced is not None else (None if options.form == "auto" else options.form)
-    const_b = const_rhs_profile(profile, pb) if wanted != "kernel" else None
+    const_b = decision.constant_b_profile(profile) if wanted != "kernel" and pb.const_rhs else None
     if const_b:
         profile = const_b
     if forced is not None:
@@ -144,21 +144,6 @@ def decision_for(c: Contraction, options: LcmaOptions, forced: Optional[tuple] =
         d = dataclasses.replace(d, reason=f"constant B: decided on IREE's code (profile {profile.name}), "
                                           f"which packs and combines B once, at module load; {d.reason}")
     return d
-
-
-def const_rhs_profile(profile: "decision.Profile", pb: "decision.Problem") -> Optional["decision.Profile"]:
-    """The profile to decide a contraction with a constant B on (``pb.const_rhs``: a weight the
-    module holds, :func:`falcon_mlir.ir.builders.derives_from_constants`) where ``profile`` is that
-    of falcon's CPU kernel (a CPU profile whose plan forms include ``kernel``): the host profile,
-    IREE's own code, else None. IREE hoists its packs of a constant B, and lcma-rewrite's combines
-    of it, into the module's initializer, run once at load, while falcon's kernel packs B on every
-    call (falcon-kernels leaves such contractions to IREE). Measured on the main job with its weights
-    as IREE parameters (docs/benchmarks.md, *Weights as IREE parameters*): the kernel form 2.32 s
-    against IREE's products under a per-product plan 2.10 s."""
-    if not (pb.const_rhs and profile.kind == "cpu" and "kernel" in profile.plan_forms):
-        return None
-    host = decision.load_profile(None)
-    return host if "kernel" not in host.plan_forms else None
 
 
 def default_budget(c: Contraction) -> Optional[float]:

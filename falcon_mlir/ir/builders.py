@@ -252,26 +252,57 @@ CONSTANT_OPS = ("arith.constant", "util.global.load", "flow.tensor.constant")
 
 def derives_from_constants(v: ir.Value, max_ops: int = 256) -> bool:
     """Whether ``v`` is computed from :data:`CONSTANT_OPS` alone (through any ops: slices,
-    reshapes, lcma-rewrite's combines and fences), so that IREE's global optimization hoists it,
-    and what is computed from it alone, into the module's initializer (its const-expr hoisting,
-    run once at load). False at a function argument, and where more than ``max_ops`` ops would
-    have to be walked. Loads of mutable globals count as constants too (as the cost model's
-    ``const_rhs`` always has)."""
-    seen, stack = set(), [v]
+    reshapes, lcma-rewrite's combines and fences; for an op with regions, the values its body
+    captures from outside count too), so that IREE's global optimization hoists it, and what is
+    computed from it alone, into the module's initializer (its const-expr hoisting, run once at
+    load). False at a function argument, and where more than ``max_ops`` ops would have to be
+    walked. Loads of mutable globals count as constants too (as the cost model's ``const_rhs``
+    always has)."""
+    seen, stack = [], [v]
     while stack:
         owner = stack.pop().owner
         if isinstance(owner, ir.Block):
             return False
         op = owner.operation if hasattr(owner, "operation") else owner
-        if op in seen:
+        if any(op == o for o in seen):
             continue
-        seen.add(op)
+        seen.append(op)
         if len(seen) > max_ops:
             return False
         if op.name in CONSTANT_OPS:
             continue
         stack.extend(op.operands)
+        if len(op.regions):
+            inner = _nested_operands(op, max_ops)
+            if inner is None:
+                return False
+            stack.extend(inner)
     return True
+
+
+def _nested_operands(op, limit: int) -> Optional[list]:
+    """The values the ops inside ``op``'s regions use that are defined outside ``op`` (None: more
+    than ``limit`` nested ops)."""
+    inside, used, todo = [], [], [op]
+    while todo:
+        cur = todo.pop()
+        for region in cur.regions:
+            for block in region.blocks:
+                inside.append(block)
+                for o in block.operations:
+                    o = o.operation
+                    inside.append(o)
+                    used.extend(o.operands)
+                    todo.append(o)
+                    if len(inside) > limit:
+                        return None
+
+    def defined_inside(x) -> bool:
+        owner = x.owner
+        owner = owner if isinstance(owner, ir.Block) else getattr(owner, "operation", owner)
+        return any(owner == i for i in inside)
+
+    return [x for x in used if not defined_inside(x)]
 
 
 def reassociation_attr(groups: Sequence[Sequence[int]]) -> ir.ArrayAttr:

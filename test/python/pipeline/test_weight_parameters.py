@@ -114,6 +114,21 @@ def test_derives_from_constants_walks_to_constants_and_stops_at_arguments():
         assert derives_from_constants(total, max_ops=2) is False  # past the limit: not claimed constant
 
 
+def test_derives_from_constants_sees_what_a_body_captures():
+    """A linalg.generic over a constant whose body multiplies by a function argument is not constant;
+    the same generic adding its own block arguments is."""
+    gen = ("linalg.generic {{indexing_maps = [affine_map<(i, j) -> (i, j)>, affine_map<(i, j) -> (i, j)>], "
+           "iterator_types = [\"parallel\", \"parallel\"]}} ins(%c : tensor<8x8xf32>) outs(%e : tensor<8x8xf32>) {{\n"
+           "  ^bb0(%in: f32, %out: f32):\n    %x = arith.{op} : f32\n    linalg.yield %x : f32\n  }} -> tensor<8x8xf32>")
+    text = ("func.func @f(%s: f32) -> (tensor<8x8xf32>, tensor<8x8xf32>) {\n"
+            "  %c = arith.constant dense<1.5> : tensor<8x8xf32>\n  %e = tensor.empty() : tensor<8x8xf32>\n"
+            f"  %g = {gen.format(op='mulf %in, %s')}\n  %h = {gen.format(op='addf %in, %out')}\n"
+            "  return %g, %h : tensor<8x8xf32>, tensor<8x8xf32>\n}")
+    with ir.Context():
+        _, (c, e, g, h) = _results(text)
+        assert (derives_from_constants(g), derives_from_constants(h)) == (False, True)
+
+
 def test_constant_b_is_decided_on_iree_code_and_left_to_it_by_falcon_kernels():
     """With falcon's CPU kernel on (its profile x86-falcon), a weight held by the module is decided on the
     host profile (IREE's code, which packs and combines B once at load) and the kernel leaves it to IREE;

@@ -9,20 +9,31 @@ combines of B (falcon's ``Problem.const_rhs``). A call then does only the work t
 inputs.
 
 :func:`with_weight_parameters` rewrites the MLIR (through the MLIR Python bindings);
-:func:`parameters_module` makes the ``iree.runtime`` module that serves the arrays (numpy, host memory,
-read in place) under those keys; :class:`falcon_mlir.runner.Module` loads it before the compiled module.
+:func:`parameter_types` lists what such a module reads; :func:`parameters_module` makes the
+``iree.runtime`` module that serves numpy arrays under those keys (checked against those types; IREE
+reads them when the compiled module loads); :class:`falcon_mlir.runner.Module` loads it before the
+compiled module; :func:`write_archive` writes them as an ``.irpa`` file for IREE's tools.
 """
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+import re
+from typing import Dict, Mapping, Optional, Sequence
 
-__all__ = ["DEFAULT_SCOPE", "GLOBAL_PREFIX", "with_weight_parameters", "parameters_module", "write_archive", "weight_keys"]
+__all__ = ["DEFAULT_SCOPE", "GLOBAL_PREFIX", "with_weight_parameters", "parameter_types", "parameters_module",
+           "write_archive", "weight_keys"]
 
 #: The parameter scope :func:`with_weight_parameters` and :func:`parameters_module` use by default.
 DEFAULT_SCOPE = "model"
 #: The prefix of the globals :func:`with_weight_parameters` makes (``@falcon_param_<key>``).
 GLOBAL_PREFIX = "falcon_param_"
+
+
+def _check_name(what: str, v) -> None:
+    """A key or scope: a non-empty printable string without ``"`` or ``\\`` (it goes into an attribute)."""
+    if not (isinstance(v, str) and v and v.isprintable() and '"' not in v and "\\" not in v):
+        raise ValueError(f"with_weight_parameters: {what} must be a non-empty printable string without "
+                         f"'\"' or '\\', got {v!r}")
 
 
 def with_weight_parameters(text: str, keys: Mapping[int, str], func: str = "main",
@@ -35,42 +46,55 @@ def with_weight_parameters(text: str, keys: Mapping[int, str], func: str = "main
 
     Args:
         text: MLIR module text (the generic or custom form; IREE's dialects and StableHLO parse).
-        keys: argument index -> parameter key (unique non-empty strings).
-        func: the ``func.func`` to change.
+        keys: argument index (int) -> parameter key (unique).
+        func: the ``func.func`` to change (with a body; not called by other functions).
         scope: the parameter scope (:func:`parameters_module` serves the same one).
 
     Returns:
         The module's text with the globals added.
 
     Raises:
-        ValueError: no ``func.func @func``; an index out of its argument range; an argument not a
-            ranked tensor; empty or repeated keys, or a key with ``"`` or ``\\``; the text does not parse (the parser's message).
+        ValueError: the text does not parse (the parser's message); no ``func.func @func`` or one
+            without a body; an index not an int or out of its argument range; an argument not a
+            tensor of static shape; repeated keys, or a key or ``scope`` empty, not printable or
+            holding ``"`` or ``\\``; a global of that name exists; the module does not verify after
+            the change (e.g. other functions call ``func`` with the weights).
     """
     from iree.compiler import ir
 
-    if len(set(keys.values())) != len(keys) or not all(
-            isinstance(k, str) and k and '"' not in k and "\\" not in k for k in keys.values()):
-        raise ValueError("with_weight_parameters: parameter keys must be unique non-empty strings "
-                         "without '\"' or '\\'")
+    for k in keys.values():
+        _check_name("a parameter key", k)
+    _check_name("the scope", scope)
+    if len(set(keys.values())) != len(keys):
+        raise ValueError("with_weight_parameters: parameter keys must be unique")
+    if not all(isinstance(i, int) and not isinstance(i, bool) for i in keys):
+        raise ValueError("with_weight_parameters: argument indices must be ints")
     with ir.Context() as ctx, ir.Location.unknown():
         ctx.allow_unregistered_dialects = False
         try:
             module = ir.Module.parse(text)
         except ir.MLIRError as e:
             raise ValueError(f"with_weight_parameters: the module does not parse: {e}") from None
-        fn = next((op for op in module.body.operations if op.operation.name == "func.func"
-                   and ir.StringAttr(op.attributes["sym_name"]).value == func), None)
-        if fn is None:
+        symbols = {ir.StringAttr(op.attributes["sym_name"]).value: op for op in module.body.operations
+                   if "sym_name" in op.attributes}
+        fn = symbols.get(func)
+        if fn is None or fn.operation.name != "func.func":
             raise ValueError(f"with_weight_parameters: no func.func @{func}")
+        if not len(fn.regions[0].blocks):
+            raise ValueError(f"with_weight_parameters: @{func} is a declaration (no body)")
+        clash = [GLOBAL_PREFIX + k for k in keys.values() if GLOBAL_PREFIX + k in symbols]
+        if clash:
+            raise ValueError(f"with_weight_parameters: the module has a symbol @{clash[0]} already")
         block = fn.regions[0].blocks[0]
         n = len(block.arguments)
         bad = [i for i in keys if not 0 <= i < n]
         if bad:
             raise ValueError(f"with_weight_parameters: @{func} has {n} arguments; no argument {bad[0]}")
         for i in sorted(keys):
-            if not isinstance(block.arguments[i].type, ir.RankedTensorType):
-                raise ValueError(f"with_weight_parameters: argument {i} of @{func} is "
-                                 f"{block.arguments[i].type}, not a ranked tensor")
+            t = block.arguments[i].type
+            if not (isinstance(t, ir.RankedTensorType) and ir.RankedTensorType(t).has_static_shape):
+                raise ValueError(f"with_weight_parameters: argument {i} of @{func} is {t}, not a tensor "
+                                 "of static shape")
         fn_type = ir.FunctionType(ir.TypeAttr(fn.attributes["function_type"]).value)
         for i in sorted(keys):
             t = block.arguments[i].type
@@ -93,28 +117,95 @@ def with_weight_parameters(text: str, keys: Mapping[int, str], func: str = "main
         if "arg_attrs" in fn.attributes:
             attrs = ir.ArrayAttr(fn.attributes["arg_attrs"])
             fn.attributes["arg_attrs"] = ir.ArrayAttr.get([attrs[i] for i in kept])
-        if not module.operation.verify():
-            raise ValueError(f"with_weight_parameters: @{func} does not verify after the change")
+        try:
+            module.operation.verify()
+        except ir.MLIRError as e:
+            diags = getattr(e, "error_diagnostics", None)
+            why = diags[0].message if diags else str(e).strip().splitlines()[0]
+            raise ValueError(f"with_weight_parameters: the module does not verify after the change "
+                             f"(are the weights passed to @{func} by a call?): {why}") from None
         return str(module)
 
 
-def parameters_module(instance, arrays: Mapping[str, object], scope: str = DEFAULT_SCOPE):
-    """The ``iree.runtime`` I/O parameters module serving ``arrays`` (key -> numpy array, made
-    C-contiguous; its bytes are read in place: keep the arrays alive while the module is) under
-    ``scope``, for a context's VM ``instance``. Load it before the module that uses the parameters.
+_PARAM = re.compile(r'#flow\.parameter\.named<"([^"]*)"::"([^"]*)">')
+
+
+def parameter_types(text: str, scope: str = DEFAULT_SCOPE) -> Dict[str, tuple]:
+    """``{key: (shape, element type)}`` of the globals of ``text`` backed by IREE parameters of
+    ``scope`` (as :func:`with_weight_parameters` makes them), e.g. ``{"w": ((64, 128), "f32")}``;
+    for :func:`parameters_module`'s check.
 
     Raises:
-        ValueError: a key is empty.
+        ValueError: the text does not parse.
+    """
+    from iree.compiler import ir
+
+    out = {}
+    with ir.Context():
+        try:
+            module = ir.Module.parse(text)
+        except ir.MLIRError as e:
+            raise ValueError(f"parameter_types: the module does not parse: {e}") from None
+        for op in module.body.operations:
+            if op.operation.name != "util.global" or "initial_value" not in op.attributes:
+                continue
+            m = _PARAM.match(str(op.attributes["initial_value"]))
+            if m and m.group(1) == scope:
+                t = ir.RankedTensorType(ir.TypeAttr(op.attributes["type"]).value)
+                out[m.group(2)] = (tuple(t.shape), str(t.element_type))
+    return out
+
+
+def parameters_module(instance, arrays: Mapping[str, object], scope: str = DEFAULT_SCOPE,
+                      types: Optional[Mapping[str, tuple]] = None):
+    """The ``iree.runtime`` I/O parameters module serving ``arrays`` (key -> numpy array, made
+    C-contiguous) under ``scope``, for a context's VM ``instance``; IREE reads them when the module
+    that uses them loads (its initializer). Load it before that module.
+
+    ``types``: the module's parameters (:func:`parameter_types`); each array is then checked against
+    its global's shape and element type: IREE itself reads the bytes and refuses only too few of
+    them (a float64 array for an f32 weight would load as garbage).
+
+    Raises:
+        ValueError: a key is empty; with ``types``, a parameter without an array, an array for no
+            parameter, or an array of another shape or dtype (the message names the key and both).
     """
     import numpy as np
     import iree.runtime as rt
 
+    if types is not None:
+        _check_arrays(arrays, types, scope)
     index = rt.ParameterIndex()
     for key, a in arrays.items():
         if not key:
             raise ValueError("parameters_module: empty parameter key")
         index.add_buffer(key, np.ascontiguousarray(a))
     return rt.create_io_parameters_module(instance, index.create_provider(scope=scope))
+
+
+def _check_arrays(arrays: Mapping[str, object], types: Mapping[str, tuple], scope: str) -> None:
+    import numpy as np
+
+    from falcon_mlir.dtypes import np_type
+
+    for key, (shape, elem) in types.items():
+        want = f"tensor<{'x'.join(map(str, shape))}x{elem}>"
+        if key not in arrays:
+            raise ValueError(f"parameter {scope}::{key}: the module reads a {want}; no array was given for it")
+        a = arrays[key]
+        dtype = getattr(a, "dtype", None)
+        try:
+            ok = dtype is not None and np.dtype(dtype) == np.dtype(np_type(elem))
+        except (KeyError, ImportError):
+            ok = False
+        if not ok or tuple(getattr(a, "shape", ())) != tuple(shape):
+            got = (f"a {dtype} array of shape {tuple(a.shape)}" if dtype is not None
+                   else f"a {type(a).__name__}")
+            raise ValueError(f"parameter {scope}::{key}: the module reads a {want}, got {got}")
+    extra = sorted(set(arrays) - set(types))
+    if extra:
+        raise ValueError(f"parameter {scope}::{extra[0]}: the module has no such parameter "
+                         f"(it reads {', '.join(sorted(types)) or 'none'})")
 
 
 def write_archive(path: str, arrays: Mapping[str, object]) -> None:

@@ -83,13 +83,20 @@ class Module:
             for many modules; a new one per module otherwise, from
             :func:`device_config`).
         parameters: key -> numpy array: the values of the module's parameter-backed globals
-            (:func:`falcon_mlir.parameters.with_weight_parameters`), served from host memory in
-            ``scope``; the module's initializer (IREE's hoisted work on them) runs here, once.
+            (:func:`falcon_mlir.parameters.with_weight_parameters`), served in ``scope``; the
+            module's initializer (IREE's hoisted work on them) runs here, once.
         scope: the parameters' scope.
+        parameter_types: what the module reads (:func:`falcon_mlir.parameters.parameter_types` of
+            its source): each array is checked against it first.
+
+    Raises:
+        ValueError: ``parameters`` that do not match ``parameter_types``.
+        RuntimeError: the module reads parameters and none (or not its scope) were given (one
+            line saying so), or anything else IREE's loader raises.
     """
 
     def __init__(self, vmfb: bytes, driver: str = "local-task", config=None,
-                 parameters=None, scope: str = "model"):
+                 parameters=None, scope: str = "model", parameter_types=None):
         import iree.runtime as rt
 
         self._config = config if config is not None else device_config(driver)
@@ -97,10 +104,18 @@ class Module:
         if parameters is not None:
             from falcon_mlir.parameters import parameters_module
 
-            self._parameters = dict(parameters)  # (the provider reads them in place)
-            self._ctx.add_vm_module(parameters_module(self._ctx.instance, self._parameters, scope))
+            self._parameters = dict(parameters)
+            self._ctx.add_vm_module(parameters_module(self._ctx.instance, self._parameters, scope,
+                                                      types=parameter_types))
         self._vm = rt.VmModule.copy_buffer(self._ctx.instance, vmfb)
-        self._ctx.add_vm_module(self._vm)
+        try:
+            self._ctx.add_vm_module(self._vm)
+        except (RuntimeError, ValueError) as e:  # (iree.runtime raises ValueError for a missing module)
+            if "io_parameters" in str(e) or "no provider registered" in str(e):
+                raise RuntimeError(f"the module reads IREE parameters that were not given (pass "
+                                   f"parameters= and scope=, or iree-run-module's --parameters=SCOPE=FILE): "
+                                   f"{str(e).strip().splitlines()[0]}") from None
+            raise
         self.functions = self._ctx.modules[self._vm.name]
         self._transients = {}  # function name -> its transient storage (call_with_transients)
 

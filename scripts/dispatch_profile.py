@@ -239,8 +239,8 @@ def _main(argv: list) -> int:
         if i.startswith("@") and not os.path.isfile(i[1:]):
             raise ToolError(f"{PROG}: error: {i[1:]}: no such file", 2)
     for v in args.parameters:
-        scope, eq, path = v.rpartition("=")
-        if not eq or not path:
+        scope, eq, path = v.partition("=")  # as IREE's tools split it
+        if not eq or not path or not scope:
             p.error(f"--parameters {v}: give SCOPE=FILE (e.g. model=weights.irpa)")
         if not os.path.isfile(path):
             raise ToolError(f"{PROG}: error: --parameters {v}: {path}: no such file", 2)

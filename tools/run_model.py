@@ -55,9 +55,9 @@ import sys
 import traceback
 
 from falcon_mlir.cli import ArgumentParser, ToolError, one_line, run_tool_guarded
-from falcon_mlir.files import write_atomic
+from falcon_mlir.files import unwritable_reason, write_atomic
 from falcon_mlir.models.main_job import (DATA_TILING_FLAGS, MATMUL_TILE_BYTES, MAX_MATMUL_TILE_BYTES, WEIGHTS,
-                                         print_contractions, result_lines, run_main_job)
+                                         print_contractions, result_lines, run_main_job, saved_files)
 from falcon_mlir.models.train_job import print_train_contractions, run_train_job, train_result_lines
 
 PROG = "run_model"
@@ -124,6 +124,13 @@ def parse_args(argv=None):
     if args.train and args.weights is not None:
         p.error("--weights applies to the block's run, not to --train (a step takes its weights as arguments)")
     args.weights = args.weights or "parameters"
+    if args.save_dir and not args.train:  # before the compiles, not minutes into the run
+        if os.path.exists(args.save_dir) and not os.path.isdir(args.save_dir):
+            p.error(f"--save-dir {args.save_dir}: not a directory")
+        for name in saved_files(args.weights) if os.path.isdir(args.save_dir) else ():
+            why = unwritable_reason(os.path.join(args.save_dir, name))
+            if why:
+                p.error(f"--save-dir {args.save_dir}: {name}: {why}")
     if args.json == "-":  # was: a file named '-', after the whole run
         p.error("--json -: stdout is not an output file here (the table goes there); give a file name")
     if args.tokens < 1 or args.repeat < 1:

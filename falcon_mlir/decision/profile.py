@@ -170,6 +170,11 @@ class Profile:
         auto_schemes: the catalog schemes ``scheme=auto`` may use at any level
             on this target (``None``: all); a profile names only the schemes
             whose form was measured there (``h200-falcon``: Strassen's kernels).
+        iree_profile: for a profile of falcon's own kernels, the profile (a
+            preset name or path) of IREE's code on the same target, used for the
+            contractions those kernels leave to IREE (a constant B:
+            :func:`constant_b_profile`); ``x86-falcon``: ``host``,
+            ``x86-falcon-avx2``: ``x86-avx2``. ``None``: none.
 
     Derived: :attr:`fused_combine_c` (GPU profiles: combine C is one
     dispatch over the whole output; see ``passes/lcma_rewrite.py``).
@@ -196,6 +201,7 @@ class Profile:
     plan_forms: Tuple[str, ...] = ("per-product", "grouped")
     auto_schemes: Optional[Tuple[str, ...]] = None
     memory: Optional[int] = None
+    iree_profile: Optional[str] = None
 
     # ------------------------------------------------------------------ rates
     def _key(self, elem: str) -> str:
@@ -273,6 +279,7 @@ class Profile:
                if self.plan_forms != ("per-product", "grouped") else {}),
             **({"auto_schemes": list(self.auto_schemes)} if self.auto_schemes else {}),
             **({"memory": self.memory} if self.memory is not None else {}),
+            **({"iree_profile": self.iree_profile} if self.iree_profile else {}),
         }
 
     @classmethod
@@ -311,7 +318,8 @@ class Profile:
                         _pos_int(d["max_levels"], "max_levels", where)),
             plan_forms=_plan_forms(d.get("plan_forms", ["per-product", "grouped"]), where),
             auto_schemes=_auto_schemes(d.get("auto_schemes"), where),
-            memory=(None if d.get("memory") is None else _pos_int(d["memory"], "memory", where)))
+            memory=(None if d.get("memory") is None else _pos_int(d["memory"], "memory", where)),
+            iree_profile=_optional_name(d.get("iree_profile"), "iree_profile", where))
 
     def save(self, path) -> None:
         """Write the profile as JSON to ``path`` atomically
@@ -422,6 +430,14 @@ def _auto_schemes(v, where: str) -> Optional[Tuple[str, ...]]:
         raise ProfileError(f"{where}: field 'auto_schemes' must be a non-empty list of "
                            "catalog names")
     return tuple(v)
+
+
+def _optional_name(v, name: str, where: str) -> Optional[str]:
+    if v is None:
+        return None
+    if not isinstance(v, str) or not v.strip():
+        raise ProfileError(f"{where}: field {name!r} must be a profile name or path, got {v!r}")
+    return v
 
 
 def _pos_int(v, name: str, where: str) -> int:
@@ -541,17 +557,22 @@ def load_profile(spec: Optional[str] = None) -> Profile:
 
 def constant_b_profile(profile: Profile) -> Optional[Profile]:
     """The profile to decide a contraction with a constant B on (a weight the module holds,
-    ``Problem.const_rhs``) where ``profile`` is that of falcon's CPU kernel (a CPU profile whose plan
-    forms include ``kernel``): the host profile, IREE's own code, if it has no kernel form; else None
-    (keep ``profile``). IREE hoists its packs of a constant B, and lcma-rewrite's combines of it, into
-    the module's initializer, run once at load, while falcon's kernel packs B on every call
+    ``Problem.const_rhs``) where ``profile`` is that of falcon's CPU kernel: its
+    :attr:`Profile.iree_profile`, IREE's code on the same target (``x86-falcon``: ``host``;
+    ``x86-falcon-avx2``: ``x86-avx2``, whose bf16 is emulated), if that one has no kernel form; else
+    None (keep ``profile``). IREE hoists its packs of a constant B, and lcma-rewrite's combines of it,
+    into the module's initializer, run once at load, while falcon's kernel packs B on every call
     (falcon-kernels leaves such contractions to IREE). Measured on the main job with its weights as
     IREE parameters (docs/benchmarks.md, *Weights as IREE parameters*): the kernel form 2.32 s against
-    IREE's products under per-product plans 2.10 s."""
-    if not (profile.kind == "cpu" and "kernel" in profile.plan_forms):
+    IREE's products under per-product plans 2.10 s.
+
+    Raises:
+        ProfileError: ``iree_profile`` does not load.
+    """
+    if not (profile.kind == "cpu" and "kernel" in profile.plan_forms and profile.iree_profile):
         return None
-    host = load_profile(None)
-    return host if "kernel" not in host.plan_forms else None
+    iree = load_profile(profile.iree_profile)
+    return iree if "kernel" not in iree.plan_forms else None
 
 
 def preset_names() -> List[str]:

@@ -42,7 +42,7 @@ from falcon_mlir.files import write_files_atomic
 from falcon_mlir.parameters import GLOBAL_PREFIX
 
 __all__ = ["BASE_FLAGS", "DATA_TILING_FLAGS", "MATMUL_TILE_BYTES", "MAX_MATMUL_TILE_BYTES", "SPLIT_PHASE",
-           "MainJob", "WEIGHTS", "run_main_job", "compile_classical", "compile_falcon", "compile_split", "tile_flags",
+           "MainJob", "WEIGHTS", "saved_files", "run_main_job", "compile_classical", "compile_falcon", "compile_split", "tile_flags",
            "analyze_only", "plan_text", "what_is", "print_contractions", "result_lines", "error_text", "fmt_s",
            "RUN_LABELS"]
 
@@ -326,15 +326,16 @@ def _random_data(block, seed: int, dtype: str, log: Callable, what: str = "rando
 
 
 def _iree_call(vmfb: bytes, inputs: list, external_transients: bool = False,
-               parameters: Optional[dict] = None) -> Callable[[], np.ndarray]:
+               parameters: Optional[dict] = None, parameter_types: Optional[dict] = None) -> Callable[[], np.ndarray]:
     """A zero-argument call of the module's ``main`` on ``inputs`` (placed on
     ``local-task`` once), returning the output on the host; ``external_transients``:
     ``main`` takes IREE's transient storage last, one buffer reused by every call
     (:meth:`falcon_mlir.runner.Module.call_with_transients`); ``parameters``: the values of
-    the module's parameter-backed weights (key -> array), served when the module loads."""
+    the module's parameter-backed weights (key -> array), served when the module loads, checked
+    against ``parameter_types``."""
     from falcon_mlir.runner import Module
 
-    mod = Module(vmfb, parameters=parameters)
+    mod = Module(vmfb, parameters=parameters, parameter_types=parameter_types)
     args = mod.on_device(*inputs)
 
     def call():
@@ -361,6 +362,12 @@ def _time_all(calls: Sequence[Callable[[], np.ndarray]], repeat: int) -> tuple:
 
 #: How the IREE builds get the block's weights (:func:`run_main_job`'s ``weights``).
 WEIGHTS = ("arguments", "parameters")
+
+
+def saved_files(weights: str = "parameters") -> Tuple[str, ...]:
+    """The files :func:`run_main_job` writes into ``save_dir`` (``weights.irpa`` with parameter weights)."""
+    return ("block.mlir", "classical.vmfb", "falcon.vmfb", "report.json") + (
+        ("weights.irpa",) if weights == "parameters" else ())
 
 #: Row labels of the three runs in the printed table and summary.
 RUN_LABELS = {"classical": "plain IREE", "falcon": "falcon", "jax": "JAX/XLA (jax.jit)"}
@@ -433,10 +440,12 @@ def run_main_job(*, tokens: int = 1024, lcma: Optional[str] = "auto", repeat: in
 
         text = with_external_transients(text)
     names = [n for n, _ in block.weight_specs()]
+    types = None
     if weights == "parameters":
-        from falcon_mlir.parameters import weight_keys, with_weight_parameters
+        from falcon_mlir.parameters import parameter_types, weight_keys, with_weight_parameters
 
         text = with_weight_parameters(text, weight_keys(names))
+        types = parameter_types(text)
 
     t0 = time.perf_counter()
     vm_classical, _ = compile_split(text, flags, falcon=False, extra_flags=back)
@@ -464,7 +473,7 @@ def run_main_job(*, tokens: int = 1024, lcma: Optional[str] = "auto", repeat: in
     calls, load_s = [], {}
     for name, vm in (("classical", vm_classical), ("falcon", vm_falcon)):
         t0 = time.perf_counter()
-        calls.append(_iree_call(vm, iree_inputs, external_transients, params))
+        calls.append(_iree_call(vm, iree_inputs, external_transients, params, types))
         load_s[name] = time.perf_counter() - t0
     if params:
         log("modules loaded with the weights as parameters (initializers run): "

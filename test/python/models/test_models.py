@@ -364,7 +364,14 @@ def test_run_model_weights_as_parameters_or_arguments(capsys, tmp_path):
     assert mod.main(["--small", "--train", "--weights", "parameters"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--weights applies to the block's run, not to --train" in err, err
-    for extra, said in ((["--save-dir", str(tmp_path)], True), (["--weights", "arguments"], False)):
+    (tmp_path / "bad" / "taken" / "weights.irpa").mkdir(parents=True)  # refused before the compiles, not after
+    (tmp_path / "bad" / "file").write_text("")
+    for folder, why in ((tmp_path / "bad" / "taken", "weights.irpa: is a directory"),
+                        (tmp_path / "bad" / "file", "not a directory")):
+        assert mod.main(["--small", "--save-dir", str(folder)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"--save-dir {folder}: {why}" in err, err
+    for extra, said in ((["--save-dir", str(tmp_path / "saved")], True), (["--weights", "arguments"], False)):
         rc = mod.main(["--small", "--tokens", "32", "--lcma", "scheme=strassen", "--repeat", "2"] + extra)
         out = capsys.readouterr().out
         assert rc == 0, out
@@ -377,6 +384,6 @@ def test_run_model_weights_as_parameters_or_arguments(capsys, tmp_path):
     import iree.runtime as rt  # the saved modules' weights, for iree-run-module --parameters=model=...
 
     index = rt.ParameterIndex()
-    index.load(str(tmp_path / "weights.irpa"))
-    assert len(index.items()) == 9 and sorted(p.name for p in tmp_path.iterdir()) == [
+    index.load(str(tmp_path / "saved" / "weights.irpa"))
+    assert len(index.items()) == 9 and sorted(p.name for p in (tmp_path / "saved").iterdir()) == [
         "block.mlir", "classical.vmfb", "falcon.vmfb", "report.json", "weights.irpa"]

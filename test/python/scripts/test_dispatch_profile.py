@@ -195,7 +195,8 @@ def test_module_with_parameters_from_an_archive(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "matmul_64x48x32" in r.stdout and r.stdout.splitlines()[-1].startswith("sum of the dispatches ")
     for value, want in ((f"model={tmp_path / 'no.irpa'}", f"{tmp_path / 'no.irpa'}: no such file"),
-                        ("w.irpa", "give SCOPE=FILE")):
+                        ("w.irpa", "give SCOPE=FILE"), (f"={tmp_path / 'w.irpa'}", "give SCOPE=FILE"),
+                        (f"model=x={tmp_path / 'w.irpa'}", f"x={tmp_path / 'w.irpa'}: no such file")):
         r = subprocess.run(base + ["--parameters", value], capture_output=True, text=True, timeout=120)
         assert r.returncode == 2 and r.stdout == "" and len(r.stderr.strip().splitlines()) == 1, r.stderr
         assert want in r.stderr, r.stderr

@@ -125,8 +125,9 @@ def expand_top(shape: Shape, cands: List[Candidate], *, dtype: str, acc: str,
     pb = decision.Problem(shape.M, shape.N, shape.K, lhs=dtype, rhs=dtype, acc=acc,
                           const_rhs=bool(const_weights))
     prof = decision.load_profile(profile)
-    prof = (decision.constant_b_profile(prof) if const_weights else None) or prof  # as auto decides then
-    d = decision.decide(pb, prof, budget=numerics.default_max_error(acc))
+    budget = numerics.default_max_error(acc)
+    d = (decision.decide_constant_b(pb, prof, decision.decide, budget=budget)  # as auto decides a weight
+         or decision.decide(pb, prof, budget=budget))
     plans = ([] if d.choice.is_classical else [d.choice]) + list(d.alternatives)
     extra, seen = [], {c.lcma for c in cands}
     for e in plans[1:] if not d.choice.is_classical else plans:

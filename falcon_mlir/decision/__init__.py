@@ -84,11 +84,12 @@ from falcon_mlir.dialects.plan import EDGES, FORMS  # the plan's edge strategies
 
 from .compile_cost import LONG_COMPILE_SECONDS, long_compile_seconds
 from .cost import MAX_GROUPED_TERMS, MAX_PRODUCTS, CostModel, Estimate, Problem
-from .profile import Profile, ProfileError, constant_b_profile, load_profile, preset_names
+from .constant_b import constant_b_profile, decide_constant_b, kernel_serves_constant_b
+from .profile import Profile, ProfileError, load_profile, preset_names
 from .scheme_stats import lcma_levels, scheme_stats, single_level_names
 
 __all__ = ["decide", "Decision", "Problem", "Estimate", "Profile", "ProfileError",
-           "load_profile", "constant_b_profile", "preset_names", "CostModel", "MIN_GAIN", "BEAM", "MAX_AUTO_LEVELS",
+           "load_profile", "constant_b_profile", "decide_constant_b", "kernel_serves_constant_b", "preset_names", "CostModel", "MIN_GAIN", "BEAM", "MAX_AUTO_LEVELS",
            "plan_rounding", "product_operands", "MEMORY_FRACTION", "memory_room",
            "BLOCKING_FORMATS", "BASE_FORMATS", "ALGEBRA_MIN_GAIN"]
 

@@ -555,26 +555,6 @@ def load_profile(spec: Optional[str] = None) -> Profile:
     return _load_cached(spec)
 
 
-def constant_b_profile(profile: Profile) -> Optional[Profile]:
-    """The profile to decide a contraction with a constant B on (a weight the module holds,
-    ``Problem.const_rhs``) where ``profile`` is that of falcon's CPU kernel: its
-    :attr:`Profile.iree_profile`, IREE's code on the same target (``x86-falcon``: ``host``;
-    ``x86-falcon-avx2``: ``x86-avx2``, whose bf16 is emulated), if that one has no kernel form; else
-    None (keep ``profile``). IREE hoists its packs of a constant B, and lcma-rewrite's combines of it,
-    into the module's initializer, run once at load, while falcon's kernel packs B on every call
-    (falcon-kernels leaves such contractions to IREE). Measured on the main job with its weights as
-    IREE parameters (docs/benchmarks.md, *Weights as IREE parameters*): the kernel form 2.32 s against
-    IREE's products under per-product plans 2.10 s.
-
-    Raises:
-        ProfileError: ``iree_profile`` does not load.
-    """
-    if not (profile.kind == "cpu" and "kernel" in profile.plan_forms and profile.iree_profile):
-        return None
-    iree = load_profile(profile.iree_profile)
-    return iree if "kernel" not in iree.plan_forms else None
-
-
 def preset_names() -> List[str]:
     """Names of the shipped presets (sorted)."""
     return sorted(PRESETS)

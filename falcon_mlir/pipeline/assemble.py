@@ -55,6 +55,7 @@ from falcon_mlir import targets
 from falcon_mlir.options import OptionTypeError, option_specs, to_text
 from falcon_mlir.passes.empty_reduction import EmptyReductionOptions
 from falcon_mlir.passes.falcon_kernels import KernelsOptions, triton_available
+from falcon_mlir.passes.falcon_kernels.options import CPU_PROFILES
 from falcon_mlir.passes.falcon_tiles import TilesOptions
 from falcon_mlir.passes.lcma_rewrite import LcmaOptions
 
@@ -202,7 +203,7 @@ KERNEL_DEFAULTS = {
     },
     "cpu": {
         "lcma-rewrite": (
-            Default("profile", "x86-falcon", "falcon-kernels on (x86-avx512): the profile of falcon's "
+            Default("profile", CPU_PROFILES["x86-avx512"], "falcon-kernels on (x86-avx512): the profile of falcon's "
                                              "CPU kernel (classical and kernel-form plans, the "
                                              "combines inside the kernel), measured on this machine",
                     when=lambda o: not os.environ.get("FALCON_PROFILE")),  # the user's profile wins
@@ -210,7 +211,7 @@ KERNEL_DEFAULTS = {
     },
     "cpu-avx2": {
         "lcma-rewrite": (
-            Default("profile", "x86-falcon-avx2", "falcon-kernels on (x86-avx2): the profile of falcon's "
+            Default("profile", CPU_PROFILES["x86-avx2"], "falcon-kernels on (x86-avx2): the profile of falcon's "
                                                   "AVX2 CPU kernel (classical and kernel-form plans), "
                                                   "measured on a 2-core Zen 3",
                     when=lambda o: not os.environ.get("FALCON_PROFILE")),

@@ -18,7 +18,7 @@ from falcon_mlir.ir.builders import derives_from_constants
 from falcon_mlir.passes import PassError
 
 from .attached import kernel_plan
-from .options import KernelsOptions
+from .options import CPU_PROFILES, KernelsOptions
 from .report import entry as report_entry, left
 from .serve_cpu import serve_cpu
 from .splice import module_splicer
@@ -38,10 +38,10 @@ def choose_cpu(contractions, options: KernelsOptions) -> list:
         elif why == "plan" or plan is not None:  # a kernel-form plan: served whatever its size
             entry["kernel"] = why
             entry["reason"] = served.note or "kernel-form plan on falcon's CPU kernel (combines inside it)"
-        elif derives_from_constants(c.op.operands[1]):
+        elif derives_from_constants(c.op.operands[1]) and not _kernel_for_constant_b(c, options):
             served = None
             left(entry, "constant B: IREE's data tiling packs it once, at module load (falcon's kernel "
-                        "would pack it on every call)")
+                        "would pack it on every call; predicted slower)")
         elif not options.classical:
             served = None
             left(entry, "classical=false")
@@ -57,6 +57,27 @@ def choose_cpu(contractions, options: KernelsOptions) -> list:
             entry["reason"] = "falcon's CPU GEMM kernel"
         out.append((c, served, entry))
     return out
+
+
+def _kernel_for_constant_b(c, options: KernelsOptions) -> bool:
+    """Whether falcon's kernel should take a classical contraction whose B is a module constant:
+    predicted faster, packing B every call, than IREE's code packing it at load
+    (:func:`falcon_mlir.decision.kernel_serves_constant_b` on the profile falcon-compile implies for
+    this arch, as lcma-rewrite decides it). Products of an lcma-rewrite plan (B a combine or block of
+    the weight) are IREE's: the plan was decided on IREE's code."""
+    from falcon_mlir import decision
+    from falcon_mlir.ir.builders import defining_op_name
+    from falcon_mlir.passes.lcma_rewrite.planning import problem_of
+
+    if defining_op_name(c.op.operands[1]) not in _WEIGHT_VIEWS:
+        return False
+    profile = decision.load_profile(CPU_PROFILES[options.arch])
+    return decision.kernel_serves_constant_b(problem_of(c), profile, decision.decide)
+
+
+#: Ops through which a contraction reads a weight itself (not an lcma-rewrite block or combine of it).
+_WEIGHT_VIEWS = ("util.global.load", "arith.constant", "flow.tensor.constant", "tensor.collapse_shape",
+                 "tensor.expand_shape", "flow.tensor.reshape")
 
 
 def cpu_target(options: KernelsOptions) -> str:

@@ -21,6 +21,8 @@ ARCHS = ("auto", "sm_90a", "x86-avx512", "x86-avx2", "none")
 #: builds (:class:`falcon_mlir.kernels.cpu_gemm.CpuGemmConfig`'s ``isa``).
 CPU_ISAS = {"x86-avx512": "avx512", "x86-avx2": "avx2"}
 CPU_ARCHS = tuple(CPU_ISAS)
+#: The decision profile of each CPU arch's kernel (falcon-compile implies it for lcma-rewrite).
+CPU_PROFILES = {"x86-avx512": "x86-falcon", "x86-avx2": "x86-falcon-avx2"}
 #: How f32 inputs multiply (:data:`falcon_mlir.kernels.spec.F32_MODES`).
 F32_MODES = ("ieee", "tf32", "tf32x3")
 #: Classical contractions below this many FLOP (2 M N K x batch) stay IREE's:

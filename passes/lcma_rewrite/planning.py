@@ -120,8 +120,8 @@ def decision_for(c: Contraction, options: LcmaOptions, forced: Optional[tuple] =
     profile = decision.load_profile(options.profile)
     pb = problem_of(c, options)
     wanted = form if forced is not None else (None if options.form == "auto" else options.form)
-    const_b = decision.constant_b_profile(profile) if wanted != "kernel" and pb.const_rhs else None
-    if const_b:
+    const_b = decision.constant_b_profile(profile) if wanted not in (None, "kernel") and pb.const_rhs else None
+    if const_b:  # a given IREE form: priced on IREE's code (decide_constant_b below for auto)
         profile = const_b
     if forced is not None:
         # the sums this plan is emitted with (sums_type: under the default budget for auto)
@@ -136,8 +136,13 @@ def decision_for(c: Contraction, options: LcmaOptions, forced: Optional[tuple] =
     budget = options.max_error if options.max_error is not None else default_budget(c)
     kernel_budget = options.max_error if options.max_error is not None else \
         numerics.kernel_max_error(str(c.acc_type))
-    forms = profile.plan_forms if options.form == "auto" else (options.form,)
     edges = decision.EDGES if options.edge == "auto" else (options.edge,)
+    if options.form == "auto":  # a constant B under falcon's kernel profile: the faster of both sides
+        d = decision.decide_constant_b(pb, profile, decision.decide, levels=options.levels, edges=edges,
+                                       budget=budget, kernel_budget=kernel_budget)
+        if d is not None:
+            return d
+    forms = profile.plan_forms if options.form == "auto" else (options.form,)
     d = decision.decide(pb, profile, levels=options.levels, forms=forms, edges=edges,
                         budget=budget, kernel_budget=kernel_budget)
     if const_b:

@@ -90,19 +90,23 @@ def test_missing_module_is_one_line(tmp_path):
     assert r.stderr.strip().splitlines() == [f"dispatch-profile: error: {tmp_path / 'no.vmfb'}: no such file"]
 
 
+#: A 64x32 @ 32x48 f32 matmul.
+TINY = ("func.func @main(%a: tensor<64x32xf32>, %b: tensor<32x48xf32>) -> tensor<64x48xf32> {\n"
+        "  %z = arith.constant 0.0 : f32\n"
+        "  %e = tensor.empty() : tensor<64x48xf32>\n"
+        "  %f = linalg.fill ins(%z : f32) outs(%e : tensor<64x48xf32>) -> tensor<64x48xf32>\n"
+        "  %c = linalg.matmul ins(%a, %b : tensor<64x32xf32>, tensor<32x48xf32>) "
+        "outs(%f : tensor<64x48xf32>) -> tensor<64x48xf32>\n"
+        "  return %c : tensor<64x48xf32>\n}")
+
+
 def _tiny_module(tmp_path):
     """A 64x32 @ 32x48 f32 matmul module and its two inputs as .npy files."""
     from iree.compiler import compile_str
 
     from falcon_mlir.runner import CPU_FLAGS
 
-    src = ("func.func @main(%a: tensor<64x32xf32>, %b: tensor<32x48xf32>) -> tensor<64x48xf32> {\n"
-           "  %z = arith.constant 0.0 : f32\n"
-           "  %e = tensor.empty() : tensor<64x48xf32>\n"
-           "  %f = linalg.fill ins(%z : f32) outs(%e : tensor<64x48xf32>) -> tensor<64x48xf32>\n"
-           "  %c = linalg.matmul ins(%a, %b : tensor<64x32xf32>, tensor<32x48xf32>) "
-           "outs(%f : tensor<64x48xf32>) -> tensor<64x48xf32>\n"
-           "  return %c : tensor<64x48xf32>\n}")
+    src = TINY
     vmfb = tmp_path / "m.vmfb"
     vmfb.write_bytes(compile_str(src, extra_args=list(CPU_FLAGS)))
     rng = np.random.default_rng(1)
@@ -177,13 +181,7 @@ def test_module_with_parameters_from_an_archive(tmp_path):
     from falcon_mlir.parameters import with_weight_parameters, write_archive
     from falcon_mlir.runner import CPU_FLAGS
 
-    src = ("func.func @main(%a: tensor<64x32xf32>, %b: tensor<32x48xf32>) -> tensor<64x48xf32> {\n"
-           "  %z = arith.constant 0.0 : f32\n"
-           "  %e = tensor.empty() : tensor<64x48xf32>\n"
-           "  %f = linalg.fill ins(%z : f32) outs(%e : tensor<64x48xf32>) -> tensor<64x48xf32>\n"
-           "  %c = linalg.matmul ins(%a, %b : tensor<64x32xf32>, tensor<32x48xf32>) "
-           "outs(%f : tensor<64x48xf32>) -> tensor<64x48xf32>\n"
-           "  return %c : tensor<64x48xf32>\n}")
+    src = TINY
     vmfb = tmp_path / "m.vmfb"
     vmfb.write_bytes(compile_str(with_weight_parameters(src, {1: "b"}), extra_args=list(CPU_FLAGS)))
     rng = np.random.default_rng(2)

@@ -2,8 +2,9 @@
 
 :func:`run_cpu` is the pass on an llvm-cpu module: which contractions the kernel takes
 (:func:`choose_cpu`; :mod:`.serve_cpu` for the shape and a kernel-form plan the contraction carries,
-then for classical ones: a constant B is left to IREE, whose data tiling packs it once at module load
-(:func:`falcon_mlir.ir.builders.derives_from_constants`), and the ``classical``, ``min-flops`` and
+then for classical ones: a constant B (:func:`falcon_mlir.ir.builders.derives_from_constants`) is left
+to IREE, whose data tiling packs it once at module load, where that is predicted faster
+(:func:`_kernel_for_constant_b`), and the ``classical``, ``min-flops`` and
 ``min-intensity`` options), the executable's object key (:func:`cpu_target`: the llvm-cpu target
 of ``cpu-flags``), the kernel's object per blocking (:func:`falcon_mlir.kernels.cpu_source.compile_object`,
 cached on disk), and the splice (:meth:`.splice.Splicer.cpu_function`, or

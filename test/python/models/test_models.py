@@ -179,6 +179,9 @@ def test_run_model_plain_iree(capsys, tmp_path):
     assert f"{res['time_s']['classical'] / tf:.2f}x" in rows["plain IREE"]
     assert res["rel_err_vs_jax"]["classical"] < 1e-5 and res["rel_err_vs_jax"]["falcon"] < 1e-5
     assert res["rel_err_vs_f64"]["jax"] < 1e-5
+    # the update (output - input) is smaller than the residual input: its relative error is larger
+    for name, e in res["rel_err_update_vs_f64"].items():
+        assert res["rel_err_vs_f64"][name] < e < 1e-5, (name, e)
 
 
 def test_main_job_bf16_projections_rewritten_with_error_stated():
@@ -207,6 +210,8 @@ def test_main_job_bf16_projections_rewritten_with_error_stated():
     e = res["rel_err_vs_f64"]
     assert 1e-3 < e["classical"] < 3e-2        # a bf16 block: errors at bf16's scale
     assert e["falcon"] <= 2 * e["classical"], e
+    u = res["rel_err_update_vs_f64"]            # the block's own contribution, without the residual
+    assert e["classical"] < u["classical"] < 0.2 and u["falcon"] <= 2 * u["classical"], u
     table = io.StringIO()
     print_contractions(res["report"], job.layers, file=table)
     assert "bf16->bf16" in table.getvalue() and "sums f32" in table.getvalue()
@@ -247,19 +252,22 @@ def test_result_lines_side_by_side():
            "time_s": {"classical": 2.4, "falcon": 1.6, "jax": 1.2},
            "times_s": {"classical": [2.4, 2.5, 2.3], "falcon": [1.6, 1.7, 1.5], "jax": [1.2, 1.2, 1.3]},
            "rel_err_vs_jax": {"classical": 2e-6, "falcon": 3e-6},
-           "rel_err_vs_f64": {"classical": 5e-6, "falcon": 6e-6, "jax": 4e-6}}
+           "rel_err_vs_f64": {"classical": 5e-6, "falcon": 6e-6, "jax": 4e-6},
+           "rel_err_update_vs_f64": {"classical": 4e-5, "falcon": 7e-5, "jax": 3e-5}}
     lines = result_lines(res)
     rows = {ln.split("  ")[0]: ln.split() for ln in lines[-3:]}
     assert lines[-4].split()[:4] == ["run", "median", "of", "3"]
+    assert lines[3] == ("relative error of the block's update (output - input) vs float64: "
+                        "classical 4.00e-05, falcon 7.00e-05, JAX/XLA 3.00e-05")
     assert rows["plain IREE"][-1] == "1.50x" and rows["JAX/XLA (jax.jit)"][-1] == "0.75x"
     assert rows["falcon"][-1] == "-"
     assert "vs JAX/XLA: classical 2.00e-06, falcon 3.00e-06" in lines[1]
     assert lines[2].endswith("JAX/XLA 4.00e-06")
-    for key in ("compile_s", "time_s", "times_s", "rel_err_vs_f64"):
+    for key in ("compile_s", "time_s", "times_s", "rel_err_vs_f64", "rel_err_update_vs_f64"):
         del res[key]["jax"]
     del res["rel_err_vs_jax"]
     lines = result_lines(res)
-    assert not any("JAX" in ln for ln in lines) and len(lines) == 5
+    assert not any("JAX" in ln for ln in lines) and len(lines) == 6
 
 
 _MM_256x2048x1024 = (

@@ -3,7 +3,7 @@
     falcon-bench [--shapes MxNxK,... | --workloads FILE [--model NAME] --m 512,1024,2048]
                  [--dtype f32|f16|bf16] [--acc same|f32]
                  [--candidates "classical,auto,scheme=strassen levels=1,..."]
-                 [--flags best|default] [--iree-flag FLAG ...] [--const-weights] [--external-transients]
+                 [--flags best|default] [--iree-flag FLAG ...] [--const-weights] [--parameter-weights] [--external-transients]
                  [--repeat 5] [--warmup 1] [--interleave] [--no-peers] [--numpy] [--torch] [--seed 0]
                  [--csv out.csv] [--md out.md] [--plot out.png] [--append]
                  [--title TEXT] [--device local-task]
@@ -67,6 +67,11 @@ microkernels (``--iree-opt-data-tiling=true --iree-llvmcpu-enable-ukernels=all``
 from the same random array, handed to IREE as MLIR bytecode, so no hex text is
 made) and the function takes A only; IREE's constant evaluation then folds the
 rewrite's combines of B (B11 + B22, ...) at compile time into module globals.
+``--parameter-weights`` makes B a module global read from an IREE parameter
+(``model::B``) served from the same array when the module loads, as
+``tools/run_model.py`` serves a model's weights: IREE hoists its pack of B and
+the combines into the module's initializer, run at load and not timed, and
+compiles without evaluating them (no constant folding of large weights).
 
 Inputs are random normal (seeded, ``--seed``), never zeros or ones.  Each
 candidate's result is checked against a float64 numpy reference and against
@@ -164,6 +169,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--flags", choices=sorted(FLAG_SETS), default="best", help="IREE CPU flag set")
     p.add_argument("--iree-flag", action="append", metavar="FLAG", help="extra iree-compile flag (repeatable)")
     p.add_argument("--const-weights", action="store_true", help="B as a module constant (dense_resource)")
+    p.add_argument("--parameter-weights", action="store_true",
+                   help="B as a module global read from an IREE parameter when the module loads, as "
+                        "tools/run_model.py serves its weights (a constant B for the decision; implies "
+                        "--const-weights)")
     p.add_argument("--external-transients", action="store_true",
                    help="IREE candidates with IREE's external transients: each call's transient memory one buffer "
                         "allocated once, not mapped fresh every call (page faults)")
@@ -276,7 +285,8 @@ def _main(argv: list) -> int:
         _log(f"note: OPENBLAS_CORETYPE={os.environ['OPENBLAS_CORETYPE']} is set; numpy may run a slower "
              "kernel (run with env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE)")
     config = BenchConfig(dtype=args.dtype, acc=args.acc, flags=args.flags, iree_flags=tuple(args.iree_flag or ()),
-                         const_weights=args.const_weights, repeat=args.repeat, warmup=args.warmup,
+                         const_weights=args.const_weights or args.parameter_weights,
+                         parameter_weights=args.parameter_weights, repeat=args.repeat, warmup=args.warmup,
                          seed=args.seed, device=args.device, top=args.top, blas_core=openblas_core(),
                          interleave=args.interleave, external_transients=args.external_transients)
     cmd = command_line(PROG, argv)
@@ -300,7 +310,8 @@ def _main(argv: list) -> int:
             qtable, _ = decision_quality(read_csv(args.csv) if (args.append and args.csv) else rows)
             table += "\n\n" + qtable
         if args.md:
-            title = args.title or f"{args.dtype}, flags {args.flags}" + (", const weights" if args.const_weights else "")
+            title = args.title or f"{args.dtype}, flags {args.flags}" + (
+                ", weights as parameters" if args.parameter_weights else ", const weights" if args.const_weights else "")
             section = (f"## {title}\n\n```sh\n{cmd}\n```\n\n{env_text} Wall time of the run: {elapsed:.0f} s.\n\n"
                        "Times in seconds (median and min of the timed calls); effective GFLOP/s = 2MNK / median; "
                        "vs classical = classical median / this median (> 1: faster); auto speed-up = this "

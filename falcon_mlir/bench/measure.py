@@ -23,6 +23,7 @@ from falcon_mlir.cli import error_line
 from falcon_mlir.compare import rel_err
 from falcon_mlir.dtypes import np_type
 from falcon_mlir.ir.matmul_text import matmul_mlir
+from falcon_mlir.parameters import parameter_types, with_weight_parameters
 from falcon_mlir.runner import BEST_CPU_FLAGS
 
 __all__ = ["FLAG_SETS", "TARGET_BACKENDS", "PEERS", "PEER_SETTLE_S", "BenchConfig", "Result", "bench_shape", "attach_weight", "openblas_core",
@@ -45,6 +46,9 @@ TARGET_BACKENDS = ("llvm-cpu",)
 PEER_SETTLE_S = 0.3
 #: Name of the ``dense_resource`` blob that holds B with ``const_weights``.
 WEIGHT_BLOB = "falcon_bench_B"
+#: Key of the IREE parameter that holds B with ``parameter_weights`` (scope
+#: :data:`falcon_mlir.parameters.DEFAULT_SCOPE`).
+PARAMETER_KEY = "B"
 
 
 @dataclass
@@ -53,7 +57,11 @@ class BenchConfig:
 
     ``dtype``: element type of A and B (``f32``, ``f16``, ``bf16``); ``acc``:
     C's (``same`` or ``f32``); ``flags``: a :data:`FLAG_SETS` key, plus
-    ``iree_flags``; ``const_weights``: B is a module constant; ``repeat``
+    ``iree_flags``; ``const_weights``: B is a module constant (a ``dense_resource``
+    blob, or with ``parameter_weights`` a module global read from an IREE parameter
+    served when the module loads, as ``tools/run_model.py`` serves the block's
+    weights: IREE hoists its pack of B and the rewrite's combines of B into the
+    module's initializer instead of folding them at compile time); ``repeat``
     timed rounds after ``warmup`` calls (the first call checks the result);
     ``seed`` of the inputs; ``device``: IREE HAL driver; ``top``: plans for
     the ``top`` candidate; ``blas_core``: the OpenBLAS kernel (for labels);
@@ -76,6 +84,7 @@ class BenchConfig:
     flags: str = "best"
     iree_flags: tuple = ()
     const_weights: bool = False
+    parameter_weights: bool = False
     repeat: int = 5
     warmup: int = 1
     seed: int = 0
@@ -110,6 +119,10 @@ class BenchConfig:
 
         rewrite = make_rewrite("auto", tiles=None, flags=self.target_flags())
         return rewrite.options.profile if rewrite is not None and rewrite.options is not None else None
+
+    def __post_init__(self):
+        if self.parameter_weights and not self.const_weights:
+            raise ValueError("parameter_weights needs const_weights (a parameter is a constant B)")
 
     def runtime_config(self):
         """One ``iree.runtime.Config`` for every module of the run: a device per
@@ -288,7 +301,9 @@ def _iree_runner(source, a, b, c: Candidate, config: BenchConfig, r: Result,
     r.plan = plan_text(report)
     run = None
     try:
-        mod = Module(vmfb, driver=config.device, config=config.runtime_config())
+        params = {PARAMETER_KEY: b} if config.parameter_weights else None
+        mod = Module(vmfb, driver=config.device, config=config.runtime_config(), parameters=params,
+                     parameter_types=parameter_types(source) if params else None)
         dev_args = mod.on_device(*([a] if config.const_weights else [a, b]))
         call = mod.call_with_transients if config.external_transients else mod
         run = lambda: call("mm", *dev_args)  # noqa: E731
@@ -335,13 +350,16 @@ def bench_shape(shape: Shape, cands: List[Candidate], config: BenchConfig,
     a = rng.standard_normal((shape.M, shape.K), dtype=np.float32).astype(npd)
     b = rng.standard_normal((shape.K, shape.N), dtype=np.float32).astype(npd)
     ref = a.astype(np.float64) @ b.astype(np.float64)
+    blob = config.const_weights and not config.parameter_weights
     text = matmul_mlir(shape.M, shape.N, shape.K, config.dtype, config.acc_type,
-                       b_const=f"dense_resource<{WEIGHT_BLOB}>" if config.const_weights else None)
+                       b_const=f"dense_resource<{WEIGHT_BLOB}>" if blob else None)
+    if config.parameter_weights:  # B, argument 1, a global read from parameter PARAMETER_KEY
+        text = with_weight_parameters(text, {1: PARAMETER_KEY}, func="mm")
     if config.external_transients:  # before the weight's blob is attached (the rewrite reads text)
         from falcon_mlir.runner import with_external_transients
 
         text = with_external_transients(text, "mm")
-    source = attach_weight(text, b, config.dtype) if config.const_weights else text
+    source = attach_weight(text, b, config.dtype) if blob else text
 
     if any(c.kind in ("top", "blocked") for c in cands):  # the plans of auto's profile
         cands = expand_top(shape, cands, dtype=config.dtype, acc=config.acc_type,

@@ -25,7 +25,8 @@ __all__ = ["COLUMNS", "MD_COLUMNS", "rows_of", "markdown_table", "command_line",
 
 #: Output columns (CSV header and markdown table), with units in the names.
 COLUMNS = [
-    "label", "M", "N", "K", "dtype", "flags", "const_weights", "interleave", "external_transients", "candidate", "plan",
+    "label", "M", "N", "K", "dtype", "flags", "const_weights", "parameter_weights", "interleave", "external_transients",
+    "candidate", "plan",
     "compile_s", "median_s", "min_s", "gflops", "speedup_vs_classical", "auto_speedup",
     "rel_err_f64", "rel_err_vs_classical", "status", "times_s",
 ]
@@ -65,6 +66,7 @@ def rows_of(results: List[Result], config: BenchConfig) -> List[dict]:
                 "label": r.shape.label, "M": r.shape.M, "N": r.shape.N, "K": r.shape.K,
                 "dtype": config.dtype + ("" if config.acc == "same" else f"->{config.acc}"),
                 "flags": config.flags, "const_weights": int(bool(config.const_weights)),
+                "parameter_weights": int(bool(config.parameter_weights)),
                 "interleave": int(bool(config.interleave)),
                 "external_transients": int(bool(config.external_transients)),
                 "candidate": r.cand.name, "plan": r.plan,
@@ -169,9 +171,15 @@ def environment_text(config: BenchConfig, peers: Sequence[str] = ()) -> str:
     return (f"{cpu}, {os.cpu_count()} cores{load}; Python {platform.python_version()}, "
             f"iree-base-compiler {iree_v}, numpy {np.__version__} (OpenBLAS core {config.blas_core}){peer_text}; "
             f"IREE flags ({config.flags}): `{' '.join(config.compile_flags())}`; "
-            f"device {config.device}; B {'a module constant (dense_resource)' if config.const_weights else 'a function argument'}; "
+            f"device {config.device}; B {_weights_text(config)}; "
             + ("IREE's transients in one buffer per module, allocated once; " if config.external_transients else "")
             + f"repeat {config.repeat}, warmup {config.warmup}, seed {config.seed}.")
+
+
+def _weights_text(config: BenchConfig) -> str:
+    if config.parameter_weights:
+        return "a module global read from an IREE parameter when the module loads"
+    return "a module constant (dense_resource)" if config.const_weights else "a function argument"
 
 
 def csv_mismatch(path: str) -> str:
@@ -369,12 +377,13 @@ def decision_quality(rows: List[dict], tolerance: float = 0.03) -> Tuple[str, di
     The median-based columns stay the criterion's own; the paired ones say which verdicts a drift of
     the machine between calls could have made.
     """
-    by_shape: Dict[tuple, List[dict]] = {}  # (label, M, N, K, dtype, flags, const, interleave, transients, n) -> rows
+    by_shape: Dict[tuple, List[dict]] = {}  # (label, M, N, K, dtype, flags, const, parameter, interleave, transients, n) -> rows
     current: Dict[tuple, tuple] = {}
     for r in rows:
         r = dict(r, median_s=_num(r["median_s"]))
         shape = (r["label"], int(r["M"]), int(r["N"]), int(r["K"]), str(r.get("dtype")), str(r.get("flags")),
-                 str(r.get("const_weights")), str(r.get("interleave", "")), str(r.get("external_transients", "")))
+                 str(r.get("const_weights")), str(r.get("parameter_weights", "")), str(r.get("interleave", "")),
+                 str(r.get("external_transients", "")))
         key = current.get(shape)
         if key is None or any(x["candidate"] == r["candidate"] for x in by_shape[key]):  # the next run's
             key = current[shape] = shape + (len(by_shape),)
@@ -455,7 +464,8 @@ def _panels(rows: List[dict]) -> Dict[tuple, Dict[str, list]]:
         if g != g:
             continue
         label = row["label"] if row["label"] == "square" else f"{row['label']} (K={row['K']}, N={row['N']})"
-        extra = (f"{row['dtype']}, {row['flags']}" + (", const B" if str(row["const_weights"]) == "1" else "")
+        const = ", B a parameter" if str(row.get("parameter_weights")) == "1" else ", const B"
+        extra = (f"{row['dtype']}, {row['flags']}" + (const if str(row["const_weights"]) == "1" else "")
                  + (", transients once" if str(row.get("external_transients")) == "1" else ""))
         panels.setdefault((label, extra), {}).setdefault(row["candidate"], []).append((int(row["M"]), g))
     return panels

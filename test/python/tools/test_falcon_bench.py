@@ -233,6 +233,25 @@ def test_bench_const_weights(tmp_path):
         assert float(r["rel_err_f64"]) < 1e-5
 
 
+def test_bench_parameter_weights(tmp_path):
+    """--parameter-weights: B a module global read from an IREE parameter served from the same random
+    array when the module loads (the functions take A alone, so a B not served, or served wrong, fails
+    or misses float64), with and without IREE's external transients; recorded as a constant B."""
+    from falcon_mlir.bench import BenchConfig
+
+    for extra in ((), ("--external-transients",)):
+        _, rows, md = _run(tmp_path, "--parameter-weights", "--no-peers", *extra)
+        assert [r["candidate"] for r in rows] == ["classical", "scheme=strassen levels=1"]
+        assert [(r["const_weights"], r["parameter_weights"]) for r in rows] == [("1", "1")] * 2
+        for r in rows:
+            assert r["status"] == "ok", r["status"]
+            assert float(r["rel_err_f64"]) < 1e-5
+        assert rows[1]["plan"].startswith("strassen x1")
+        assert "B a module global read from an IREE parameter when the module loads" in md
+    with pytest.raises(ValueError, match="parameter_weights needs const_weights"):
+        BenchConfig(parameter_weights=True)
+
+
 def test_bench_external_transients(tmp_path):
     """--external-transients: every IREE candidate (classical and a Strassen plan, B an argument or a
     module constant) through one transient buffer, right against float64; the environment says so."""

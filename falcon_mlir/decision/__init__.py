@@ -44,7 +44,7 @@ predicted plan that meets the error budget, or classical:
 
 Classical plans (CPU profiles whose GEMMs are IREE's, per-product form
 allowed, a result of the accumulator's type; not ``x86-falcon``, whose
-classical GEMM is falcon's own kernel: :func:`_blocking_ok`): IREE's one GEMM and
+classical GEMM is falcon's own kernel: :func:`.blocking.blocking_ok`): IREE's one GEMM and
 classical blocking ``<m,k,n; m*k*n>`` for every format of
 :data:`BLOCKING_FORMATS` (R = m*k*n block products accumulating into C, no
 combines; :func:`falcon_mlir.catalog.blocking_scheme`), priced with the same
@@ -65,12 +65,11 @@ Deciding takes a few milliseconds per contraction after a one-off load of
 the catalog's statistics (~0.3 s per process); results are memoized per
 (problem, profile, options).
 
-(One file of about 750 lines by choice: it is the one decision, the search
-over plans, the classical references and the reason line that must name
-what the search left out and why; the prices are in :mod:`.cost`, the errors
-in :mod:`.numerics`, the compile times in :mod:`.compile_cost`. Split
-candidate: the classical-blocking candidates, ``_blocking_*`` and
-``_best_blocked``.)
+(Here: the decision and the reason line that names what the search left out
+and why. The candidates are formed in :mod:`.search`, the rules a plan must
+meet and its operands' types in :mod:`.rules`, the classical blocking
+references in :mod:`.blocking`; the prices are in :mod:`.cost`, the errors
+in :mod:`.numerics`, the compile times in :mod:`.compile_cost`.)
 """
 
 from __future__ import annotations
@@ -82,11 +81,14 @@ from typing import Dict, List, Optional, Sequence
 
 from falcon_mlir.dialects.plan import EDGES, FORMS  # the plan's edge strategies and forms
 
-from .compile_cost import LONG_COMPILE_SECONDS, long_compile_seconds
-from .cost import MAX_GROUPED_TERMS, MAX_PRODUCTS, CostModel, Estimate, Problem
+from .blocking import BASE_FORMATS, BLOCKING_FORMATS, best_blocked, blocking_ok
+from .compile_cost import long_compile_seconds
+from .cost import CostModel, Estimate, Problem
 from .constant_b import constant_b_profile, decide_constant_b, kernel_serves_constant_b
 from .profile import Profile, ProfileError, load_profile, preset_names
-from .scheme_stats import lcma_levels, scheme_stats, single_level_names
+from .rules import plan_error, plan_rounding, product_operands
+from .scheme_stats import lcma_levels, scheme_stats
+from .search import BEAM, MAX_AUTO_LEVELS, PlanSearch, max_auto_levels
 
 __all__ = ["decide", "Decision", "Problem", "Estimate", "Profile", "ProfileError",
            "load_profile", "constant_b_profile", "decide_constant_b", "kernel_serves_constant_b", "preset_names", "CostModel", "MIN_GAIN", "BEAM", "MAX_AUTO_LEVELS",
@@ -99,10 +101,6 @@ MIN_GAIN = 0.03
 #: this fraction of the profile's ``memory`` (the rest: the allocator's slack and
 #: the model's other buffers).
 MEMORY_FRACTION = 0.9
-#: Schemes of level 1 (and plans of level 2) extended to the next level.
-BEAM = 5
-#: Most levels ``auto`` considers.
-MAX_AUTO_LEVELS = 3
 #: The predicted gain (fraction) an LCMA plan needs over the best classical
 #: blocking plan, beside the profile's ``min_gain`` over IREE's GEMM. Both are
 #: priced from the same GEMM-rate table at the same block sizes, so the
@@ -111,16 +109,6 @@ MAX_AUTO_LEVELS = 3
 #: rate. Measured on the x86 host at 4096^3 f32 (issue 14, under load):
 #: Strassen 703-744 ms, 2x2x2 blocks of 2048 772-861 ms, predicted 300 / 318 ms.
 ALGEBRA_MIN_GAIN = MIN_GAIN
-#: An LCMA level over a blocking base is kept where predicted this much
-#: (fraction) faster than the same level alone.
-BLOCKING_BASE_GAIN = 0.01
-#: The classical blocking formats ``(m, k, n)`` ``auto`` tries alone on CPU
-#: profiles: 1, 2, 3, 4, 6 or 8 blocks per dimension, at most 128 products
-#: (IREE compiles them in about 20 s), the profile's block rules permitting.
-BLOCKING_FORMATS = tuple((m, k, n) for m in (1, 2, 3, 4, 6, 8) for k in (1, 2, 3, 4, 6, 8)
-                         for n in (1, 2, 3, 4, 6, 8) if 1 < m * k * n <= 128)
-#: The blocking formats tried under an LCMA level: 1, 2 or 4 blocks per dimension.
-BASE_FORMATS = tuple(f for f in BLOCKING_FORMATS if all(x in (1, 2, 4) for x in f))
 
 
 @dataclass
@@ -167,111 +155,6 @@ class Decision:
         """Predicted best classical plan seconds / chosen seconds: the algebra's
         own gain (1.0 where a classical plan is chosen)."""
         return self.best_classical.seconds / self.choice.seconds if self.choice.seconds else 1.0
-
-
-def _fits(pb: Problem, schemes: Sequence[str]) -> bool:
-    st = scheme_stats(schemes[0])
-    return pb.M >= st.m and pb.N >= st.n and pb.K >= st.k
-
-
-def _aligned(pb: Problem, schemes: Sequence[str], align: int, pow2: bool = False,
-             min_k: int = 1, min_m: int = 1) -> bool:
-    """Whether every level divides the sizes exactly into blocks that are multiples
-    of ``align`` (powers of two with ``pow2``; K blocks at least ``min_k``, M
-    blocks at least ``min_m``)."""
-    if align <= 1 and not pow2 and min_k <= 1 and min_m <= 1:
-        return True
-    M, N, K = pb.M, pb.N, pb.K
-    for nm in schemes:
-        st = scheme_stats(nm)
-        if M % st.m or N % st.n or K % st.k:
-            return False
-        M, N, K = M // st.m, N // st.n, K // st.k
-        if M % align or N % align or K % align or K < min_k or M < min_m:
-            return False
-        if pow2 and any(x & (x - 1) for x in (M, N, K)):
-            return False
-    return True
-
-
-def _grouped_ok(schemes: Sequence[str]) -> bool:
-    st = scheme_stats("*".join(schemes))
-    return st.R <= MAX_PRODUCTS and st.max_terms <= MAX_GROUPED_TERMS
-
-
-def _error(schemes: Sequence[str], pb: Problem, form: str = "per-product",
-           sums: Optional[str] = None) -> Optional[float]:
-    from falcon_mlir.decision import numerics
-
-    try:
-        if form == "kernel":
-            return numerics.kernel_plan_error(list(schemes), pb.K, pb.lhs, pb.acc,
-                                              operands=numerics.kernel_operands(pb.lhs, pb.operands)[0])
-        if numerics.is_narrow_result(pb.acc):  # f32 products, combine C; one rounding
-            return numerics.rounded_plan_error(list(schemes), pb.K, pb.acc, sums=sums or "f32",
-                                               sum_roundings=_sum_roundings(schemes, form))
-        return numerics.predicted_error(list(schemes), pb.K, pb.acc)
-    except ValueError:
-        return None
-
-
-def _sum_roundings(schemes: Sequence[str], form: str) -> int:
-    """Roundings of a combined operand on its way to a product: one per level
-    in the per-product form, one where all levels are composed."""
-    return len(schemes) if form == "per-product" else 1
-
-
-def product_operands(profile: Profile, lhs: str, M: int, N: int, K: int,
-                     choice: str = "auto") -> str:
-    """The operands of a bf16/f16-result plan's products next to f32 sums:
-    ``"f32"`` (blocks a product reads alone are extended to f32 once: every
-    product is an f32 GEMM) or ``"mixed"`` (they stay in the input type
-    ``lhs``). ``choice`` ``auto``: ``f32`` where the profile's f32 GEMM rate
-    at the product size (M x K by K x N) is above its ``lhs`` rate (where f32
-    GEMM is the faster one, an f32 x bf16 product is not worth keeping mixed),
-    else ``mixed`` (the x86 host: IREE's bf16 GEMM with AVX512-BF16 runs at
-    about twice its f32 rate there, and a mixed product reads half the bytes
-    of the single block)."""
-    if choice != "auto":
-        return choice
-    try:
-        f32, narrow = profile.gemm_rate("f32", M, N, K), profile.gemm_rate(lhs, M, N, K)
-    except (KeyError, ValueError):
-        return "mixed"
-    return "f32" if f32 > narrow else "mixed"
-
-
-def plan_rounding(pb: Problem, profile: Profile, schemes: Sequence[str], form: str,
-                  budget: Optional[float]) -> Optional[tuple]:
-    """``(sums, products)`` of a plan on a bf16/f16 result as lcma-rewrite
-    emits it (the :class:`Estimate` fields), ``None`` for other results or
-    the kernel form. ``sums``: the input type with ``pb.sums == "input"`` or,
-    with ``auto``, where :func:`~falcon_mlir.decision.numerics.narrow_sums_type`
-    keeps the plan within ``budget``; else ``"f32"``. ``products``: ``input``
-    with input-type sums (both operands in the input type), else
-    :func:`product_operands` at the first level's block size (the grouped
-    and stacked forms form every operand in the sums type: ``f32``)."""
-    from falcon_mlir.decision import numerics
-
-    if form == "kernel" or not numerics.is_narrow_result(pb.acc) or pb.K < 1:
-        return None
-    narrow_in = pb.lhs == pb.rhs and numerics.is_narrow_result(pb.lhs)
-    if not narrow_in or pb.sums == "f32":
-        sums = "f32"
-    elif pb.sums == "input":
-        sums = pb.lhs
-    else:
-        sums = numerics.narrow_sums_type(list(schemes), pb.K, pb.lhs, pb.acc, budget,
-                                         _sum_roundings(schemes, form))
-    if sums != "f32":
-        return sums, "input"
-    if not narrow_in and pb.lhs == "f32" and pb.rhs == "f32":
-        return sums, "f32"
-    if form != "per-product" or len(schemes) > 1:
-        return sums, "f32"
-    st = scheme_stats(schemes[0])
-    return sums, product_operands(profile, pb.lhs, pb.M // st.m, pb.N // st.n, pb.K // st.k,
-                                  pb.products)
 
 
 _CACHE: Dict[tuple, Decision] = {}
@@ -335,12 +218,12 @@ def _decide(pb, profile, levels, forms, edges, budget, forced, min_gain, blockin
         min_gain = profile.min_gain
     if _settled(dec, cm, pb, profile, forms, edges, forced, min_gain, blocking):
         return dec
-    search = _Search(cm, pb, profile, forms, edges, budget[0])
-    search.blocking = blocking and _blocking_ok(profile, forms, pb)
+    search = PlanSearch(cm, pb, profile, forms, edges, budget[0])
+    search.blocking = blocking and blocking_ok(profile, forms, pb)
     if search.blocking:
-        dec.blocked = _best_blocked(cm, pb, profile, min_gain)
+        dec.blocked = best_blocked(cm, pb, profile, min_gain)
     seen = search.run(levels)
-    allowed_levels = [levels] if levels else list(range(1, _max_auto(profile) + 1))
+    allowed_levels = [levels] if levels else list(range(1, max_auto_levels(profile) + 1))
     cands = sorted((e for (s, f, _), e in seen.items() if lcma_levels(s) in allowed_levels
                     and f in forms), key=lambda e: (e.seconds, len(e.schemes)))
     dec.candidates = len(seen)
@@ -374,13 +257,13 @@ def _narrow_sums_left_out(cm, pb, profile, levels, forms, edges, budget) -> Opti
     if (budget is None or pb.sums != "auto" or pb.lhs != pb.rhs
             or not numerics.is_narrow_result(pb.acc) or not numerics.is_narrow_result(pb.lhs)):
         return None
-    seen = _Search(cm, pb, profile, forms, edges, None).run(levels)
-    allowed = [levels] if levels else list(range(1, _max_auto(profile) + 1))
+    seen = PlanSearch(cm, pb, profile, forms, edges, None).run(levels)
+    allowed = [levels] if levels else list(range(1, max_auto_levels(profile) + 1))
     for e in sorted((e for (s, f, _), e in seen.items() if len(s) in allowed and f in forms
                      and f != "kernel" and e.sums not in (None, "f32")), key=lambda e: e.seconds):
         if e.compile_seconds > long_compile_seconds(e.form):
             continue
-        e.error = _error(e.schemes, pb, e.form, e.sums)
+        e.error = plan_error(e.schemes, pb, e.form, e.sums)
         if e.error is None or e.error > budget:
             return e, budget
         return None  # the fastest such plan fits: the search with the budget had it
@@ -389,64 +272,6 @@ def _narrow_sums_left_out(cm, pb, profile, levels, forms, edges, budget) -> Opti
 
 def _ms(e: Estimate) -> str:
     return f"{e.seconds * 1e3:.3g} ms"
-
-
-def _blocking_ok(profile: Profile, forms, pb: Problem) -> bool:
-    """Whether classical blocking plans are candidates: CPU profiles (where
-    IREE's GEMM rate falls at large sizes) that allow the per-product form,
-    on a result of the accumulator's type (a bf16/f16 result would take an
-    f32 copy of C and a rounding pass, not measured: forced only). Not on
-    profiles whose own plan forms are falcon's kernels (``x86-falcon``): their
-    GEMM rates are falcon's classical kernel's, which blocks for the caches
-    itself and holds its rate at large sizes (339-373 GFLOP/s from 1024^3 to
-    8192^3), so blocks of it gain nothing the model can resolve (4096^3 in
-    2x2x2 blocks predicted 3% faster, within its error); and a blocking
-    scheme in the kernel form, a valid CPU plan, would only add the packs of B."""
-    from falcon_mlir.decision import numerics
-
-    return (profile.kind == "cpu" and "per-product" in forms and "kernel" not in profile.plan_forms
-            and not numerics.is_narrow_result(pb.acc))
-
-
-def _blocking_formats(pb: Problem, profile: Profile, inner=()) -> list:
-    """The blocking formats (:data:`BLOCKING_FORMATS` alone, :data:`BASE_FORMATS`
-    under the levels ``inner``) whose blocks fit ``pb`` and follow the
-    profile's block rules (:func:`_aligned`)."""
-    out = []
-    for f in (BASE_FORMATS if inner else BLOCKING_FORMATS):
-        name = f"{f[0]}x{f[1]}x{f[2]}:{f[0] * f[1] * f[2]}"
-        if _fits_all(pb, tuple(inner) + (name,)) and _aligned(
-                pb, tuple(inner) + (name,), profile.align, profile.pow2_blocks,
-                profile.min_block_k, profile.min_block_m):
-            out.append(f)
-    return out
-
-
-def _fits_all(pb: Problem, schemes) -> bool:
-    """Whether every level's blocks fit the sizes left by the levels above."""
-    M, N, K = pb.M, pb.N, pb.K
-    for nm in schemes:
-        st = scheme_stats(nm)
-        if M < st.m or N < st.n or K < st.k:
-            return False
-        M, N, K = M // st.m, N // st.n, K // st.k
-    return True
-
-
-def _best_blocked(cm: CostModel, pb: Problem, profile: Profile,
-                  min_gain: float) -> Optional[Estimate]:
-    """The fastest classical blocking plan of ``pb`` (alone, one level), if it
-    is predicted ``min_gain`` faster than IREE's GEMM and compiles within
-    :data:`LONG_COMPILE_SECONDS`; else ``None``. Its error is classical's."""
-    budget_free = [e for e in cm.blocking_plans(pb, _blocking_formats(pb, profile))
-                   if e.compile_seconds <= LONG_COMPILE_SECONDS]
-    if not budget_free:
-        return None
-    best = min(budget_free, key=lambda e: (e.seconds, scheme_stats(e.schemes[0]).R))
-    if best.seconds * (1.0 + min_gain) > cm.classical(pb).seconds:
-        return None
-    best.error = _error(best.schemes, pb, best.form, best.sums)
-    return best
 
 
 def _blocked_text(dec: Decision) -> str:
@@ -468,10 +293,6 @@ def _keep_classical(dec: Decision, reason: str) -> None:
     dec.reason = f"{base}; classical {_blocked_text(dec)}"
 
 
-def _max_auto(profile: Profile) -> int:
-    return min(MAX_AUTO_LEVELS, profile.max_levels or MAX_AUTO_LEVELS)
-
-
 def _settled(dec: Decision, cm: CostModel, pb: Problem, profile: Profile, forms, edges,
              forced, min_gain: float = MIN_GAIN, blocking: bool = True) -> bool:
     """Decide without a search where none is needed (a forced scheme, integer
@@ -485,10 +306,10 @@ def _settled(dec: Decision, cm: CostModel, pb: Problem, profile: Profile, forms,
         form = forms[0] if len(forms) == 1 else "per-product"
         est = cm.plan(pb, tuple(forced), edges[0], form,
                       plan_rounding(pb, profile, tuple(forced), form, None))
-        est.error = _error(forced, pb, form, est.sums) if is_float else None
+        est.error = plan_error(forced, pb, form, est.sums) if is_float else None
         dec.choice = est
-        if is_float and blocking and _blocking_ok(profile, ("per-product",), pb):
-            dec.blocked = _best_blocked(cm, pb, profile, min_gain)
+        if is_float and blocking and blocking_ok(profile, ("per-product",), pb):
+            dec.blocked = best_blocked(cm, pb, profile, min_gain)
         dec.reason = (f"scheme forced by option ({', '.join(forced)}); predicted {_ms(est)} "
                       f"vs classical {_ms(classical)}" + (f"; {est.unfit}" if est.unfit else ""))
         return True
@@ -505,136 +326,6 @@ def _settled(dec: Decision, cm: CostModel, pb: Problem, profile: Profile, forms,
                       f"{balance:.3g} FLOP/byte on {profile.name}; classical")
         return True
     return False
-
-
-class _Search:
-    """The candidate plans of one contraction: every scheme and order at level
-    1, then deeper levels from the best :data:`BEAM` of the level before, in
-    the allowed forms and edge strategies (``seen``: (schemes, form, edge) ->
-    estimate)."""
-
-    def __init__(self, cm: CostModel, pb: Problem, profile: Profile, forms, edges,
-                 budget: Optional[float] = None):
-        self.cm, self.pb, self.profile, self.forms, self.edges = cm, pb, profile, forms, edges
-        self.budget = budget  # a bf16/f16 result's sums: the input type where it fits
-        self.seen: Dict[tuple, Estimate] = {}
-        self.best: Dict[tuple, Estimate] = {}   # fastest estimate per scheme tuple
-        self.rprod: Dict[tuple, int] = {}       # products of a scheme tuple
-        self.blocking = False                    # also LCMA levels over a blocking base
-        self.unfit: Dict[tuple, str] = {}        # (schemes, form) the target's kernels cannot run -> why
-
-    def fits(self, schemes: tuple, form: str) -> bool:
-        """Whether the target can run ``schemes`` in ``form`` (:meth:`CostModel.unfit`); if not, the
-        reason is kept in :attr:`unfit` (the decision names it where nothing else is left)."""
-        k = (schemes, form)
-        if k not in self.unfit:
-            why = self.cm.unfit(self.pb, schemes, form)
-            if why is None:
-                return True
-            self.unfit[k] = why
-        return False
-
-    def aligned(self, schemes) -> bool:
-        p = self.profile
-        return _aligned(self.pb, schemes, p.align, p.pow2_blocks, p.min_block_k, p.min_block_m)
-
-    def consider(self, schemes: tuple, form: str, edge_list=None) -> None:
-        if not self.aligned(schemes) or not self.fits(schemes, form):
-            return
-        for edge in edge_list or self.edges:
-            k = (schemes, form, edge)
-            if k in self.seen:
-                if not self.seen[k].parts.get("edges"):
-                    break  # divisible: the other edge strategy would be the same code
-                continue
-            est = self.cm.plan(self.pb, schemes, edge, form,
-                               plan_rounding(self.pb, self.profile, schemes, form, self.budget))
-            self.seen[k] = est
-            if schemes not in self.best or est.seconds < self.best[schemes].seconds:
-                self.best[schemes] = est
-            if not est.parts.get("edges"):
-                break  # divisible at every level: the other edge strategy is the same plan
-
-    def r_of(self, s: tuple) -> int:
-        if s not in self.rprod:
-            self.rprod[s] = math.prod(scheme_stats(x).R for x in s)
-        return self.rprod[s]
-
-    def level_one(self) -> list:
-        """Level 1: every scheme and order with the first edge strategy; the
-        other edge strategy and the grouped form for the best ones (returned)."""
-        forms = self.forms
-        names = [n for n in single_level_names() if _fits(self.pb, (n,))]
-        if self.profile.auto_schemes is not None:
-            names = [n for n in names if n in self.profile.auto_schemes]
-        names = [n for n in names if self.aligned((n,))]
-        if "per-product" not in forms and "grouped" not in forms:  # kernel form only: what the kernels run
-            names = [n for n in names if self.fits((n,), "kernel")]
-        if "per-product" in forms:
-            for n in names:
-                self.consider((n,), "per-product", self.edges[:1])
-            ranked = sorted(names, key=lambda n: self.best[(n,)].seconds)
-        else:
-            ranked = sorted(names, key=lambda n: scheme_stats(n).R / (scheme_stats(n).m *
-                                                                      scheme_stats(n).k *
-                                                                      scheme_stats(n).n))
-        top = list(dict.fromkeys(ranked[:BEAM] + [n for n in ("strassen", "winograd")
-                                                  if n in names]))
-        for n in top:
-            if "per-product" in forms:
-                self.consider((n,), "per-product")
-            if "grouped" in forms and _grouped_ok((n,)):
-                self.consider((n,), "grouped")
-            if "kernel" in forms:
-                self.consider((n,), "kernel", ("pad",))
-        return top
-
-    def run(self, levels: Optional[int]) -> Dict[tuple, Estimate]:
-        """Search up to ``levels`` (or the profile's auto maximum) levels."""
-        allowed_levels = [levels] if levels else list(range(1, _max_auto(self.profile) + 1))
-        max_l = max(allowed_levels)
-        top = self.level_one()
-        prefixes = [(n,) for n in top]
-        for L in range(2, max_l + 1):
-            if not top:
-                break
-            for pre in prefixes:
-                for n in top:
-                    s = pre + (n,)
-                    if self.r_of(s) > MAX_PRODUCTS:
-                        continue
-                    if "per-product" in self.forms:
-                        self.consider(s, "per-product")
-                    if "grouped" in self.forms and _grouped_ok(s):
-                        self.consider(s, "grouped")
-                    if "kernel" in self.forms:
-                        self.consider(s, "kernel", ("pad",))
-            min_r = min(scheme_stats(n).R for n in top)
-            level_l = sorted((s for s in self.best
-                              if len(s) == L and self.r_of(s) * min_r <= MAX_PRODUCTS),
-                             key=lambda s: self.best[s].seconds)
-            prefixes = level_l[:BEAM]
-        if self.blocking:
-            self.over_blocking(top)
-        return self.seen
-
-    def over_blocking(self, top) -> None:
-        """One LCMA level over a classical blocking base: ``(n, "mxkxn:R")`` for
-        each scheme ``n`` in ``top`` and each blocking format its blocks take
-        (per-product; the blocking runs inside each of the R products). Kept
-        only where predicted :data:`BLOCKING_BASE_GAIN` faster than ``n``
-        alone (else the alternatives fill with equal plans)."""
-        for n in top:
-            alone = self.best.get((n,))
-            for f in _blocking_formats(self.pb, self.profile, (n,)):
-                s = (n, f"{f[0]}x{f[1]}x{f[2]}:{f[0] * f[1] * f[2]}")
-                if self.r_of(s) > MAX_PRODUCTS or (s, "per-product", "peel") in self.seen:
-                    continue
-                est = self.cm.plan(self.pb, s, "peel", "per-product",
-                                   plan_rounding(self.pb, self.profile, s, "per-product", self.budget))
-                if alone is None or est.seconds * (1.0 + BLOCKING_BASE_GAIN) <= alone.seconds:
-                    self.seen[(s, "per-product", "peel")] = est
-                    self.best[s] = est
 
 
 def _sums_text(e: Estimate) -> str:
@@ -696,7 +387,7 @@ def _pick(dec: Decision, cands: list, pb: Problem, profile: Profile, budget, min
         if room is not None and e.temp_bytes > room:
             big += 1  # its temporaries would not fit the device's memory beside A, B and C
             continue
-        e.error = _error(e.schemes, pb, e.form, e.sums)
+        e.error = plan_error(e.schemes, pb, e.form, e.sums)
         b = per_form.get(e.form, budget)
         if b is not None and (e.error is None or e.error > b):
             over += 1

@@ -298,16 +298,16 @@ def test_falcon_opt_lcma_explain_goes_to_stderr(tmp_path):
 
 def test_alignment_and_margin_of_the_profile():
     """x86-dev: blocks must be multiples of 64 at every level, and a 20% predicted gain."""
-    from falcon_mlir.decision import _aligned
+    from falcon_mlir.decision.rules import aligned_blocks
 
     p = load_profile("x86-dev")
     assert p.align == 64 and p.min_gain == pytest.approx(0.2)
-    assert _aligned(Problem(2048, 4096, 4096), ["strassen"], 64)
-    assert not _aligned(Problem(2048, 14336, 4096), ["2x3x6:30"], 64)   # 14336 / 6 is not whole
-    assert not _aligned(Problem(2048, 768, 768), ["strassen", "strassen", "strassen"], 64)  # 96
+    assert aligned_blocks(Problem(2048, 4096, 4096), ["strassen"], 64)
+    assert not aligned_blocks(Problem(2048, 14336, 4096), ["2x3x6:30"], 64)   # 14336 / 6 is not whole
+    assert not aligned_blocks(Problem(2048, 768, 768), ["strassen", "strassen", "strassen"], 64)  # 96
     d = decide(Problem(2048, 14336, 4096), p, budget=1e-4)
     assert not d.choice.is_classical
-    assert all(_aligned(Problem(2048, 14336, 4096), e.schemes, 64)
+    assert all(aligned_blocks(Problem(2048, 14336, 4096), e.schemes, 64)
                for e in [d.choice] + d.alternatives)
     d = decide(Problem(3000, 3000, 3000), p, budget=1e-4)
     assert d.choice.is_classical and "multiples of 64" in d.reason

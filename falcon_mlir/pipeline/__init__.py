@@ -1,7 +1,8 @@
 """IREE sessions and phases: in-process compile with a Python rewrite between
 two IREE phases (:mod:`.session`; errors in :mod:`.diagnostics`, phases and
 tool flags in :mod:`.phases`), the stages falcon runs there (:mod:`.stages`)
-and their assembly for falcon-compile and the API (:mod:`.assemble`)."""
+and their assembly for falcon-compile and the API (:mod:`.assemble`; the target
+read from iree-compile's flags: :mod:`.target_flags`)."""
 
 from .diagnostics import CompileError, Diagnostic, RewriteError
 from .phases import DEFAULT_REWRITE_PHASE, PHASES, ToolOptions, split_tool_flags

@@ -38,10 +38,9 @@ pass it changed lists it under ``"defaults"`` (``--lcma-explain`` shows it).
 The compile target itself defaults to this machine's CPU
 (:data:`DEFAULT_TARGET`) when the flags name no device.
 
-(About 790 lines (the AVX2 kernel's defaults added 2026-12-03): the defaults tables, the readers of the target from the
-flags they key on, and the stage assembly that applies them (falcon-compile's
-and falcon-opt's) are one decision, read together. Split candidate: the target readers,
-``target_devices`` to ``check_cuda_target`` and ``_target_cpu``.)
+(The defaults tables and the stage assembly that applies them, falcon-compile's and falcon-opt's,
+are read together here; what they key on, the target read from the flags, is in
+:mod:`.target_flags`, whose names this module also exports.)
 """
 
 from __future__ import annotations
@@ -51,7 +50,6 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
-from falcon_mlir import targets
 from falcon_mlir.options import OptionTypeError, option_specs, to_text
 from falcon_mlir.passes.empty_reduction import EmptyReductionOptions
 from falcon_mlir.passes.falcon_kernels import KernelsOptions, triton_available
@@ -61,6 +59,9 @@ from falcon_mlir.passes.lcma_rewrite import LcmaOptions
 
 from .session import DEFAULT_REWRITE_PHASE, CompileResult, compile_module
 from .stages import Pipeline, Stage, merge_kernel_entries
+from .target_flags import (CPU_TARGET_FLAG_PREFIXES, DEFAULT_CUDA_TARGET, DEFAULT_TARGET, check_cuda_target,
+                           cpu_kernel_blocker, cpu_target_flags, cuda_target, target_cpu, target_devices,
+                           target_kind, targets_cuda, targets_llvm_cpu, with_default_target)
 
 __all__ = ["Default", "PIPELINE_DEFAULTS", "KERNEL_DEFAULTS", "TARGET_DEFAULTS", "CPU_DEFAULTS",
            "NO_NATIVE_BF16_CPUS",
@@ -155,7 +156,7 @@ TARGET_DEFAULTS = {
 #: ``sapphirerapids`` and later Xeons, ``znver4``, ``znver5``), ``host`` and
 #: names not listed imply nothing. ``generic`` is LLVM's baseline x86-64 CPU,
 #: what IREE compiles for when the flags select a CPU device and name no
-#: target CPU (:func:`_target_cpu`): IREE's bf16 GEMM under data tiling ran
+#: target CPU (:func:`target_cpu`): IREE's bf16 GEMM under data tiling ran
 #: 7.7 s there against 0.28 s for a plan with f32 products (1024x3072x768).
 #: These are x86 names: a ``--iree-llvmcpu-target-triple`` for another
 #: architecture implies nothing.
@@ -229,149 +230,6 @@ def kernels_kind(options: Optional[KernelsOptions]) -> Optional[str]:
         return "cpu" if options.isa == "avx512" else f"cpu-{options.isa}"
     return "cuda"
 
-#: The compile target (:data:`falcon_mlir.targets.TARGETS`) when the flags name
-#: no device (no ``--iree-hal-target-device`` / ``--iree-hal-target-backends``):
-#: llvm-cpu for this machine's CPU (``--iree-llvmcpu-target-cpu=host``).
-DEFAULT_TARGET = "host"
-
-_DEVICE_FLAGS = ("iree-hal-target-device", "iree-hal-target-backends")
-
-
-def _flag_name(flag) -> str:
-    return str(flag).lstrip("-").partition("=")[0]
-
-
-def target_devices(flags: Sequence[str]) -> list:
-    """The devices iree-compile ``flags`` select (``--iree-hal-target-device``
-    or the older ``--iree-hal-target-backends``, comma lists included)."""
-    out = []
-    for f in flags:
-        name, _, value = str(f).lstrip("-").partition("=")
-        if name in _DEVICE_FLAGS:
-            out += [v.strip() for v in value.split(",") if v.strip()]
-    return out
-
-
-def targets_cuda(flags: Sequence[str]) -> bool:
-    """Whether iree-compile ``flags`` select the cuda device."""
-    return any(d.startswith("cuda") for d in target_devices(flags))
-
-
-def targets_llvm_cpu(flags: Sequence[str]) -> bool:
-    """Whether iree-compile ``flags`` select an llvm-cpu executable (IREE's local device with the
-    llvm-cpu backend, or ``--iree-hal-target-backends=llvm-cpu``) and no cuda device."""
-    if targets_cuda(flags) or _target_kind(flags) != "cpu":
-        return False
-    for f in flags:
-        name, _, value = str(f).lstrip("-").partition("=")
-        if name in ("iree-hal-local-target-device-backends", "iree-hal-target-backends") and \
-                "llvm-cpu" in value.split(","):
-            return True
-    return False
-
-
-#: The iree-compile flags (by prefix) that make IREE's llvm-cpu executable target attribute, the
-#: CPU kernel's object key: the device and the llvm-cpu options (target CPU, features, triple,
-#: ukernels, stack limit).
-CPU_TARGET_FLAG_PREFIXES = ("iree-hal-", "iree-llvmcpu-")
-
-
-def cpu_target_flags(flags: Sequence[str]) -> tuple:
-    """The flags of ``flags`` that make the llvm-cpu executable target (:data:`CPU_TARGET_FLAG_PREFIXES`),
-    as falcon-kernels' ``cpu-flags`` takes them."""
-    return tuple(str(f) for f in flags if str(f).lstrip("-").startswith(CPU_TARGET_FLAG_PREFIXES))
-
-
-def cpu_kernel_blocker(flags: tuple, isa: str = "avx512") -> Optional[str]:
-    """Why falcon's CPU kernel of ``isa`` (``avx512``, ``avx2``) cannot serve an llvm-cpu compile with
-    ``flags``, or None when it can: ``"not-x86"`` (the target triple, or without one this machine, is of
-    another architecture: the kernel does not apply, no default is stated), ``isa`` itself (the x86-64
-    target CPU lacks its features, :data:`falcon_mlir.kernels.cpu_object.ISA_FEATURES`: AVX-512
-    F/BW/DQ/VL, or AVX2 and FMA) or ``"compiler"`` (no C compiler,
-    :func:`falcon_mlir.kernels.cpu_object.compiler`).
-
-    The ``host`` CPU (without ``--iree-llvmcpu-target-cpu-features``) is this machine's
-    (:func:`~falcon_mlir.kernels.cpu_object.host_has`); any other target's features are read
-    from the executable target IREE makes of ``flags`` (a child iree-compile, cached per flags by
-    :func:`falcon_mlir.kernels.cpu_embed.cpu_target_attribute`).
-    """
-    from falcon_mlir.kernels import cpu_embed, cpu_object
-
-    cpu = features = None
-    for f in flags:
-        name, _, value = str(f).lstrip("-").partition("=")
-        if name == "iree-llvmcpu-target-cpu":
-            cpu = value
-        elif name == "iree-llvmcpu-target-cpu-features":
-            features = value
-    if _target_cpu(flags) == "":  # a triple (or, without one, this machine) of another architecture
-        return "not-x86"
-    if cpu == "host" and not features:
-        ok = cpu_object.host_has(isa)
-    elif cpu is None and not features:  # LLVM's generic x86-64
-        ok = False
-    else:
-        try:
-            target = cpu_embed.cpu_target_attribute(flags)
-        except Exception:  # IREE rejects the flags: the compile itself says why
-            return isa
-        ok = 'cpu_features = "' in target and not cpu_object.missing_target_features(target, isa)
-    if not ok:
-        return isa
-    try:
-        cpu_object.compiler()
-    except RuntimeError:
-        return "compiler"
-    return None
-
-
-#: The CUDA target (``--iree-cuda-target``) for a cuda device whose flags name
-#: none: falcon's CUDA target (:data:`falcon_mlir.targets.TARGETS` ``cuda-sm80``).
-#: IREE's own default, sm_60, has no bf16/f16 MMA: with falcon-tiles' sm_80
-#: table IREE aborted the whole process ("LLVM ERROR: Cannot select:
-#: intrinsic %llvm.nvvm.mma.m16n8k16.row.col.bf16").
-DEFAULT_CUDA_TARGET = "sm_80"
-
-
-def with_default_target(flags: Sequence[str]) -> list:
-    """``flags`` with :data:`DEFAULT_TARGET`'s flags in front when they select
-    no device (flags the user gave, e.g. ``--iree-llvmcpu-target-cpu``, are
-    not given twice); with ``--iree-cuda-target=``:data:`DEFAULT_CUDA_TARGET`
-    after them when they select the cuda device and name no CUDA target;
-    ``flags`` unchanged otherwise."""
-    flags = [str(f) for f in flags]
-    if targets_cuda(flags) and not _cuda_target(flags):
-        return flags + [f"--iree-cuda-target={DEFAULT_CUDA_TARGET}"]
-    if target_devices(flags):
-        return flags
-    given = {_flag_name(f) for f in flags}
-    return [f for f in targets.target_flags(DEFAULT_TARGET) if _flag_name(f) not in given] + flags
-
-
-def check_cuda_target(flags: Sequence[str]) -> None:
-    """For a cuda device: that IREE knows the ``--iree-cuda-target`` the flags
-    give, asked in a child process (IREE 3.13 reports an unknown one and then
-    crashes; in process that is a segmentation fault of the caller).
-
-    Raises:
-        CompileError: IREE rejects the target (one line: IREE's message).
-    """
-    if not targets_cuda(flags):
-        return
-    from falcon_mlir.kernels.embed import cuda_target_attribute
-
-    target = _cuda_target(flags)
-    try:
-        cuda_target_attribute(("--iree-hal-target-device=cuda",) + ((f"--iree-cuda-target={target}",)
-                                                                     if target else ()))
-    except Exception as e:  # CompilerToolError (the tool crashed after its message), no CUDA target
-        from .diagnostics import CompileError
-
-        lines = [ln.strip() for ln in str(e).splitlines() if "error:" in ln]
-        why = lines[0].split("error:", 1)[1].strip() if lines else " ".join(str(e).split())[:200]
-        raise CompileError(f"--iree-cuda-target={target}: {why}", stage="flags") from None
-
-
 def _apply(options, defaults, applied: dict):
     """``options`` with each of ``defaults`` set where the option is still
     ``auto`` (``None`` or ``"auto"``); ``applied`` gets ``key: "value (why)"``."""
@@ -409,7 +267,7 @@ def _with_defaults(options, pass_name: str, flags: Sequence[str], kernels: Optio
     that order (the first to set an option wins)."""
     applied: dict = {}
     options = _apply(options, PIPELINE_DEFAULTS.get(pass_name, ()), applied)
-    cpu = "" if targets_cuda(flags) else _target_cpu(flags)
+    cpu = "" if targets_cuda(flags) else target_cpu(flags)
     options = _cpu_and_kernel_defaults(options, pass_name, cpu, kernels, applied)
     devices = {d.split(":")[0] for d in target_devices(flags)}
     for device, per_pass in TARGET_DEFAULTS.items():
@@ -439,7 +297,7 @@ def imply_kernel_defaults(stages: list) -> list:
         if kopts is None:
             continue
         applied: dict = {}
-        cpu = _target_cpu(kopts.cpu_flags) if kopts.on_cpu else ""  # () is the host: nothing implied
+        cpu = target_cpu(kopts.cpu_flags) if kopts.on_cpu else ""  # () is the host: nothing implied
         options = _cpu_and_kernel_defaults(st.options, "lcma-rewrite", cpu, kernels_kind(kopts), applied)
         if applied:
             extra = dict(st.report_extra)
@@ -447,45 +305,6 @@ def imply_kernel_defaults(stages: list) -> list:
             out[i] = dataclasses.replace(st, text=f"lcma-rewrite{{{to_text(options)}}}", options=options,
                                          report_extra=extra)
     return out
-
-
-def _target_cpu(flags: Sequence[str]) -> str:
-    """The ``--iree-llvmcpu-target-cpu`` the flags give (the last one);
-    ``"generic"`` where they select llvm-cpu devices only (no vmvx) and name
-    no target CPU (IREE then compiles for LLVM's generic CPU); ``""`` where they name none
-    and select no device (the default target adds one), or where
-    ``--iree-llvmcpu-target-triple`` (or, without one, this machine) is of
-    another architecture than x86 (the CPU names of
-    :data:`NO_NATIVE_BF16_CPUS` are x86's)."""
-    cpu = triple = None
-    vmvx = False
-    for f in flags:
-        name, _, value = str(f).lstrip("-").partition("=")
-        if name == "iree-llvmcpu-target-cpu":
-            cpu = value
-        elif name == "iree-llvmcpu-target-triple":
-            triple = value
-        elif name in _DEVICE_FLAGS + ("iree-hal-local-target-device-backends",):
-            vmvx = vmvx or "vmvx" in value
-    import platform
-
-    arch = triple or platform.machine().lower()  # no triple: IREE targets this machine's
-    if not arch.startswith(("x86_64", "x86-64", "amd64", "i386", "i686")):
-        return ""
-    if cpu is None:
-        return "generic" if _target_kind(flags) == "cpu" and not vmvx else ""
-    return cpu
-
-
-def _target_kind(flags: Sequence[str]) -> Optional[str]:
-    """``"gpu"`` for a cuda device, ``"cpu"`` when every device the flags select
-    is IREE's local one (llvm-cpu, vmvx), ``None`` otherwise (none, or others)."""
-    devices = [d.split(":")[0] for d in target_devices(flags)]
-    if not devices:
-        return None
-    if targets_cuda(flags):
-        return "gpu"
-    return "cpu" if all(d in ("local", "llvm-cpu", "vmvx") for d in devices) else None
 
 
 def profile_mismatch(options: LcmaOptions, flags: Sequence[str]) -> Optional[str]:
@@ -497,7 +316,7 @@ def profile_mismatch(options: LcmaOptions, flags: Sequence[str]) -> Optional[str
 
     from falcon_mlir.decision.profile import ProfileError, load_profile
 
-    want = _target_kind(flags)
+    want = target_kind(flags)
     if want is None:
         return None
     try:
@@ -573,15 +392,6 @@ def _tiles(spec, flags: Sequence[str]) -> tuple:
     return options, applied
 
 
-def _cuda_target(flags: Sequence[str]) -> str:
-    """The ``--iree-cuda-target`` the flags give (``""``: IREE's default)."""
-    for f in flags:
-        name, _, value = str(f).lstrip("-").partition("=")
-        if name == "iree-cuda-target" and value:
-            return value
-    return ""
-
-
 def _kernels(spec, flags: Sequence[str]) -> tuple:
     """``(KernelsOptions or None, applied defaults)``; see :func:`kernels_options`."""
     if spec is None or spec is False:
@@ -601,7 +411,7 @@ def _kernels(spec, flags: Sequence[str]) -> tuple:
     if options.arch in ("auto", "none") or options.on_cpu:
         return None, applied
     # The objects' key is the compile's own CUDA target (a copy: the caller's options stay theirs).
-    return dataclasses.replace(options, cuda_target=_cuda_target(flags)), applied
+    return dataclasses.replace(options, cuda_target=cuda_target(flags)), applied
 
 
 def kernels_options(spec, flags: Sequence[str] = ()) -> Optional[KernelsOptions]:

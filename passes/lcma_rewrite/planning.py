@@ -16,6 +16,7 @@ from typing import Optional
 
 from falcon_mlir import decision
 from falcon_mlir.decision.cost import MAX_GROUPED_TERMS, MAX_PRODUCTS
+from falcon_mlir.decision.rules import sum_roundings
 from falcon_mlir.decision.scheme_stats import scheme_stats
 from falcon_mlir.dialects.plan import OPERAND_TYPES, PLAN_ATTR, Plan, PlanError
 from falcon_mlir.ir.builders import bit_width, derives_from_constants
@@ -187,12 +188,6 @@ def sums_type(c: Contraction, plan: Optional[Plan], options: LcmaOptions) -> Opt
     budget = options.max_error if options.max_error is not None else default_budget(c)
     return numerics.narrow_sums_type(list(plan.schemes), c.K, str(c.lhs_type),
                                      str(c.acc_type), budget, sum_roundings(plan.schemes, plan.form))
-
-
-def sum_roundings(schemes, form: str) -> int:
-    """Roundings of a combined operand in the sums type on its way to a product:
-    one per level in the per-product form, one in the grouped (composed) form."""
-    return len(schemes) if form == "per-product" else 1
 
 
 def products_type(c: Contraction, plan: Optional[Plan], options: LcmaOptions,

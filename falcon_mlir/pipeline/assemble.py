@@ -22,7 +22,7 @@ the same machinery falcon-opt runs)::
     falcon-tiles{...}      when the target device is cuda (or tiles are asked for)
 
 Defaults. What falcon-compile and the API imply beyond the user's options
-is written here, in two tables, and never applied silently: each applies
+is written here, in the tables below, and never applied silently: each applies
 only to an option the user left at ``auto``, and each report entry of the
 pass it changed lists it under ``"defaults"`` (``--lcma-explain`` shows it).
 
@@ -312,8 +312,6 @@ def profile_mismatch(options: LcmaOptions, flags: Sequence[str]) -> Optional[str
     ``$FALCON_PROFILE`` where that is ``None``/``host``) is for another kind of
     target than the one ``flags`` compile for (a GPU profile on llvm-cpu, a CPU
     one on cuda), else ``None``: the model would decide for other hardware."""
-    import os
-
     from falcon_mlir.decision.profile import ProfileError, load_profile
 
     want = target_kind(flags)

@@ -30,6 +30,16 @@ def _flag_name(flag) -> str:
     return str(flag).lstrip("-").partition("=")[0]
 
 
+def _flag_value(flags: Sequence[str], name: str) -> Optional[str]:
+    """The value of the last ``--name=value`` of ``flags`` (``None``: not given)."""
+    value = None
+    for f in flags:
+        n, _, v = str(f).lstrip("-").partition("=")
+        if n == name:
+            value = v
+    return value
+
+
 def target_devices(flags: Sequence[str]) -> list:
     """The devices iree-compile ``flags`` select (``--iree-hal-target-device``
     or the older ``--iree-hal-target-backends``, comma lists included)."""
@@ -86,13 +96,8 @@ def cpu_kernel_blocker(flags: tuple, isa: str = "avx512") -> Optional[str]:
     """
     from falcon_mlir.kernels import cpu_embed, cpu_object
 
-    cpu = features = None
-    for f in flags:
-        name, _, value = str(f).lstrip("-").partition("=")
-        if name == "iree-llvmcpu-target-cpu":
-            cpu = value
-        elif name == "iree-llvmcpu-target-cpu-features":
-            features = value
+    cpu = _flag_value(flags, "iree-llvmcpu-target-cpu")
+    features = _flag_value(flags, "iree-llvmcpu-target-cpu-features")
     if target_cpu(flags) == "":  # a triple (or, without one, this machine) of another architecture
         return "not-x86"
     if cpu == "host" and not features:
@@ -169,16 +174,10 @@ def target_cpu(flags: Sequence[str]) -> str:
     ``--iree-llvmcpu-target-triple`` (or, without one, this machine) is of
     another architecture than x86 (the CPU names of
     :data:`NO_NATIVE_BF16_CPUS` are x86's)."""
-    cpu = triple = None
-    vmvx = False
-    for f in flags:
-        name, _, value = str(f).lstrip("-").partition("=")
-        if name == "iree-llvmcpu-target-cpu":
-            cpu = value
-        elif name == "iree-llvmcpu-target-triple":
-            triple = value
-        elif name in _DEVICE_FLAGS + ("iree-hal-local-target-device-backends",):
-            vmvx = vmvx or "vmvx" in value
+    cpu = _flag_value(flags, "iree-llvmcpu-target-cpu")
+    triple = _flag_value(flags, "iree-llvmcpu-target-triple")
+    vmvx = any("vmvx" in str(f).partition("=")[2] for f in flags
+               if _flag_name(f) in _DEVICE_FLAGS + ("iree-hal-local-target-device-backends",))
     import platform
 
     arch = triple or platform.machine().lower()  # no triple: IREE targets this machine's

@@ -553,14 +553,11 @@ def result_lines(res: dict) -> List[str]:
         e = res["rel_err_vs_jax"]
         lines.append(f"relative error (max-norm) vs JAX/XLA: classical {e['classical']:.2e}, "
                      f"falcon {e['falcon']:.2e}")
-    if "rel_err_vs_f64" in res:
-        e = res["rel_err_vs_f64"]
-        lines.append("relative error vs float64 numpy: "
-                     + ", ".join(f"{n if n != 'jax' else 'JAX/XLA'} {v:.2e}" for n, v in e.items()))
-    if "rel_err_update_vs_f64" in res:
-        e = res["rel_err_update_vs_f64"]
-        lines.append("relative error of the block's update (output - input) vs float64: "
-                     + ", ".join(f"{n if n != 'jax' else 'JAX/XLA'} {v:.2e}" for n, v in e.items()))
+    for key, what in (("rel_err_vs_f64", "relative error vs float64 numpy"),
+                      ("rel_err_update_vs_f64", "relative error of the block's update (output - input) vs float64")):
+        if key in res:
+            lines.append(f"{what}: " + ", ".join(f"{n if n != 'jax' else 'JAX/XLA'} {v:.2e}"
+                                                  for n, v in res[key].items()))
     runs = list(res["time_s"])
     tf = res["time_s"]["falcon"]
     rows = [["run", f"median of {len(res['times_s']['classical'])}", "calls", "compile",

@@ -3,7 +3,8 @@
 (One file over 500 lines by choice: it is one model, where each rounding of a
 plan happens and how it grows through the levels, and a fifth of it is the
 derivation below; the narrow-result and kernel-form terms share its
-constants. Split candidates: the integer-overflow bounds at the end.)
+constants. The exactness of integer plans, a bound and not an error model,
+is in :mod:`.integer_bounds`.)
 
 What is modelled
 ----------------
@@ -112,7 +113,7 @@ products (f32 results) never take.
 
 Integers
 --------
-:func:`integer_bound_ok` bounds, exactly with Python ints, every
+:func:`.integer_bounds.integer_bound_ok` bounds, exactly with Python ints, every
 intermediate value the plan computes for the worst-case input, see there.
 """
 
@@ -121,12 +122,12 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 from functools import lru_cache
-from typing import Optional, Sequence, Tuple
+from typing import Optional, Sequence
 
 __all__ = [
     "UNIT_ROUNDOFF", "CALIBRATION", "DEFAULT_MAX_ERROR", "unit_roundoff", "scheme_factors",
     "growth_factor", "predicted_error", "classical_error", "worst_case_bound",
-    "default_max_error", "integer_worst_case", "integer_bound_ok", "rounded_plan_error",
+    "default_max_error", "plan_schemes", "rounded_plan_error",
     "kernel_plan_error", "kernel_max_error", "is_narrow_result", "narrow_sums_type",
     "narrow_max_error", "NARROW_RESULTS", "NARROW_BUDGET_FACTOR", "KERNEL_OPERAND_TYPES",
     "kernel_operands_unserved",
@@ -177,7 +178,13 @@ def _as_scheme(s):
     return s
 
 
-def _schemes(schemes) -> list:
+def plan_schemes(schemes) -> list:
+    """The levels ``schemes`` (a name, or names and :class:`~falcon_mlir.catalog.Scheme` objects;
+    ``None``: none) as catalog Schemes, outer level first.
+
+    Raises:
+        falcon_mlir.catalog.UnknownSchemeError: an unknown name.
+    """
     if schemes is None:
         return []
     if isinstance(schemes, str):
@@ -295,7 +302,7 @@ def predicted_error(schemes: Sequence, K: int, acc: str, lhs: Optional[str] = No
 
     Raises:
         ValueError: K < 1, an unknown float type, an integer type (use
-            :func:`integer_bound_ok`), or ``lhs`` wider than ``acc``.
+            :func:`.integer_bounds.integer_bound_ok`), or ``lhs`` wider than ``acc``.
     """
     if K < 1:
         raise ValueError(f"K must be >= 1, got {K}")
@@ -560,7 +567,7 @@ def default_max_error(acc: str, lhs: Optional[str] = None) -> Optional[float]:
       ``bf16``/``f16`` entries here describe a bf16/f16 accumulator as such.
     * ``f64``: ``None``: left classical unless the user forces a plan
       (design.md, Numerics).
-    * integer types: ``None``; exactness is decided by :func:`integer_bound_ok`.
+    * integer types: ``None``; exactness is decided by :func:`.integer_bounds.integer_bound_ok`.
 
     ``lhs`` is accepted for symmetry with :func:`predicted_error`; the
     budget depends on the accumulator only.
@@ -571,134 +578,3 @@ def default_max_error(acc: str, lhs: Optional[str] = None) -> Optional[float]:
     if key not in DEFAULT_MAX_ERROR:
         raise ValueError(f"no default error budget for element type {acc!r}")
     return DEFAULT_MAX_ERROR[key]
-
-
-# --------------------------------------------------------------------------
-# Integers
-# --------------------------------------------------------------------------
-
-def _int_rows(s) -> Tuple[list, list, list]:
-    R = s.R
-    conv = lambda rows: [[int(x) for x in row] for row in rows]
-    return conv(_rows(s.U, R)), conv(_rows(s.V, R)), conv(_rows(s.W, R))
-
-
-def _worst(ss: list, K: int, a: int, b: int, out: list) -> int:
-    """Bound every intermediate of ``A @ B`` (|A| <= a, |B| <= b, reduction K)
-    computed with levels ``ss``; append (value, where) to ``out``.  Returns the
-    bound of the final block value (the exact product, ``K a b``)."""
-    final = K * a * b
-    if not ss:
-        out.append((final, f"classical reduction of length {K}"))
-        return final
-    s, rest = ss[0], ss[1:]
-    if K < s.k:
-        out.append((final, f"classical reduction of length {K} (too small for {s.name})"))
-        return final
-    U, V, W = _int_rows(s)
-    core = (K // s.k) * s.k
-    rem = K - core              # peeled part of K, accumulated classically into C0
-    c0 = rem * a * b
-    if rem:
-        out.append((c0, f"peeled K remainder {rem}"))
-    Kb = core // s.k
-    pbound = []
-    for r in range(s.R):
-        ar = sum(abs(x) for x in U[r]) * a      # combine A: every partial sum <= this
-        br = sum(abs(x) for x in V[r]) * b
-        out.append((ar, f"{s.name}: combine A, product {r}"))
-        out.append((br, f"{s.name}: combine B, product {r}"))
-        pbound.append(_worst(rest, Kb, ar, br, out))
-    n_c = len(W[0])
-    for c in range(n_c):
-        # combine C: C0 + sum_r W[r,c] P_r in the pass's order (r ascending);
-        # a prefix sum is bounded by the sum of its terms' bounds, the last
-        # one (the whole sum) by the exact block value.
-        running = c0
-        terms = [r for r in range(s.R) if W[r][c] != 0]
-        for idx, r in enumerate(terms):
-            term = abs(W[r][c]) * pbound[r]
-            out.append((term, f"{s.name}: combine C term W*P, product {r}"))
-            running += term
-            if idx < len(terms) - 1:
-                out.append((running, f"{s.name}: combine C partial sum, entry {c}"))
-        out.append((K * a * b, f"{s.name}: combine C result"))
-    return final
-
-
-def integer_worst_case(schemes: Sequence, K: int, lhs_bits: int,
-                       rhs_bits: Optional[int] = None) -> Tuple[int, str]:
-    """Largest magnitude any intermediate of the plan can reach (exact int) and where.
-
-    Inputs are signed ``lhs_bits``/``rhs_bits`` integers, so ``|a| <= 2^(bits-1)``
-    (``-2^(bits-1)`` is the worst case).  Follows the rewrite's structure
-    exactly, with Python ints:
-
-    * combine A of product r: every partial sum of ``sum_ij U[r,i,j] A_ij`` is
-      at most ``|U_r|_1 * a`` (likewise ``|V_r|_1 * b`` for B), attained when
-      the blocks' signs follow U's;
-    * the products recurse with these bounds on K / k; a classical product of
-      reduction ``K'`` has partial sums at most ``K' a' b'`` (attained by
-      constant blocks of the right signs);
-    * combine C: each term ``W[r,c] P_r`` is at most ``|W[r,c]| * K' a' b'``;
-      each prefix of the sum at most the sum of its terms' bounds (plus the
-      accumulator C0, which holds the peeled K remainder, if any); the full
-      sum is the exact block of ``A @ B``, at most ``K a b``.
-
-    The result is an upper bound of the true worst case (a prefix's terms
-    need not all attain their bounds with one input); every term's own bound
-    is attained.  Assumes a zero-initialised accumulator.
-
-    Raises:
-        ValueError: a scheme with non-integer coefficients.
-    """
-    ss = _schemes(schemes)
-    for s in ss:
-        if not s.is_integral:
-            raise ValueError(f"scheme {s.name} has non-integer coefficients")
-    rhs_bits = lhs_bits if rhs_bits is None else rhs_bits
-    a, b = 2 ** (lhs_bits - 1), 2 ** (rhs_bits - 1)
-    out: list = []
-    _worst(ss, int(K), a, b, out)
-    value, where = max(out, key=lambda t: t[0])
-    return value, where
-
-
-def integer_bound_ok(schemes: Sequence, K: int, lhs_bits: int, acc_bits: int,
-                     rhs_bits: Optional[int] = None) -> Tuple[bool, str]:
-    """Whether an integer contraction under the plan is exact for every input.
-
-    Exact means: no intermediate (combined operand, partial sum of a product,
-    product, partial sum of combine C) can exceed ``2^(acc_bits-1) - 1`` in
-    magnitude for any signed ``lhs_bits`` x ``rhs_bits`` input, computed by
-    :func:`integer_worst_case` with exact Python ints.  ``[]`` checks
-    classical GEMM (``K * 2^(lhs_bits-1) * 2^(rhs_bits-1)``).
-
-    Example: i8 x i8 -> i32, Strassen 2 levels, K = 4096: combined operands
-    <= 4 * 128, bottom products <= 1024 * 512^2 = 2^28, worst partial sum of
-    the inner combine C (M1 + M4 - M5 of Strassen's C11) 2^29 < 2^31 - 1: ok.
-    Ballard's E gives the cruder ``K/4 * E^2 * 2^14 = 144 * 2^24 > 2^31``.
-
-    Schemes with non-integer coefficients are never exact in integers
-    (``False``).  Note: MLIR's ``arith.addi/subi/muli`` (no overflow flags)
-    wrap modulo ``2^acc_bits``, and an integral scheme is a ring identity, so
-    with wrapping arithmetic an overflowing intermediate still gives the right
-    C whenever C itself fits (the classical bound).  This check is the
-    conservative "no overflow anywhere" criterion, which does not rely on
-    wrapping semantics surviving lowering.
-
-    Returns:
-        ``(ok, reason)`` where ``reason`` names the worst intermediate.
-    """
-    ss = _schemes(schemes)
-    for s in ss:
-        if not s.is_integral:
-            return False, (f"scheme {s.name} has non-integer coefficients "
-                           f"({s.coefficient_set}); not exact in integers")
-    limit = 2 ** (acc_bits - 1) - 1
-    value, where = integer_worst_case(ss, K, lhs_bits, rhs_bits)
-    if value <= limit:
-        return True, (f"worst-case magnitude {value} (~2^{math.log2(value):.2f}) at {where} "
-                      f"fits i{acc_bits} (limit {limit})")
-    return False, (f"worst-case magnitude {value} (~2^{math.log2(value):.2f}) at {where} "
-                   f"exceeds i{acc_bits} (limit {limit})")

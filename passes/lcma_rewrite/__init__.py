@@ -18,7 +18,7 @@ Everything emitted is upstream ``linalg``/``tensor``/``arith``/``scf`` (plus
 ``iree_tensor_ext.compute_barrier.start`` with ``barriers=true``).
 
 Integer contractions are rewritten only with integer-coefficient schemes and
-only where :func:`falcon_mlir.decision.numerics.integer_bound_ok` proves that no
+only where :func:`falcon_mlir.decision.integer_bounds.integer_bound_ok` proves that no
 intermediate can overflow the accumulator type.
 
 The scheme convention (U: R x m x k, V: R x k x n, W: R x m x n, C not

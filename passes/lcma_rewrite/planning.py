@@ -16,6 +16,7 @@ from typing import Optional
 
 from falcon_mlir import decision
 from falcon_mlir.decision.cost import MAX_GROUPED_TERMS, MAX_PRODUCTS
+from falcon_mlir.decision.integer_bounds import integer_bound_ok
 from falcon_mlir.decision.rules import sum_roundings
 from falcon_mlir.decision.scheme_stats import scheme_stats
 from falcon_mlir.dialects.plan import OPERAND_TYPES, PLAN_ATTR, Plan, PlanError
@@ -68,11 +69,9 @@ def numerics_check(c: Contraction, schemes: tuple, budget: Optional[float],
     combined operands in ``sums``; a kernel-form plan with its operands in
     ``operands``) against ``budget`` (no budget: always fit).
     """
-    from falcon_mlir.decision import numerics
-
     if c.is_integer:
-        ok, why = numerics.integer_bound_ok(list(schemes), c.K, bit_width(c.lhs_type),
-                                            bit_width(c.acc_type), rhs_bits=bit_width(c.rhs_type))
+        ok, why = integer_bound_ok(list(schemes), c.K, bit_width(c.lhs_type),
+                                   bit_width(c.acc_type), rhs_bits=bit_width(c.rhs_type))
         return None if ok else f"{why}; kept classical"
     if budget is None or c.K < 1:
         return None

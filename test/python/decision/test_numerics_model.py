@@ -11,9 +11,9 @@ import pytest
 
 from falcon_mlir.decision import numerics
 from falcon_mlir.catalog import get_scheme
-from falcon_mlir.decision.numerics import (classical_error, default_max_error, integer_bound_ok,
-                                  integer_worst_case, predicted_error, unit_roundoff,
-                                  worst_case_bound)
+from falcon_mlir.decision.integer_bounds import integer_bound_ok, integer_worst_case
+from falcon_mlir.decision.numerics import (classical_error, default_max_error, predicted_error, unit_roundoff,
+                                           worst_case_bound)
 
 
 # ---------------------------------------------------------------- roundoffs

@@ -496,8 +496,16 @@ class CostModel:
             in_a, in_b = "f32", "f32"
         self._level(Mb, Nb, Kb, pb, inner, edge, sub, in_a, in_b)
         # classical blocking: its products at the profile's measured factor against
-        # the isolated GEMM of the block size (forms.blocking_products; 1.0 if unknown)
-        k = self.p.product_factor("blocking") if st.blocking else 1.0
+        # the isolated GEMM of the block size (forms.blocking_products; 1.0 if unknown);
+        # an LCMA level's GEMM products with a constant B at the profile's rate for their
+        # block shape (product_blocks, measured with B constant: IREE's products side by
+        # side run slower the wider the block they write)
+        if st.blocking:
+            k = self.p.product_factor("blocking")
+        elif not inner and pb.const_rhs and self.p.product_blocks:
+            k = 1.0 / self.p.product_blocks.rate_factor(Mb, Nb, Kb)
+        else:
+            k = 1.0
         for part, t in sub.parts.items():
             est.parts[part] = est.parts.get(part, 0.0) + st.R * t * k
         est.seconds += st.R * sub.seconds * k

@@ -24,7 +24,8 @@ A profile is a JSON document (``format`` 1)::
       "min_block_k": 1,   # auto: K blocks at least this
       "min_block_m": 1,   # auto: M blocks at least this
       "min_gain": 0.2,    # auto: predicted gain needed over classical
-      "memory": 141000000000   # device memory, bytes (GPU); absent: no limit
+      "memory": 141000000000,  # device memory, bytes (GPU); absent: no limit
+      "product_blocks": {...}  # a plan's products' rate by block shape (optional)
     }
 
 Field meanings and units:
@@ -57,6 +58,9 @@ Field meanings and units:
   efficiency of its packs of B (which form combine B), ``kernel_products``
   the time factor of one of its LCMA products over its classical GEMM of the
   same blocks (the f32 ``gemm`` rates are that classical kernel's).
+* ``product_blocks``: how a per-product plan's products, B a constant, run for
+  their block shape against the ``gemm`` table (a power law in the block sizes
+  around a reference block; :mod:`falcon_mlir.decision.product_blocks`).
 
 Presets (:data:`PRESETS`, shipped as ``profiles/*.json``): the x86
 development host (measured with ``falcon-calibrate``; cores and caches of the
@@ -88,6 +92,8 @@ from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
+
+from .product_blocks import ProductBlocks
 
 FORMAT = 1
 #: Largest profile file read (bytes) and most points per GEMM table.
@@ -175,6 +181,9 @@ class Profile:
             contractions those kernels leave to IREE (a constant B:
             :func:`constant_b_profile`); ``x86-falcon``: ``host``,
             ``x86-falcon-avx2``: ``x86-avx2``. ``None``: none.
+        product_blocks: the rate of a per-product plan's products against the ``gemm`` table by
+            their block shape (:class:`~falcon_mlir.decision.product_blocks.ProductBlocks`);
+            ``None``: the table's rate.
 
     Derived: :attr:`fused_combine_c` (GPU profiles: combine C is one
     dispatch over the whole output; see ``passes/lcma_rewrite.py``).
@@ -202,6 +211,7 @@ class Profile:
     auto_schemes: Optional[Tuple[str, ...]] = None
     memory: Optional[int] = None
     iree_profile: Optional[str] = None
+    product_blocks: Optional[ProductBlocks] = None
 
     # ------------------------------------------------------------------ rates
     def _key(self, elem: str) -> str:
@@ -280,6 +290,7 @@ class Profile:
             **({"auto_schemes": list(self.auto_schemes)} if self.auto_schemes else {}),
             **({"memory": self.memory} if self.memory is not None else {}),
             **({"iree_profile": self.iree_profile} if self.iree_profile else {}),
+            **({"product_blocks": self.product_blocks.to_json()} if self.product_blocks else {}),
         }
 
     @classmethod
@@ -319,7 +330,9 @@ class Profile:
             plan_forms=_plan_forms(d.get("plan_forms", ["per-product", "grouped"]), where),
             auto_schemes=_auto_schemes(d.get("auto_schemes"), where),
             memory=(None if d.get("memory") is None else _pos_int(d["memory"], "memory", where)),
-            iree_profile=_optional_name(d.get("iree_profile"), "iree_profile", where))
+            iree_profile=_optional_name(d.get("iree_profile"), "iree_profile", where),
+            product_blocks=(None if d.get("product_blocks") is None else
+                            ProductBlocks.from_json(d["product_blocks"], where)))
 
     def save(self, path) -> None:
         """Write the profile as JSON to ``path`` atomically

@@ -36,7 +36,7 @@ def test_x86_falcon_profile_loads_by_name_with_the_kernels_rates():
     assert (p.bandwidth, p.dispatch_overhead) == (dev.bandwidth, dev.dispatch_overhead)
     # refit on the Zen 4's workloads runs (2026-12-04); 256-row blocks lost there (min_block_m 384)
     assert p.form_efficiency("kernel") == 0.45 and p.product_factor("kernel") == 1.0065
-    assert p.min_block_m == 384 and "kernel_products 1.0065" in p.provenance
+    assert (p.min_block_m, p.min_block_k) == (384, 1024) and "kernel_products 1.0065" in p.provenance
     assert decision.Profile.from_dict(json.loads(json.dumps(p.to_dict()))) == p
 
 
@@ -96,13 +96,10 @@ def test_auto_takes_strassen_on_wide_weight_shapes(M, N, K):
     assert d.choice.schemes == ("strassen",) and d.choice.form == "kernel", d.reason
 
 
-@pytest.mark.parametrize("M, N, K", [(1024, 512, 512), (2048, 2048, 2048)])
+@pytest.mark.parametrize("M, N, K", [(1024, 2048, 2048), (2048, 2048, 2048)])
 def test_auto_keeps_classical_where_the_products_do_not_pay(M, N, K):
     """At 2048^3 Strassen's 1024^3 products run at 339 GFLOP/s against the whole GEMM's 373: predicted
-    47.7 ms against 46.1 ms (measured 0.955x on the Xeon); at 1024x512x512 its products are IREE's
-    (under the kernel's 1024) at 300 GFLOP/s against 412. (DeepSeek-V3's q_b at 2048 tokens, kept
-    classical here until the refit of 2026-12-04, is Strassen now, predicted 1.06x: measured 0.994x on
-    the Xeon and 1.004x on the Zen 4.)"""
+    47.7 ms against 46.1 ms (measured 0.955x on the Xeon), and at 1024x2048x2048 alike."""
     d = _decide(M, N, K)
     assert d.choice.is_classical and "not 3% faster" in d.reason
     # the sizes divide by the blocks: no edge policy named (was "(kernel, pad)": read as padding done)
@@ -133,8 +130,11 @@ def test_auto_refuses_what_the_kernel_cannot_run():
     level's 2 do: Strassen is taken there); bf16 and f16 inputs (the kernel is f32 only)."""
     d = _decide(4098, 4096, 4096, levels=2)
     assert d.choice.is_classical and d.alternatives == []
-    assert d.reason == ("auto: no plan divides M, N, K into blocks that are multiples of 1, M blocks >= 384 "
-                        "(the x86-falcon profile's block rules); classical")
+    assert d.reason == ("auto: no plan divides M, N, K into blocks that are multiples of 1, K blocks >= 1024, "
+                        "M blocks >= 384 (the x86-falcon profile's block rules); classical")
+    # DeepSeek-V3's q_b at 2048 tokens: Strassen's 768-deep blocks measured 0.958-1.004x (Zen 4), 0.994x (Xeon)
+    d = _decide(2048, 24576, 1536)
+    assert d.choice.is_classical and "K blocks >= 1024" in d.reason
     assert _decide(4098, 4096, 4096).choice.schemes == ("strassen",)
     for t in ("bf16", "f16"):
         d = _decide(4096, 4096, 4096, t)

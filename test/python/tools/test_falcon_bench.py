@@ -428,6 +428,25 @@ def test_top_candidates_are_the_runners_up_on_autos_profile(monkeypatch):
     assert BenchConfig().auto_profile() is None  # the user's profile: load_profile(None) reads it
 
 
+def test_top_offers_the_plan_the_block_rules_keep_out(monkeypatch):
+    """Where auto is classical only by the profile's block rules (x86-falcon: M blocks >= 384, K blocks
+    >= 1024), ``top`` is the plan those rules kept out, so that the quality table measures the rules.
+    Were: no runner-up, and 512x20480x5120 (Strassen measured 1.047x of classical) counted as a hit."""
+    from falcon_mlir.bench import Shape, expand_top, parse_candidates
+
+    monkeypatch.delenv("FALCON_PROFILE", raising=False)
+    cands = parse_candidates("auto,top")
+
+    def top(m, n, k):
+        return [c.lcma for c in expand_top(Shape(m, n, k), cands, dtype="f32", acc="f32",
+                                           const_weights=False, top=2, profile="x86-falcon")]
+
+    kept_out = "scheme=strassen levels=1 form=kernel edge=pad"
+    assert top(512, 20480, 5120) == [None, "auto", kept_out]     # M blocks 256 < 384
+    assert top(2048, 24576, 1536) == [None, "auto", kept_out]    # K blocks 768 < 1024
+    assert top(768, 4544, 18176) == [None, "auto"]               # auto's Strassen is the only plan
+
+
 def test_quality_counts_an_unbuilt_kernel_form_plan_as_the_module_it_ran():
     """A forced kernel-form plan the kernels left classical ran the classical module: the quality table's
     "same code" test takes it as that (not as another candidate that could be 'best' by noise)."""

@@ -114,8 +114,8 @@ def expand_top(shape: Shape, cands: List[Candidate], *, dtype: str, acc: str,
     plans for ``shape`` on ``profile`` (the one ``auto`` decides on when the candidates are compiled,
     :meth:`~falcon_mlir.bench.measure.BenchConfig.auto_profile`; ``None``: the host profile) (at most
     ``top`` of them, forced option strings): the choice's runners-up, or the best plans when the
-    choice is classical (where it is classical by the profile's block rules, ``min_block_m`` and
-    ``min_block_k``, the best plans without those rules, so that the quality table measures the rules
+    choice is classical (where it is classical by the profile's block rules, ``min_block_m``,
+    ``min_block_m_deep`` and ``min_block_k``, the best plans without those rules, so that the quality table measures the rules
     against what they keep out); and the ``blocked`` candidate by the best classical
     blocking plan (``blocked scheme=2x2x2:8``: the decision's classical
     reference where it beats IREE's GEMM; left out where none does, IREE's
@@ -132,9 +132,9 @@ def expand_top(shape: Shape, cands: List[Candidate], *, dtype: str, acc: str,
     d = (decision.decide_constant_b(pb, prof, decision.decide, budget=budget)  # as auto decides a weight
          or decision.decide(pb, prof, budget=budget))
     plans = ([] if d.choice.is_classical else [d.choice]) + list(d.alternatives)
-    if not plans and (prof.min_block_m > 1 or prof.min_block_k > 1):
+    if not plans and (prof.min_block_m > 1 or prof.min_block_k > 1 or prof.min_block_m_deep > 1):
         # auto is classical by the profile's block rules: test the rules against the plan they kept out
-        free = dataclasses.replace(prof, min_block_m=1, min_block_k=1)
+        free = dataclasses.replace(prof, min_block_m=1, min_block_k=1, min_block_m_deep=1)
         d_free = (decision.decide_constant_b(pb, free, decision.decide, budget=budget)
                   or decision.decide(pb, free, budget=budget))
         plans = ([] if d_free.choice.is_classical else [d_free.choice]) + list(d_free.alternatives)

@@ -25,7 +25,8 @@ predicted plan that meets the error budget, or classical:
    or mixed, whichever the profile's GEMM rates favour);
 5. plans whose blocks are not exact multiples of the profile's ``align`` (or,
    where the profile says so, not powers of two, ``pow2_blocks``, or with K
-   blocks under ``min_block_k`` or M blocks under ``min_block_m``) at
+   blocks under ``min_block_k`` or M blocks under ``min_block_m``, or under
+   ``min_block_m_deep`` where the K block is at least the N block) at
    every level are not considered (on the x86 host IREE's microkernels lose
    on odd blocks and peeled strips: measured, docs/benchmarks.md); nor are
    kernel-form plans the target's kernels cannot run (CPU profiles: falcon's
@@ -416,9 +417,11 @@ def _pick(dec: Decision, cands: list, pb: Problem, profile: Profile, budget, min
                        + (", powers of two" if profile.pow2_blocks else "")
                        + (f", K blocks >= {profile.min_block_k}" if profile.min_block_k > 1 else "")
                        + (f", M blocks >= {profile.min_block_m}" if profile.min_block_m > 1 else "")
+                       + (f", M blocks >= {profile.min_block_m_deep} where K blocks >= N blocks"
+                          if profile.min_block_m_deep > 1 else "")
                        + f" (the {profile.name} profile's block rules); classical"
                        if align > 1 or profile.pow2_blocks or profile.min_block_k > 1
-                       or profile.min_block_m > 1
+                       or profile.min_block_m > 1 or profile.min_block_m_deep > 1
                        else "auto: no plan fits the shape; classical"))
         return
     best = ok[0]

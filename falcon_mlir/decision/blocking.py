@@ -58,7 +58,7 @@ def blocking_formats(pb: Problem, profile: Profile, inner=()) -> list:
         name = f"{f[0]}x{f[1]}x{f[2]}:{f[0] * f[1] * f[2]}"
         if fits_all(pb, tuple(inner) + (name,)) and aligned_blocks(
                 pb, tuple(inner) + (name,), profile.align, profile.pow2_blocks,
-                profile.min_block_k, profile.min_block_m):
+                profile.min_block_k, profile.min_block_m, profile.min_block_m_deep):
             out.append(f)
     return out
 

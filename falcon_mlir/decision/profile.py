@@ -23,6 +23,7 @@ A profile is a JSON document (``format`` 1)::
       "pow2_blocks": false,  # auto: product blocks must be powers of two
       "min_block_k": 1,   # auto: K blocks at least this
       "min_block_m": 1,   # auto: M blocks at least this
+      "min_block_m_deep": 1,  # auto: M blocks at least this where K blocks >= N blocks
       "min_gain": 0.2,    # auto: predicted gain needed over classical
       "memory": 141000000000,  # device memory, bytes (GPU); absent: no limit
       "product_blocks": {...}  # a plan's products' rate by block shape (optional)
@@ -159,6 +160,11 @@ class Profile:
             this (x86: plans with 128-row blocks, M = 256, gained at most
             1.1x where the model said 1.28-1.38x, and the training step's
             dX via gate/up ran at 0.93x).
+        min_block_m_deep: under ``auto``, a level whose K block is at least
+            its N block (a block deeper than wide) must have M blocks at
+            least this (x86-falcon: Strassen in the kernel form on 384-row
+            blocks measured 0.91-1.00x of the classical kernel at M = 768
+            where K >= N, 1.05x where N > K, docs/benchmarks.md).
         max_levels: most levels ``levels=auto`` tries on this target
             (``None``: :data:`falcon_mlir.decision.MAX_AUTO_LEVELS`).
         min_gain: the predicted gain a plan needs over classical on this
@@ -205,6 +211,7 @@ class Profile:
     pow2_blocks: bool = False
     min_block_k: int = 1
     min_block_m: int = 1
+    min_block_m_deep: int = 1
     min_gain: Optional[float] = None
     max_levels: Optional[int] = None
     plan_forms: Tuple[str, ...] = ("per-product", "grouped")
@@ -283,6 +290,7 @@ class Profile:
             "forms": dict(self.forms), "align": self.align, "pow2_blocks": self.pow2_blocks,
             "min_block_k": self.min_block_k,
             **({"min_block_m": self.min_block_m} if self.min_block_m > 1 else {}),
+            **({"min_block_m_deep": self.min_block_m_deep} if self.min_block_m_deep > 1 else {}),
             **({"min_gain": self.min_gain} if self.min_gain is not None else {}),
             **({"max_levels": self.max_levels} if self.max_levels is not None else {}),
             **({"plan_forms": list(self.plan_forms)}
@@ -323,6 +331,7 @@ class Profile:
             pow2_blocks=_bool(d.get("pow2_blocks", False), "pow2_blocks", where),
             min_block_k=_pos_int(d.get("min_block_k", 1), "min_block_k", where),
             min_block_m=_pos_int(d.get("min_block_m", 1), "min_block_m", where),
+            min_block_m_deep=_pos_int(d.get("min_block_m_deep", 1), "min_block_m_deep", where),
             min_gain=(None if d.get("min_gain") is None else
                       _fraction(d["min_gain"], "min_gain", where)),
             max_levels=(None if d.get("max_levels") is None else

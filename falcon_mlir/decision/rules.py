@@ -25,11 +25,12 @@ def fits(pb: Problem, schemes: Sequence[str]) -> bool:
 
 
 def aligned_blocks(pb: Problem, schemes: Sequence[str], align: int, pow2: bool = False,
-             min_k: int = 1, min_m: int = 1) -> bool:
+             min_k: int = 1, min_m: int = 1, min_m_deep: int = 1) -> bool:
     """Whether every level divides the sizes exactly into blocks that are multiples
     of ``align`` (powers of two with ``pow2``; K blocks at least ``min_k``, M
-    blocks at least ``min_m``)."""
-    if align <= 1 and not pow2 and min_k <= 1 and min_m <= 1:
+    blocks at least ``min_m``, and at least ``min_m_deep`` where the level's K
+    block is at least its N block)."""
+    if align <= 1 and not pow2 and min_k <= 1 and min_m <= 1 and min_m_deep <= 1:
         return True
     M, N, K = pb.M, pb.N, pb.K
     for nm in schemes:
@@ -38,6 +39,8 @@ def aligned_blocks(pb: Problem, schemes: Sequence[str], align: int, pow2: bool =
             return False
         M, N, K = M // st.m, N // st.n, K // st.k
         if M % align or N % align or K % align or K < min_k or M < min_m:
+            return False
+        if K >= N and M < min_m_deep:
             return False
         if pow2 and any(x & (x - 1) for x in (M, N, K)):
             return False

@@ -59,7 +59,8 @@ class PlanSearch:
     def aligned(self, schemes) -> bool:
         """Whether every level's blocks follow the profile's block rules (:func:`.rules.aligned_blocks`)."""
         p = self.profile
-        return aligned_blocks(self.pb, schemes, p.align, p.pow2_blocks, p.min_block_k, p.min_block_m)
+        return aligned_blocks(self.pb, schemes, p.align, p.pow2_blocks, p.min_block_k, p.min_block_m,
+                              p.min_block_m_deep)
 
     def consider(self, schemes: tuple, form: str, edge_list=None) -> None:
         """Price ``schemes`` in ``form`` with each edge strategy of ``edge_list`` (default: the allowed

@@ -35,7 +35,7 @@
 // EXPLAIN: linalg.matmul M=8192 N=8192 K=8192 (f32 x f32 -> f32): rewritten: strassen, 1 level(s), kernel form; 7 products, handed to falcon-kernels
 // EXPLAIN-NEXT: why: auto: strassen (kernel) predicted 2.73e+03 ms vs classical 3.09e+03 ms (1.13x) on x86-falcon
 // EXPLAIN: linalg.matmul M=512 N=512 K=512 (f32 x f32 -> f32): classical
-// EXPLAIN-NEXT: why: auto: no plan divides M, N, K into blocks that are multiples of 1, K blocks >= 1024, M blocks >= 384 (the x86-falcon profile's block rules); classical
+// EXPLAIN-NEXT: why: auto: no plan divides M, N, K into blocks that are multiples of 1, K blocks >= 1024, M blocks >= 384, M blocks >= 512 where K blocks >= N blocks (the x86-falcon profile's block rules); classical
 // EXPLAIN: linalg.matmul M=4096 N=4096 K=4096 (bf16 x bf16 -> bf16): classical
 // EXPLAIN-NEXT: why: auto: no plan runs on the kernels of x86-falcon (1 kernel-form plan left out; strassen: falcon's CPU kernel multiplies f32 x f32 -> f32 only, not bf16 x bf16 -> bf16); classical
 // EXPLAIN: linalg.matmul M=4096 N=4096 K=4096 (f32 x f32 -> f32): rewritten: strassen, 1 level(s), kernel form; 7 products, handed to falcon-kernels

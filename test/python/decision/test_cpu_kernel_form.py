@@ -37,6 +37,7 @@ def test_x86_falcon_profile_loads_by_name_with_the_kernels_rates():
     # refit on the Zen 4's workloads runs (2026-12-04); 256-row blocks lost there (min_block_m 384)
     assert p.form_efficiency("kernel") == 0.45 and p.product_factor("kernel") == 1.0065
     assert (p.min_block_m, p.min_block_k) == (384, 1024) and "kernel_products 1.0065" in p.provenance
+    assert p.min_block_m_deep == 512 and "min_block_m_deep 512" in p.provenance
     assert decision.Profile.from_dict(json.loads(json.dumps(p.to_dict()))) == p
 
 
@@ -125,13 +126,44 @@ def test_products_narrower_than_the_kernels_column_block_are_priced_up(M, N, K, 
     assert d.choice.is_classical == narrow, d.reason
 
 
+@pytest.mark.parametrize("M, N, K, strassen", [
+    (768, 14336, 4096, True),     # 384-row blocks wider than deep: measured 1.050x (Zen 4)
+    (768, 18944, 3584, True),     # 1.057x
+    (768, 4096, 14336, False),    # deeper than wide: 0.954x
+    (768, 7168, 18432, False),    # 0.912x
+    (768, 4096, 4096, False),     # as deep as wide: 1.002x, no gain to take
+    (1024, 4096, 14336, True),    # 512-row blocks: min_block_m_deep holds
+    (512, 20480, 5120, False),    # 256-row blocks: min_block_m 384
+])
+def test_auto_takes_384_row_blocks_only_wider_than_deep(M, N, K, strassen):
+    """x86-falcon's ``min_block_m_deep`` 512: Strassen in the kernel form on 384-row blocks (M = 768) measured
+    0.91-1.00x of the classical kernel where K >= N and 1.05x where N > K (docs/cpu_kernel_m768_zen4.csv);
+    the cost model predicts 1.06-1.08x at all of them."""
+    d = _decide(M, N, K)
+    assert (d.choice.schemes == ("strassen",)) == strassen, d.reason
+    if not strassen:
+        assert "block rules" in d.reason
+
+
+def test_block_rules_deep_blocks():
+    """``aligned_blocks``' ``min_m_deep`` holds M blocks where the level's K block is at least its N block."""
+    from falcon_mlir.decision.cost import Problem
+    from falcon_mlir.decision.rules import aligned_blocks
+
+    assert aligned_blocks(Problem(768, 14336, 4096), ["strassen"], 1, min_m_deep=512)      # Kb 2048 < Nb 7168
+    assert not aligned_blocks(Problem(768, 4096, 4096), ["strassen"], 1, min_m_deep=512)  # Kb = Nb, Mb 384
+    assert aligned_blocks(Problem(1024, 4096, 14336), ["strassen"], 1, min_m_deep=512)    # Mb 512
+    assert aligned_blocks(Problem(768, 4096, 4096), ["strassen"], 1, min_m_deep=384)
+
+
 def test_auto_refuses_what_the_kernel_cannot_run():
     """Not candidates, and the reason says why: 4098 rows do not split into the 4 blocks of two levels (one
     level's 2 do: Strassen is taken there); bf16 and f16 inputs (the kernel is f32 only)."""
     d = _decide(4098, 4096, 4096, levels=2)
     assert d.choice.is_classical and d.alternatives == []
     assert d.reason == ("auto: no plan divides M, N, K into blocks that are multiples of 1, K blocks >= 1024, "
-                        "M blocks >= 384 (the x86-falcon profile's block rules); classical")
+                        "M blocks >= 384, M blocks >= 512 where K blocks >= N blocks "
+                        "(the x86-falcon profile's block rules); classical")
     # DeepSeek-V3's q_b at 2048 tokens: Strassen's 768-deep blocks measured 0.958-1.004x (Zen 4), 0.994x (Xeon)
     d = _decide(2048, 24576, 1536)
     assert d.choice.is_classical and "K blocks >= 1024" in d.reason

@@ -429,8 +429,8 @@ def test_top_candidates_are_the_runners_up_on_autos_profile(monkeypatch):
 
 
 def test_top_offers_the_plan_the_block_rules_keep_out(monkeypatch):
-    """Where auto is classical only by the profile's block rules (x86-falcon: M blocks >= 384, K blocks
-    >= 1024), ``top`` is the plan those rules kept out, so that the quality table measures the rules.
+    """Where auto is classical only by the profile's block rules (x86-falcon: M blocks >= 384, >= 512 where
+    K blocks >= N blocks, K blocks >= 1024), ``top`` is the plan those rules kept out, so that the quality table measures the rules.
     Were: no runner-up, and 512x20480x5120 (Strassen measured 1.047x of classical) counted as a hit."""
     from falcon_mlir.bench import Shape, expand_top, parse_candidates
 
@@ -444,7 +444,8 @@ def test_top_offers_the_plan_the_block_rules_keep_out(monkeypatch):
     kept_out = "scheme=strassen levels=1 form=kernel edge=pad"
     assert top(512, 20480, 5120) == [None, "auto", kept_out]     # M blocks 256 < 384
     assert top(2048, 24576, 1536) == [None, "auto", kept_out]    # K blocks 768 < 1024
-    assert top(768, 4544, 18176) == [None, "auto"]               # auto's Strassen is the only plan
+    assert top(768, 4544, 18176) == [None, "auto", kept_out]     # M blocks 384 < 512 with Kb >= Nb
+    assert top(1536, 3584, 14336) == [None, "auto"]              # auto's Strassen is the only plan
 
 
 def test_quality_counts_an_unbuilt_kernel_form_plan_as_the_module_it_ran():

@@ -260,7 +260,8 @@ def explain(report: List[dict]) -> str:
     earlier = sum(1 for e in report if "kind" not in e and e.get("kernel") == "plan")
     rewritten = len(planned) - unserved + earlier
     total_c = sum((e.get("predicted_time") or {}).get("classical", 0) for e in report)
-    total_p = sum((e.get("predicted_time") or {}).get("plan", 0) for e in report if served(e))
+    # a plan handed to falcon-kernels and not built runs classical: its classical time, not none
+    total_p = sum((e.get("predicted_time") or {}).get("plan" if served(e) else "classical", 0) for e in report)
     summary = f"lcma-explain: {rewritten} of {len(blocks)} contractions rewritten"
     replaced = sum(1 for e in report if e.get("replaced_by"))
     if replaced:

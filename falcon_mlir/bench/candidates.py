@@ -4,7 +4,6 @@ cost model's ``top`` plans) and the one-line plan text of falcon's report."""
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import List, Optional
 
@@ -132,9 +131,9 @@ def expand_top(shape: Shape, cands: List[Candidate], *, dtype: str, acc: str,
     d = (decision.decide_constant_b(pb, prof, decision.decide, budget=budget)  # as auto decides a weight
          or decision.decide(pb, prof, budget=budget))
     plans = ([] if d.choice.is_classical else [d.choice]) + list(d.alternatives)
-    if not plans and (prof.min_block_m > 1 or prof.min_block_k > 1 or prof.min_block_m_deep > 1):
+    free = prof.without_block_minimums()
+    if not plans and free != prof:
         # auto is classical by the profile's block rules: test the rules against the plan they kept out
-        free = dataclasses.replace(prof, min_block_m=1, min_block_k=1, min_block_m_deep=1)
         d_free = (decision.decide_constant_b(pb, free, decision.decide, budget=budget)
                   or decision.decide(pb, free, budget=budget))
         plans = ([] if d_free.choice.is_classical else [d_free.choice]) + list(d_free.alternatives)

@@ -14,7 +14,7 @@ from typing import Optional
 from .compile_cost import LONG_COMPILE_SECONDS
 from .cost import CostModel, Estimate, Problem
 from .profile import Profile
-from .rules import aligned_blocks, fits_all, plan_error
+from .rules import fits_all, follows_block_rules, plan_error
 from .scheme_stats import scheme_stats
 
 __all__ = ["BLOCKING_BASE_GAIN", "BLOCKING_FORMATS", "BASE_FORMATS", "blocking_ok", "blocking_formats",
@@ -52,13 +52,11 @@ def blocking_ok(profile: Profile, forms, pb: Problem) -> bool:
 def blocking_formats(pb: Problem, profile: Profile, inner=()) -> list:
     """The blocking formats (:data:`BLOCKING_FORMATS` alone, :data:`BASE_FORMATS`
     under the levels ``inner``) whose blocks fit ``pb`` and follow the
-    profile's block rules (:func:`aligned_blocks`)."""
+    profile's block rules (:func:`.rules.follows_block_rules`)."""
     out = []
     for f in (BASE_FORMATS if inner else BLOCKING_FORMATS):
         name = f"{f[0]}x{f[1]}x{f[2]}:{f[0] * f[1] * f[2]}"
-        if fits_all(pb, tuple(inner) + (name,)) and aligned_blocks(
-                pb, tuple(inner) + (name,), profile.align, profile.pow2_blocks,
-                profile.min_block_k, profile.min_block_m, profile.min_block_m_deep):
+        if fits_all(pb, tuple(inner) + (name,)) and follows_block_rules(pb, tuple(inner) + (name,), profile):
             out.append(f)
     return out
 

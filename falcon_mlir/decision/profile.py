@@ -88,7 +88,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -219,6 +219,12 @@ class Profile:
     memory: Optional[int] = None
     iree_profile: Optional[str] = None
     product_blocks: Optional[ProductBlocks] = None
+
+    def without_block_minimums(self) -> "Profile":
+        """This profile with ``min_block_k``, ``min_block_m`` and ``min_block_m_deep`` at 1 (the
+        plans those rules keep out allowed; ``align`` and ``pow2_blocks`` kept): what falcon-bench's
+        ``top`` decides on where auto is classical by them."""
+        return replace(self, min_block_k=1, min_block_m=1, min_block_m_deep=1)
 
     # ------------------------------------------------------------------ rates
     def _key(self, elem: str) -> str:

@@ -14,8 +14,8 @@ from .cost import MAX_GROUPED_TERMS, MAX_PRODUCTS, Problem
 from .profile import Profile
 from .scheme_stats import scheme_stats
 
-__all__ = ["fits", "fits_all", "aligned_blocks", "grouped_ok", "plan_error", "sum_roundings",
-           "product_operands", "plan_rounding"]
+__all__ = ["fits", "fits_all", "aligned_blocks", "follows_block_rules", "grouped_ok", "plan_error",
+           "sum_roundings", "product_operands", "plan_rounding"]
 
 
 def fits(pb: Problem, schemes: Sequence[str]) -> bool:
@@ -45,6 +45,13 @@ def aligned_blocks(pb: Problem, schemes: Sequence[str], align: int, pow2: bool =
         if pow2 and any(x & (x - 1) for x in (M, N, K)):
             return False
     return True
+
+
+def follows_block_rules(pb: Problem, schemes: Sequence[str], profile: Profile) -> bool:
+    """:func:`aligned_blocks` under ``profile``'s block rules (``align``, ``pow2_blocks``,
+    ``min_block_k``, ``min_block_m``, ``min_block_m_deep``)."""
+    return aligned_blocks(pb, schemes, profile.align, profile.pow2_blocks, profile.min_block_k,
+                          profile.min_block_m, profile.min_block_m_deep)
 
 
 def fits_all(pb: Problem, schemes) -> bool:

@@ -12,7 +12,7 @@ from typing import Dict, Optional
 from .blocking import BLOCKING_BASE_GAIN, blocking_formats
 from .cost import MAX_PRODUCTS, CostModel, Estimate, Problem
 from .profile import Profile
-from .rules import aligned_blocks, fits, grouped_ok, plan_rounding
+from .rules import fits, follows_block_rules, grouped_ok, plan_rounding
 from .scheme_stats import scheme_stats, single_level_names
 
 __all__ = ["BEAM", "MAX_AUTO_LEVELS", "PlanSearch", "max_auto_levels"]
@@ -57,10 +57,8 @@ class PlanSearch:
         return False
 
     def aligned(self, schemes) -> bool:
-        """Whether every level's blocks follow the profile's block rules (:func:`.rules.aligned_blocks`)."""
-        p = self.profile
-        return aligned_blocks(self.pb, schemes, p.align, p.pow2_blocks, p.min_block_k, p.min_block_m,
-                              p.min_block_m_deep)
+        """Whether every level's blocks follow the profile's block rules (:func:`.rules.follows_block_rules`)."""
+        return follows_block_rules(self.pb, schemes, self.profile)
 
     def consider(self, schemes: tuple, form: str, edge_list=None) -> None:
         """Price ``schemes`` in ``form`` with each edge strategy of ``edge_list`` (default: the allowed

@@ -8,7 +8,13 @@ Strassen levels are ``<4,4,4;49>``) as ``2 R`` dispatches, product by
 product: ``lcma_pack_b`` packs ``B_r = sum V[r] B_jl`` (reads ``nnz(V[r])``
 blocks ``Kb x Nb``, writes one), then ``lcma_gemm`` sums ``A_r`` from
 ``nnz(U[r])`` blocks inside its packing of A and writes its product with W's
-coefficients into the ``nnz(W[r])`` blocks of C in its epilogue.
+coefficients into the ``nnz(W[r])`` blocks of C in its epilogue; or, at blocks
+of at most 512 rows with a large block of B (``falcon_mlir.kernels.cpu_gemm.plan_b_inside``),
+as ``R``, each product summing and packing its B inside the GEMM. :func:`price` prices
+both alike (the pack's extra reads, the products at the classical kernel's rate): what
+the one-dispatch form saves at small row blocks is left to the profile's block
+rules, which were set with the two-dispatch form (docs/benchmarks.md, *LCMA products
+with B inside*).
 
 The decision does not import the kernels (it must load without them); this
 module mirrors what ``CpuPlan`` refuses (:func:`unfit`; a test holds the two

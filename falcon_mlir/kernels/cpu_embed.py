@@ -126,7 +126,10 @@ def executable_text(name: str, obj: Path, target_attr: str, config: CpuGemmConfi
     ``@lcma_pack_b(B, K, N, ldb, trans_b, batch stride of B, nb, tb0.., size of B) -> Bp`` and
     ``@lcma_gemm(A, Bp, C, M, N, K, lda, ldc, trans_a, batch, batch strides of A and C, na, ta0.., nd,
     td0.., first, size of A, size of C) -> (C, S)`` (C read and written in place), the same workloads
-    for a product's blocks of M x N x K.
+    for a product's blocks of M x N x K; ``@lcma_fgemm(A, B, C, M, N, K, lda, ldb, ldc, na, ta0.., nb,
+    tb0.., nd, td0.., first, sizes of A, B and C) -> (C, S)`` on ``[workgroups along N]``: both LCMA
+    entries in one, B summed and packed inside a panel at a time (the plain layout, no batch,
+    :func:`cpu_gemm.plan_b_inside`).
 
     Raises:
         ValueError: ``obj``'s absolute path has a character IREE's link step cannot take
@@ -164,7 +167,8 @@ def executable_text(name: str, obj: Path, target_attr: str, config: CpuGemmConfi
 }} {{
   // falcon's f32 GEMM for x86-64 AVX-512, {c.label}
 {"".join(_export(e, d) for e, d in (("pack_b", 1), ("gemm", 2), ("fgemm", 1), ("general_pack_b", 2),
-                                      ("general_gemm", 3), ("lcma_pack_b", 2), ("lcma_gemm", 3)))}  builtin.module {{
+                                      ("general_gemm", 3), ("lcma_pack_b", 2), ("lcma_gemm", 3),
+                                      ("lcma_fgemm", 1)))}  builtin.module {{
     func.func private @{pack_b}({mref}, {mref}, index, index, index, index) attributes {{hal.import.static}}
     func.func private @{gemm}({mref}, {mref}, {mref}, {mref}, index, index, index, index, index) attributes {{hal.import.static}}
     func.func @pack_b({_memref_args(["b", "bp"])}, {idx}) {{
@@ -272,9 +276,11 @@ def _sizes(c: CpuGemmConfig, *which: str, slot: int = 0) -> str:
 
 
 def _lcma_funcs(c: CpuGemmConfig, mref: str) -> str:
-    """The two LCMA export functions of :func:`executable_text`: the terms are index operands, passed on;
-    batch as in :func:`_general_funcs`."""
+    """The three LCMA export functions of :func:`executable_text`: the terms are index operands, passed on;
+    batch as in :func:`_general_funcs` (``@lcma_fgemm``: none, its scratch one slot per workgroup of
+    :func:`cpu_gemm.lcma_fused_scratch_floats`)."""
     pack_b, gemm = cpu_gemm.lcma_entry_names(c)
+    fgemm = cpu_gemm.lcma_fused_entry_name(c)
     nt = cpu_gemm.MAX_TERMS
     tb, ta, td = ([f"%{p}{i}" for i in range(nt)] for p in ("tb", "ta", "td"))
     decl = lambda names: ", ".join(f"{n}: index" for n in names)  # noqa: E731
@@ -308,6 +314,25 @@ def _lcma_funcs(c: CpuGemmConfig, mref: str) -> str:
         %wy = hal.interface.workgroup.id[1] : index
         %wz = hal.interface.workgroup.id[2] : index
         func.call @{gemm}(%ma, %mbp, %mc_, %ms, %M, %N, %K, %lda, %ldc, %ta, %batch, %sa, %sc, %na, {", ".join(ta)}, %nd, {", ".join(td)}, %first, %wx, %wy, %wz, %gz) : ({mref}, {mref}, {mref}, {mref}, {ix(16 + 2 * nt)}) -> ()
+        return
+    }}
+    func.func private @{fgemm}({mref}, {mref}, {mref}, {mref}, {ix(11 + 3 * nt)}) attributes {{hal.import.static}}
+    func.func @lcma_fgemm({_memref_args(["a", "b", "c", "s"])}, %M: index, %N: index, %K: index, %lda: index,
+                          %ldb: index, %ldc: index, %na: index, {decl(ta)}, %nb: index, {decl(tb)}, %nd: index,
+                          {decl(td)}, %first: index, %z_a: index, %z_b: index, %z_c: index) {{
+        %c0 = arith.constant 0 : index
+        %nc = arith.constant {c.nc} : index
+        %fslot = arith.constant {cpu_gemm.fused_slot_floats(c)} : index
+        %gn = arith.ceildivui %N, %nc : index
+        %tile = arith.muli %M, %nc : index
+        %slot = arith.addi %fslot, %tile : index
+        %s_s = arith.muli %gn, %slot : index
+{sub("ma", "a", "z_a")}
+{sub("mb", "b", "z_b")}
+{sub("mc_", "c", "z_c")}
+{sub("ms", "s", "s_s")}
+        %wx = hal.interface.workgroup.id[0] : index
+        func.call @{fgemm}(%ma, %mb, %mc_, %ms, %M, %N, %K, %lda, %ldb, %ldc, %na, {", ".join(ta)}, %nb, {", ".join(tb)}, %nd, {", ".join(td)}, %first, %wx) : ({mref}, {mref}, {mref}, {mref}, {ix(11 + 3 * nt)}) -> ()
         return
     }}"""
 

@@ -83,6 +83,7 @@ the seven entry points is :mod:`falcon_mlir.kernels.cpu_source`, its compile and
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -166,6 +167,12 @@ def fused_entry_name(config: "CpuGemmConfig") -> str:
     """The symbol of the classical GEMM that packs B itself, panel by panel (one dispatch,
     :func:`fuse_b_inside`): the classical GEMM's name with ``fgemm`` for ``gemm``."""
     return entry_names(config)[1].replace(f"{GEMM_NAME}_", f"{GEMM_NAME.replace('gemm', 'fgemm')}_", 1)
+
+
+def lcma_fused_entry_name(config: "CpuGemmConfig") -> str:
+    """The symbol of the LCMA product GEMM that sums and packs B itself, panel by panel (one dispatch per
+    product, :func:`plan_b_inside`): the classical fused GEMM's name with ``lcma`` after ``falcon_cpu``."""
+    return fused_entry_name(config).replace("falcon_cpu_", "falcon_cpu_lcma_", 1)
 
 
 def entry_names(config: "CpuGemmConfig") -> tuple:
@@ -345,6 +352,13 @@ def fused_slot_floats(config: CpuGemmConfig) -> int:
     return config.kc * config.nc + config.mc * (config.kc + 16)
 
 
+def lcma_fused_scratch_floats(M: int, N: int, config: CpuGemmConfig) -> int:
+    """Floats of the scratch of an LCMA product ``M x N`` run with B inside (:func:`plan_b_inside`): per
+    workgroup (``ceil(N / nc)``) a :func:`fused_slot_floats` slot and the product's private ``M x nc``
+    tile (its K blocks but the last accumulate there where it has several destinations)."""
+    return _ceil(N, config.nc) * (fused_slot_floats(config) + M * config.nc)
+
+
 #: The blocking of an LCMA plan's products (:mod:`.cpu_plan`) where :func:`choose_config` takes the
 #: default: a longer K block and shorter row blocks. Each K block of a product re-reads its A terms and
 #: adds into its destinations (through the private tile), so fewer, longer K blocks pay there; 4096^3
@@ -353,13 +367,70 @@ def fused_slot_floats(config: CpuGemmConfig) -> int:
 PLAN_CONFIG = CpuGemmConfig(kc=384, mc=56)
 
 
-def choose_plan_config(M: int, N: int, K: int, batch: int = 1, isa: str = "avx512") -> CpuGemmConfig:
+#: An LCMA plan's products run with B summed and packed inside (:func:`plan_b_inside`) up to this many
+#: rows (the product's M block) ...
+PLAN_FUSED_MAX_M = 512
+#: ... and, of the two panel widths, the wider where it gives each worker at least this many panels.
+PLAN_FUSED_WIDE_ROUNDS = 4
+
+
+def plan_inside_columns(M: int, N: int, K: int, isa: str = "avx512", n_workers: int = 0) -> int:
+    """The panel width (``nc``: 512 or 256 columns) an LCMA plan's ``M x N x K`` products run with B summed
+    and packed inside the GEMM (``lcma_fgemm``, one dispatch per product, one workgroup per panel over all
+    M rows), or 0 where they run as two dispatches (``lcma_pack_b`` writes the summed B, ``lcma_gemm``
+    reads it once per block of rows). Plain layout at batch 1 and the AVX-512 kernel only (the caller
+    checks the layout; the AVX2 build was not measured this way).
+
+    Inside where ``M <= PLAN_FUSED_MAX_M``, the block of B is large (``N K >= FUSED_MIN_B``, ``K >=
+    FUSED_MIN_K``, the classical rule's figures) and the panels share out evenly over the workers
+    (``n_workers``, default :func:`workers`; at least ``FUSED_MIN_BALANCE`` of the rounds busy, as
+    :func:`fuse_b_inside`); 512 columns where that gives at least ``PLAN_FUSED_WIDE_ROUNDS`` panels per
+    worker, else 256. Measured on a 2-core Zen 4, 2026-12-04 (Strassen, one level, against the classical
+    kernel; docs/kernels.md, *LCMA products with B inside*): with B inside on 256 columns
+    1024x4096x14336 1.089x (two dispatches 0.992x), 1024x7168x16384 1.107x (0.989x), 768x4096x14336
+    1.061x (0.918x), 512x4096x14336 0.992x (0.799x); on 512 columns 1024x14336x4096 1.228x (1.137x),
+    768x14336x4096 1.145x (1.059x), 512x14336x4096 1.099x (0.945x), where 256 columns ran 1.01-1.07x and
+    512 columns at 2048-3584 wide blocks 0.99-1.06x (4 or 7 panels); two dispatches stayed faster at
+    1024-row blocks (2048x14336x4096 1.098x against 1.014x inside, 2048x4096x4096 equal) and at small
+    blocks of B (1024x3584x3584 1.093x against 0.95-1.00x, 1024x1536x7168 0.979x against 0.78-0.82x).
+
+    Raises:
+        ValueError: ``n_workers`` is negative."""
+    if n_workers < 0:
+        raise ValueError(f"plan_inside_columns: n_workers must be >= 0 (0: workers()), got {n_workers}")
+    if isa != "avx512" or M > PLAN_FUSED_MAX_M or N * K < FUSED_MIN_B or K < FUSED_MIN_K:
+        return 0
+    w = n_workers or workers()
+    balanced = lambda p: p >= FUSED_MIN_BALANCE * _ceil(p, w) * w  # noqa: E731
+    wide = _ceil(N, 512)
+    if wide >= PLAN_FUSED_WIDE_ROUNDS * w and balanced(wide):
+        return 512
+    narrow = _ceil(N, 256)
+    return 256 if narrow >= w and balanced(narrow) else 0
+
+
+def plan_b_inside(M: int, N: int, K: int, isa: str = "avx512", n_workers: int = 0) -> bool:
+    """Whether an LCMA plan's ``M x N x K`` products (plain layout, batch 1) run with B summed and packed
+    inside the GEMM: :func:`plan_inside_columns` is not 0.
+
+    Raises:
+        ValueError: ``n_workers`` is negative."""
+    return plan_inside_columns(M, N, K, isa, n_workers) > 0
+
+
+def choose_plan_config(M: int, N: int, K: int, batch: int = 1, isa: str = "avx512",
+                       b_inside: bool = False) -> CpuGemmConfig:
     """The blocking for an LCMA plan's ``M x N x K`` products (``batch`` of each) on the ``isa`` kernel:
+    with B inside (``b_inside``) the default blocking on :func:`plan_inside_columns`' panels (512
+    columns where it names none: a forced choice); else
     :data:`PLAN_CONFIG` (:data:`AVX2_PLAN_CONFIG`) where :func:`choose_config` takes the default
     blocking, else its small one.
 
     Raises:
         ValueError: ``isa`` is not one of :data:`ISA_WIDTH`."""
+    if b_inside:
+        nc = plan_inside_columns(M, N, K, isa) if batch == 1 else 0
+        return dataclasses.replace(default_config(isa), nc=nc or default_config(isa).nc)
     c = choose_config(M, N, K, batch, isa)
     if c != default_config(isa):
         return c

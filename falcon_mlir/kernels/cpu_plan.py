@@ -20,6 +20,13 @@ product by product, with no combine pass of its own:
   (each ``lcma_gemm`` takes C and returns it), the workgroups of one product
   own disjoint tiles of every block.
 
+* **or both in one dispatch**: where the products' blocks are at most 512 rows
+  and B's block is large (:func:`.cpu_gemm.plan_b_inside`; plain layout, batch
+  1, AVX-512), product r is one ``lcma_fgemm``: one workgroup per panel of
+  columns over all rows of the block sums and packs ``B_r`` a ``KC x NC``
+  panel at a time just before its micro-kernels use it, so the summed B never
+  goes to memory (``R`` dispatches in all).
+
 So each element of A and B is read from memory once per product that uses
 it, the combined operands never exist outside L1/L2, and C is never
 materialized per product: the FalconGEMM paper's group-parallel execution
@@ -107,10 +114,13 @@ class CpuPlan:
             group of entries, :func:`cpu_gemm.batch_groups`).
         isa: the kernel's vector instructions (``avx512``, ``avx2``), the default config's; ``config.isa``
             where a config is given.
+        b_inside: each product as one dispatch that sums and packs its B a panel at a time
+            (``lcma_fgemm``), not two (``lcma_pack_b``, ``lcma_gemm``); default :func:`cpu_gemm.plan_b_inside`
+            of the product's blocks (the plain layout at batch 1 only).
 
     Raises:
         ValueError: a size is not a positive multiple of the format, a flag not a bool; ``isa`` unknown
-            or not ``config``'s; a product needs more than
+            or not ``config``'s; ``b_inside`` with a transposed operand or a batch; a product needs more than
             :data:`MAX_TERMS` terms; a coefficient :func:`encode_term` refuses.
         falcon_mlir.catalog.UnknownSchemeError: ``scheme`` is not in the catalog.
     """
@@ -124,6 +134,7 @@ class CpuPlan:
     trans_b: bool = False
     batch: int = 1
     isa: Optional[str] = None
+    b_inside: Optional[bool] = None
 
     def __post_init__(self):
         for name in ("M", "N", "K", "batch"):
@@ -137,9 +148,16 @@ class CpuPlan:
         if self.M % s.m or self.K % s.k or self.N % s.n:
             raise ValueError(f"CpuPlan: {self.M}x{self.N}x{self.K} (MxNxK) is not a multiple of "
                              f"{self.scheme}'s format <{s.m},{s.k},{s.n}>")
+        plain = not (self.trans_a or self.trans_b) and self.batch == 1
+        if self.b_inside is None:
+            object.__setattr__(self, "b_inside", plain and cpu_gemm.plan_b_inside(
+                self.Mb, self.Nb, self.Kb, (self.config.isa if self.config else self.isa) or "avx512"))
+        elif not isinstance(self.b_inside, bool) or (self.b_inside and not plain):
+            raise ValueError(f"CpuPlan: b_inside must be a bool, and True only in the plain layout at batch 1, "
+                             f"got {self.b_inside!r}")
         if self.config is None:
             object.__setattr__(self, "config", cpu_gemm.choose_plan_config(self.Mb, self.Nb, self.Kb, self.batch,
-                                                                           self.isa or "avx512"))
+                                                                           self.isa or "avx512", self.b_inside))
         elif self.isa not in (None, self.config.isa):
             raise ValueError(f"CpuPlan: isa={self.isa!r} but the config is for {self.config.isa}")
         object.__setattr__(self, "isa", self.config.isa)
@@ -238,8 +256,17 @@ def plan_dispatch_lines(exe: str, plan: CpuPlan, a: str = "%a", b: str = "%b", r
     idx = lambda n: ", ".join(["index"] * n)  # noqa: E731
     v = lambda x: f"{r}_v{x}"  # noqa: E731
     c_in = f"{r}_c0"  # C as product i finds it: product i - 1's result
+    if p.b_inside:
+        sf_t = tensor_type((cpu_gemm.lcma_fused_scratch_floats(p.Mb, p.Nb, c),), "f32")
     for i, pr in enumerate(p.products):
         tb, ta, td = (", ".join(v(x) for x in _pad(t)) for t in (pr.b_terms, pr.a_terms, pr.c_terms))
+        if p.b_inside:
+            lines.append(f"{r}_g{i}:2 = flow.dispatch @{exe}::@lcma_fgemm[{r}_gn]({a}, {b}, {c_in}, {r}_Mb, {r}_Nb, "
+                         f"{r}_Kb, {r}_lda, {r}_ldb, {r}_ldc, {v(len(pr.a_terms))}, {ta}, {v(len(pr.b_terms))}, {tb}, "
+                         f"{v(len(pr.c_terms))}, {td}, {v(pr.first)}, {r}_za, {r}_zb, {r}_zc) : "
+                         f"({a_t}, {b_t}, {c_t}, {idx(13 + 3 * MAX_TERMS)}) -> ({c_in}, {sf_t})")
+            c_in = f"{r}_g{i}#0"
+            continue
         lines.append(f"{r}_bp{i} = flow.dispatch @{exe}::@lcma_pack_b[{r}_gp, {r}_batch]({b}, {r}_Kb, {r}_Nb, "
                      f"{r}_ldb, {r}_tb, {r}_sb, {v(len(pr.b_terms))}, {tb}, {r}_zb) : ({b_t}, {idx(7 + MAX_TERMS)}) "
                      f"-> {bp_t}")

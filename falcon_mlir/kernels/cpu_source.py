@@ -1,10 +1,11 @@
 """The C source of falcon's CPU GEMM kernel (see :mod:`falcon_mlir.kernels.cpu_gemm` for the design).
 
 :func:`kernel_source` writes, for one blocking (:class:`~falcon_mlir.kernels.cpu_gemm.CpuGemmConfig`),
-the seven entry points as one translation unit (in AVX-512 or AVX2, the config's ``isa``: the vector
+the eight entry points as one translation unit (in AVX-512 or AVX2, the config's ``isa``: the vector
 operations go through :class:`_Isa`): the classical pair (pack B, GEMM), the classical GEMM
-that packs B itself, the general pair (transposed operands, batches) and the LCMA pair (an LCMA
-plan's product with its terms summed in the packs and several destinations in the epilogue), which
+that packs B itself, the general pair (transposed operands, batches), the LCMA pair (an LCMA
+plan's product with its terms summed in the packs and several destinations in the epilogue) and the
+LCMA GEMM that sums and packs B itself (one dispatch per product), which
 share one micro-kernel, one set of packs and the 16 x 16 transposing tile. :func:`compile_object`
 compiles it (:mod:`falcon_mlir.kernels.cpu_object`). One module because the pieces are one C file:
 each helper's text is used by the entry points written below it.
@@ -17,10 +18,10 @@ from pathlib import Path
 
 from . import cpu_object
 from .cpu_gemm import (MAX_TERMS, CpuGemmConfig, entry_names, fused_entry_name, general_entry_names,
-                       lcma_entry_names)
+                       lcma_entry_names, lcma_fused_entry_name)
 
 #: Bump when the generated source changes in a way the cache key would not see.
-GENERATOR_VERSION = 6
+GENERATOR_VERSION = 7
 
 
 _MEMREF = "const float *{n}_base, {q}float *{n}_ptr, size_t {n}_off, size_t {n}_size, size_t {n}_stride"
@@ -243,15 +244,17 @@ sum_row(float *restrict dst, const float *const *src, const float *w, size_t nt,
 
 
 def kernel_source(config: CpuGemmConfig = CpuGemmConfig()) -> str:
-    """The C source of the seven entry points for ``config`` (sizes are run-time arguments):
+    """The C source of the eight entry points for ``config`` (sizes are run-time arguments):
     the classical pair (:func:`entry_names`), the classical GEMM that packs B itself
-    (:func:`fused_entry_name`), the general classical pair (:func:`general_entry_names`) and the LCMA
-    pair (:func:`lcma_entry_names`)."""
+    (:func:`fused_entry_name`), the general classical pair (:func:`general_entry_names`), the LCMA
+    pair (:func:`lcma_entry_names`) and the LCMA GEMM that sums and packs B itself
+    (:func:`lcma_fused_entry_name`)."""
     c = config
     isa = _ISAS[c.isa]
     pack_b_name, gemm_name = entry_names(c)
     fgemm_name = fused_entry_name(c)
     lpack_b_name, lgemm_name = lcma_entry_names(c)
+    lfgemm_name = lcma_fused_entry_name(c)
     gpack_b_name, ggemm_name = general_entry_names(c)
     terms = lambda p: ", ".join(f"size_t {p}{i}" for i in range(MAX_TERMS))  # noqa: E731
     term_list = lambda p: ", ".join(f"{p}{i}" for i in range(MAX_TERMS))  # noqa: E731
@@ -408,37 +411,46 @@ static void gemm_block(const float *const *a, const float *wa, size_t na, size_t
   }}
 }}
 
-/* Rows [p0, p0 + kc) x columns [j0, j0 + nc) of B (K x N, rows ldb apart) packed as micro-panels
-   [nc / NR][KC][NR] (0 past nc) into bp. */
-static void pack_b_panel(const float *b, size_t ldb, size_t p0, size_t kc, size_t j0, size_t nc,
-                         float *restrict bp) {{
-  const float one = 1.0f;
+/* Rows [p0, p0 + kc) x columns [j0, j0 + nc) of sum_t w[t] B_t (K x N blocks, rows ldb apart) packed as
+   micro-panels [nc / NR][KC][NR] (0 past nc) into bp. */
+static void pack_b_panel(const float *const *b, const float *w, size_t nt, size_t ldb, size_t p0, size_t kc,
+                         size_t j0, size_t nc, float *restrict bp) {{
+  const float *src[MAX_TERMS];
   for (size_t j = 0; j < nc; j += NR) {{
     size_t cols = MIN(NR, nc - j);
     float *pan = bp + (j / NR) * KC * NR;
     for (size_t k = 0; k < kc; ++k) {{
       float *restrict dst = pan + k * NR;
-      const float *src = b + (p0 + k) * ldb + j0 + j;
-      sum_row(dst, &src, &one, 1, cols);
+      for (size_t t = 0; t < nt; ++t) src[t] = b[t] + (p0 + k) * ldb + j0 + j;
+      sum_row(dst, src, w, nt, cols);
       for (size_t r = cols; r < NR; ++r) dst[r] = 0.0f;
     }}
   }}
 }}
 
-/* Columns [wg_n NC, + NC) of C = A @ B over all M rows (A M x K, B K x N, C M x N, row-major), B packed
-   here a KC x NC panel at a time into bp (the workgroup's, L2) just before use (BLIS order: K blocks
-   outside, blocks of MC rows inside); the first K block stores C, later ones add. */
-static void gemm_panels(const float *a, const float *b, float *c, float *restrict ap, float *restrict bp,
-                        size_t M, size_t N, size_t K, size_t wg_n) {{
+/* Columns [wg_n NC, + NC) of the destinations d[t].c += d[t].w * (sum_t wa[t] A_t) @ (sum_t wb[t] B_t) over
+   all M rows (A_t M x K, rows lda apart; B_t K x N, rows ldb apart; row-major), the sum of B packed here a
+   KC x NC panel at a time into bp (the workgroup's, L2) just before use (BLIS order: K blocks outside,
+   blocks of MC rows inside); a destination with a bit in `first` is stored into by the first K block,
+   later ones add. With several destinations and several K blocks, the K blocks but the last accumulate
+   in the workgroup's private M x NC tile `pt`, and the last adds it on its way to the destinations
+   (as gemm_block). */
+static void gemm_panels(const float *const *a, const float *wa, size_t na, size_t lda,
+                        const float *const *b, const float *wb, size_t nb, size_t ldb,
+                        const Dst *dst, size_t nd, unsigned first, float *restrict ap, float *restrict bp,
+                        float *restrict pt, size_t M, size_t N, size_t K, size_t wg_n) {{
   size_t j0 = wg_n * NC, nc = MIN(NC, N - j0);
-  const float one = 1.0f;
+  int private_tile = nd > 1 && K > KC;
+  const float *as[MAX_TERMS];
+  Dst d[MAX_TERMS];
   for (size_t p0 = 0; p0 < K; p0 += KC) {{
     size_t kc = MIN(KC, K - p0);
-    pack_b_panel(b, N, p0, kc, j0, nc, bp);
+    int last = p0 + KC >= K;
+    pack_b_panel(b, wb, nb, ldb, p0, kc, j0, nc, bp);
     for (size_t i0 = 0; i0 < M; i0 += MC) {{
       size_t mc = MIN(MC, M - i0);
-      const float *as = a + i0 * K + p0;
-      pack_a(&as, &one, 1, K, mc, kc, ap);
+      for (size_t t = 0; t < na; ++t) as[t] = a[t] + i0 * lda + p0;
+      pack_a(as, wa, na, lda, mc, kc, ap);
       for (size_t j = 0; j < nc; j += NR) {{
         const float *bpan = bp + (j / NR) * KC * NR;
         size_t cols = MIN(NR, nc - j);
@@ -446,8 +458,18 @@ static void gemm_panels(const float *a, const float *b, float *c, float *restric
         for (size_t i = 0, t = 0; i < mc; i += MR, ++t) {{
           size_t rows = MIN(MR, mc - i);
           const float *pf = bnext + (t % PF_PARTS) * kc * 16;
-          Dst d = {{c + (i0 + i) * N + j0 + j, N, 1.0f}};
-          ukernel(kc, ap + i * APS, bpan, 0, 0, &d, 1, rows, cols, p0 == 0, pf);
+          float *own = private_tile ? pt + (i0 + i) * NC + j : 0;
+          if (private_tile && !last) {{
+            Dst o = {{own, NC, 1.0f}};
+            ukernel(kc, ap + i * APS, bpan, 0, 0, &o, 1, rows, cols, p0 == 0, pf);
+            continue;
+          }}
+          for (size_t u = 0; u < nd; ++u) {{
+            d[u].c = dst[u].c + (i0 + i) * dst[u].ld + j0 + j;
+            d[u].ld = dst[u].ld;
+            d[u].w = dst[u].w;
+          }}
+          ukernel(kc, ap + i * APS, bpan, own, NC, d, nd, rows, cols, private_tile || p0 == 0 ? first : 0u, pf);
         }}
       }}
     }}
@@ -481,7 +503,10 @@ __attribute__((visibility("hidden"))) void {fgemm_name}({_memref("a", True)},
     {_memref("b", True)}, {_memref("c", False)}, {_memref("s", False)},
     size_t M, size_t N, size_t K, size_t wg_n) {{
   float *bp = s_ptr + s_off + wg_n * (size_t)(KC * NC + MC * APS);
-  gemm_panels(a_ptr + a_off, b_ptr + b_off, c_ptr + c_off, bp + KC * NC, bp, M, N, K, wg_n);
+  const float *a = a_ptr + a_off, *b = b_ptr + b_off;
+  const float one = 1.0f;
+  Dst d = {{c_ptr + c_off, N, 1.0f}};
+  gemm_panels(&a, &one, 1, K, &b, &one, 1, N, &d, 1, 1u, bp + KC * NC, bp, 0, M, N, K, wg_n);
 }}
 
 /* General classical: packed B of batch entry wg_b of B (K x N, or stored N x K where trans_b; entries
@@ -569,6 +594,39 @@ __attribute__((visibility("hidden"))) void {lgemm_name}({_memref("a", True)},
     gemm_block(a, wa, na, lda, trans_a, bp_ptr + bp_off + bi * PACKED(N, K), d, nd, (unsigned)first, ap,
                ap + MC * APS, M, N, K, wg_m, wg_n);
   }}
+}}
+
+/* LCMA product, B summed and packed inside (cpu_gemm.plan_b_inside): columns [wg_n NC, + NC) of
+   P = (sum coef(ta) A[block(ta)]) @ (sum coef(tb) B[block(tb)]) over all M rows, added with coef(td) into
+   each C[block(td)] of the nd destinations (stored where `first` has the bit); blocks M x K of A (rows
+   lda apart), K x N of B (rows ldb apart), M x N of C (rows ldc apart), all row-major, no batch. The
+   workgroup's slot of S: a KC x NC panel of the summed B, the packed-A slot, an M x NC private tile. */
+__attribute__((visibility("hidden"))) void {lfgemm_name}({_memref("a", True)},
+    {_memref("b", True)}, {_memref("c", False)}, {_memref("s", False)},
+    size_t M, size_t N, size_t K, size_t lda, size_t ldb, size_t ldc, size_t na, {terms("ta")}, size_t nb,
+    {terms("tb")}, size_t nd, {terms("td")}, size_t first, size_t wg_n) {{
+  const size_t ta[MAX_TERMS] = {{{term_list("ta")}}};
+  const size_t tb[MAX_TERMS] = {{{term_list("tb")}}};
+  const size_t td[MAX_TERMS] = {{{term_list("td")}}};
+  const float *a[MAX_TERMS], *b[MAX_TERMS];
+  float wa[MAX_TERMS], wb[MAX_TERMS];
+  Dst d[MAX_TERMS];
+  for (size_t t = 0; t < na; ++t) {{
+    a[t] = a_ptr + a_off + term_row(ta[t]) * M * lda + term_col(ta[t]) * K;
+    wa[t] = term_coef(ta[t]);
+  }}
+  for (size_t t = 0; t < nb; ++t) {{
+    b[t] = b_ptr + b_off + term_row(tb[t]) * K * ldb + term_col(tb[t]) * N;
+    wb[t] = term_coef(tb[t]);
+  }}
+  for (size_t t = 0; t < nd; ++t) {{
+    d[t].c = c_ptr + c_off + term_row(td[t]) * M * ldc + term_col(td[t]) * N;
+    d[t].ld = ldc;
+    d[t].w = term_coef(td[t]);
+  }}
+  float *bp = s_ptr + s_off + wg_n * (size_t)(KC * NC + MC * APS + M * NC);
+  gemm_panels(a, wa, na, lda, b, wb, nb, ldb, d, nd, (unsigned)first, bp + KC * NC, bp, bp + KC * NC + MC * APS,
+              M, N, K, wg_n);
 }}
 """
 

@@ -25,7 +25,8 @@ generated AVX-512 or AVX2 C compiled by gcc, embedded by
 :mod:`falcon_mlir.kernels.cpu_embed`): which ones, :mod:`.serve_cpu`
 (row-major f32, batch 1, static; classical ones of at least ``min-flops``,
 auto 2 x 256^3; kernel-form plans as ``2 R`` dispatches with the combines
-inside the kernel, :mod:`falcon_mlir.kernels.cpu_plan`; :mod:`.cpu`);
+inside the kernel, or ``R`` where each product packs its B inside,
+:mod:`falcon_mlir.kernels.cpu_plan`; :mod:`.cpu`);
 the executable's object key is the llvm-cpu target of ``cpu-flags``.
 
 Everything else stays IREE's. A C operand that is not a zero fill is added to
@@ -38,7 +39,8 @@ sm_90a needs the ``cuda`` extra (Triton), x86-avx512 and x86-avx2 a C compiler; 
 it the pass reports every contraction as left to IREE. Report entries: ``location``, ``op``, ``M``,
 ``N``, ``K``, ``batch``, ``element_types``, ``kernel`` (``"classical"``,
 ``"plan"`` or ``None``), ``config``/``plan`` details, ``reason``; on the CPU a classical entry's
-``dispatches``: 1 where B is packed inside the GEMM (``@fgemm``), else 2.
+``dispatches``: 1 where B is packed inside the GEMM (``@fgemm``), else 2; a plan's ``plan.dispatches``:
+``R`` where its products pack B inside (``@lcma_fgemm``), else ``2 R``.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ to IREE, whose data tiling packs it once at module load, where that is predicted
 of ``cpu-flags``), the kernel's object per blocking (:func:`falcon_mlir.kernels.cpu_source.compile_object`,
 cached on disk), and the splice (:meth:`.splice.Splicer.cpu_function`, or
 :meth:`~.splice.Splicer.cpu_plan_function` for a plan: :mod:`falcon_mlir.kernels.cpu_plan`'s 2R dispatches
-with the combines inside the kernel; then the call in place of
+with the combines inside the kernel, R where each product packs its B inside; then the call in place of
 the contraction, plus ``C0 +`` for a live accumulator).
 """
 
@@ -139,7 +139,9 @@ def run_cpu(root, contractions, options: KernelsOptions) -> list:
         if served.plan is not None:
             p = served.plan
             fn = sp.cpu_plan_function(objects[config], p, types)
-            entry["plan"] = {"scheme": p.scheme, "R": p.R, "dispatches": 2 * p.R, "blocks": [p.Mb, p.Nb, p.Kb]}
+            # R: each product sums and packs its B inside its GEMM (lcma_fgemm), else 2R
+            entry["plan"] = {"scheme": p.scheme, "R": p.R, "dispatches": p.R if p.b_inside else 2 * p.R,
+                             "blocks": [p.Mb, p.Nb, p.Kb]}
         else:
             fn = sp.cpu_function(objects[config], config, served.M, served.N, served.K, types,
                                  trans_a=served.trans_a, trans_b=served.trans_b, batch=served.batch)

@@ -622,8 +622,8 @@ def test_b_inside_numerics_against_float64(shape, cfg):
 
 @needs_avx512
 @pytest.mark.parametrize("old, new", [
-    ("const float *src = b + (p0 + k) * ldb + j0 + j;", "const float *src = b + (p0 + k) * ldb + j;"),  # panel
-    ("const float *src = b + (p0 + k) * ldb + j0 + j;", "const float *src = b + k * ldb + j0 + j;"),     # K block
+    ("src[t] = b[t] + (p0 + k) * ldb + j0 + j;", "src[t] = b[t] + (p0 + k) * ldb + j;"),  # panel
+    ("src[t] = b[t] + (p0 + k) * ldb + j0 + j;", "src[t] = b[t] + k * ldb + j0 + j;"),     # K block
 ])
 def test_b_inside_wrong_panel_is_caught(old, new):
     """The numerics test fails on a kernel that packs the wrong columns or the wrong K block of B."""

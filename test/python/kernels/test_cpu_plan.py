@@ -122,6 +122,73 @@ def test_module_structure():
     assert any("(%a, %p_bp6, %p_g5#0, " in ln and "-> (%p_g5#0, " in ln for ln in lines)
 
 
+# -- B summed and packed inside (lcma_fgemm: one dispatch per product, one workgroup per panel) -------
+
+@needs_avx512
+@pytest.mark.parametrize("M,N,K,scheme,config", [
+    (2 * 45, 2 * 37, 2 * 150, "strassen", _TINY),          # edges, 3 K blocks, 2 row blocks: private tile
+    (2 * 45, 2 * 37, 2 * 150, "strassen", None),           # default blocking for B inside (one K block)
+    (2 * 120, 2 * 300, 2 * 600, "strassen", None),         # 3 K blocks of 256 over 2 row blocks of 112
+    (4 * 17, 4 * 33, 4 * 70, "strassen^2", _TINY),         # 4 terms per operand and destination
+    (8 * 15, 8 * 9, 8 * 70, "strassen^3", _TINY),          # 8 terms: MAX_TERMS
+    (3 * 20, 3 * 35, 3 * 50, "3x3x3:23", _TINY),            # not 2x2
+    (2 * 29, 2 * 40, 2 * 100, "2x2x2:8", _TINY),            # classical blocking: K split over products
+])
+def test_b_inside_plan_numerics_against_float64(M, N, K, scheme, config):
+    plan = CpuPlan(M, N, K, scheme, config, b_inside=True)
+    c, a, b = _run(plan)
+    assert np.isfinite(c).all()
+    assert _rel_err(c, a, b) < _bound(plan)
+
+
+@needs_avx512
+@pytest.mark.parametrize("old, new", [
+    ("+ term_col(tb[t]) * N;", "+ (term_col(tb[t]) ^ 1) * N;"),             # B's term one block column off
+    ("pt + (i0 + i) * NC + j", "pt + i * NC + j"),                          # private tile shared by row blocks
+    ("ldb, p0, kc, j0, nc, bp);", "ldb, 0, kc, j0, nc, bp);"),              # every K block packs the first
+], ids=["b_term", "tile_rows", "k_block"])
+def test_wrong_b_inside_product_is_caught(old, new):
+    """The numerics check fails on a B-inside kernel with a wrong B term, private tile row or K block."""
+    plan = CpuPlan(2 * 45, 2 * 37, 2 * 150, "strassen", _TINY, b_inside=True)
+    src = cpu_source.kernel_source(plan.config)
+    bad = src.replace(old, new)
+    assert bad != src
+    c, a, b = _run(plan, obj=cpu_object.compile_source(bad, "mutant"))
+    assert _rel_err(c, a, b) > 1e-2
+
+
+def test_b_inside_module_structure():
+    """One dispatch per product reading B itself, C threaded through the products in place."""
+    plan = CpuPlan(64, 64, 64, "strassen", b_inside=True)
+    lines, c = cpu_plan.plan_dispatch_lines("exe", plan)
+    assert c == "%p_g6#0"
+    assert sum("@exe::@lcma_fgemm[%p_gn](%a, %b, " in ln for ln in lines) == 7
+    assert not any("lcma_pack_b" in ln or "lcma_gemm" in ln for ln in lines)
+    assert any("(%a, %b, %p_g5#0, " in ln and "-> (%p_g5#0, " in ln for ln in lines)
+
+
+def test_b_inside_rule():
+    """Where products run with B inside, on 2 workers: row blocks up to 512, blocks of B of 6M elements
+    and more, 512-column panels where there are 8 and more, else 256 where they balance."""
+    col = lambda M, N, K: cpu_gemm.plan_inside_columns(M, N, K, n_workers=2)  # noqa: E731
+    assert col(512, 2048, 7168) == 256 and col(512, 3584, 8192) == 256
+    assert col(512, 7168, 2048) == 512 and col(384, 4096, 2048) == 512 and col(256, 10240, 2560) == 512
+    assert col(1024, 7168, 2048) == 0          # 1024-row blocks: two dispatches
+    assert col(512, 1792, 1792) == 0           # B's block under 6M elements
+    assert col(512, 1792, 7168) == 0           # 7 panels of 256 on 2 workers: 7/8 busy
+    assert cpu_gemm.plan_inside_columns(512, 2048, 7168, "avx2", 2) == 0
+    with pytest.raises(ValueError, match="n_workers"):
+        cpu_gemm.plan_inside_columns(512, 2048, 7168, n_workers=-1)
+    plan = CpuPlan(1024, 4096, 14336, "strassen")
+    assert plan.b_inside == cpu_gemm.plan_b_inside(512, 2048, 7168)
+    assert plan.config.nc == (cpu_gemm.plan_inside_columns(512, 2048, 7168) or cpu_gemm.PLAN_CONFIG.nc)
+    assert not CpuPlan(1024, 4096, 14336, "strassen", trans_a=True).b_inside
+    assert not CpuPlan(1024, 4096, 14336, "strassen", batch=2).b_inside
+    for bad in (dict(trans_b=True, b_inside=True), dict(batch=2, b_inside=True), dict(b_inside=1)):
+        with pytest.raises(ValueError, match="b_inside"):
+            CpuPlan(1024, 4096, 14336, "strassen", **bad)
+
+
 # -- transposed operands: a term's block (i, j) of A is block (j, i) of the stored K x M matrix ------
 
 @needs_avx512

@@ -28,18 +28,20 @@ FORMS = (("two", False, None), ("inside 256", True, 256), ("inside 512", True, 5
 
 
 def parse_shape(text: str) -> tuple:
-    """``MxNxK`` -> ``(M, N, K)``, positive ints.
+    """``MxNxK`` -> ``(M, N, K)``, positive ints (:func:`falcon_mlir.bench.shapes.parse_shapes`, one shape).
 
     Raises:
-        argparse.ArgumentTypeError: not three positive ints joined by ``x``.
+        argparse.ArgumentTypeError: not one shape of three positive ints joined by ``x``.
     """
+    from falcon_mlir.bench.shapes import parse_shapes
+
     try:
-        dims = tuple(int(v) for v in text.lower().split("x"))
-    except ValueError:
-        dims = ()
-    if len(dims) != 3 or min(dims) < 1:
-        raise argparse.ArgumentTypeError(f"a shape is MxNxK with positive sizes, got {text!r}")
-    return dims
+        shapes = parse_shapes(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    if len(shapes) != 1:
+        raise argparse.ArgumentTypeError(f"one MxNxK per argument, got {text!r}")
+    return shapes[0].mnk
 
 
 def bench_shape(M: int, N: int, K: int, scheme: str, rounds: int, seed: int = 0) -> dict:

@@ -386,13 +386,14 @@ def plan_inside_columns(M: int, N: int, K: int, isa: str = "avx512", n_workers: 
     (``n_workers``, default :func:`workers`; at least ``FUSED_MIN_BALANCE`` of the rounds busy, as
     :func:`fuse_b_inside`); 512 columns where that gives at least ``PLAN_FUSED_WIDE_ROUNDS`` panels per
     worker, else 256. Measured on a 2-core Zen 4, 2026-12-04 (Strassen, one level, against the classical
-    kernel; docs/kernels.md, *LCMA products with B inside*): with B inside on 256 columns
-    1024x4096x14336 1.089x (two dispatches 0.992x), 1024x7168x16384 1.107x (0.989x), 768x4096x14336
-    1.061x (0.918x), 512x4096x14336 0.992x (0.799x); on 512 columns 1024x14336x4096 1.228x (1.137x),
-    768x14336x4096 1.145x (1.059x), 512x14336x4096 1.099x (0.945x), where 256 columns ran 1.01-1.07x and
-    512 columns at 2048-3584 wide blocks 0.99-1.06x (4 or 7 panels); two dispatches stayed faster at
-    1024-row blocks (2048x14336x4096 1.098x against 1.014x inside, 2048x4096x4096 equal) and at small
-    blocks of B (1024x3584x3584 1.093x against 0.95-1.00x, 1024x1536x7168 0.979x against 0.78-0.82x).
+    kernel, ``scripts/cpu_plan_inside_bench.py``; docs/kernels.md, *LCMA products with B inside*): with B
+    inside on 256 columns 1024x4096x14336 1.072x (two dispatches 1.020x), 1024x7168x16384 1.087x
+    (0.888x), 768x4096x14336 1.051x (0.949x), 512x4096x14336 1.007x (0.861x); on 512 columns
+    1024x14336x4096 1.167x (1.164x), 768x14336x4096 1.174x (1.078x), 512x14336x4096 1.098x (0.996x), where
+    256 columns ran 0.99-1.04x; 256 and 512 columns trade places by 2-3% from run to run at 2048-wide
+    blocks (4 panels of 512). Two dispatches stayed faster at 1024-row blocks (2048x14336x4096 1.085x
+    against 0.94-1.02x inside, 2048x4096x4096 1.149x against 1.10-1.14x) and at small blocks of B
+    (1024x3584x3584 1.060x against 0.95-0.97x, 1024x1536x7168 0.946x against 0.77-0.82x).
 
     Raises:
         ValueError: ``n_workers`` is negative."""

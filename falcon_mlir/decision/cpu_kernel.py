@@ -19,7 +19,8 @@ with B inside*).
 The decision does not import the kernels (it must load without them); this
 module mirrors what ``CpuPlan`` refuses (:func:`unfit`; a test holds the two
 equal: ``test/python/decision/test_cpu_kernel_form.py``) and prices the
-``2 R`` dispatches (:func:`price`) from the profile's figures only.
+``2 R`` dispatches (:func:`price`; ``R`` where the products pack B inside, priced the same) from the
+profile's figures only.
 """
 
 from __future__ import annotations

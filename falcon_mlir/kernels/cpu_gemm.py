@@ -77,7 +77,7 @@ element-wise 16 x 16 transpose, compiled for x86-64-v3 (AVX2, FMA); its blocking
 
 This module holds the kernel's Python side: the blocking (:class:`CpuGemmConfig`), the entry
 points' names, the choices of blocking and form per shape, and the buffers' sizes. The C source of
-the seven entry points is :mod:`falcon_mlir.kernels.cpu_source`, its compile and cache
+the eight entry points is :mod:`falcon_mlir.kernels.cpu_source`, its compile and cache
 :mod:`falcon_mlir.kernels.cpu_object`.
 """
 
@@ -289,8 +289,9 @@ def fuse_b_inside(M: int, N: int, K: int, config: CpuGemmConfig, n_workers: int 
     1.05-1.08x faster; slower where B is small (512x2048x2048 0.93-0.97x, 1024x1024x4096 0.91-0.93x) and
     at M = 2048 (0.93x). So: ``M <= FUSED_MAX_M``, ``N K >= FUSED_MIN_B``, at least
     ``FUSED_MIN_PANELS`` panels of ``FUSED_PANEL_COLS`` (512) columns, and ``K >= FUSED_MIN_K`` (the
-    scratch's size, not its speed). (An LCMA plan's products the same way measured no faster: not used
-    there.)
+    scratch's size, not its speed). (An LCMA plan's products have a rule of their own,
+    :func:`plan_inside_columns`: measured on the Xeon with the classical entries they ran no faster, on
+    the Zen 4 with the LCMA entry that sums B's terms inside they did.)
 
     And the panels balance over the workers (``n_workers``, default :func:`workers`): B inside has one
     workgroup per panel, so ``p`` panels on ``w`` workers keep them busy ``p / (ceil(p / w) w)`` of the
@@ -392,8 +393,10 @@ def plan_inside_columns(M: int, N: int, K: int, isa: str = "avx512", n_workers: 
     1024x14336x4096 1.167x (1.164x), 768x14336x4096 1.174x (1.078x), 512x14336x4096 1.098x (0.996x), where
     256 columns ran 0.99-1.04x; 256 and 512 columns trade places by 2-3% from run to run at 2048-wide
     blocks (4 panels of 512). Two dispatches stayed faster at 1024-row blocks (2048x14336x4096 1.085x
-    against 0.94-1.02x inside, 2048x4096x4096 1.149x against 1.10-1.14x) and at small blocks of B
-    (1024x3584x3584 1.060x against 0.95-0.97x, 1024x1536x7168 0.946x against 0.77-0.82x).
+    against 0.94-1.02x inside, 2048x4096x4096 1.149x against 1.10-1.14x) and at two of three small blocks of
+    B (1024x3584x3584 1.060x against 0.95-0.97x, 1024x1536x7168 0.946x against 0.77-0.82x; at
+    1024x2048x7168, 3.7M elements, inside ran 1.07-1.08x against 1.064x, and the classical rule's 6M keeps
+    it out).
 
     Raises:
         ValueError: ``n_workers`` is negative."""

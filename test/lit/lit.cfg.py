@@ -30,6 +30,16 @@ import platform  # noqa: E402
 
 if platform.machine().lower() in ("x86_64", "amd64") and shutil.which(os.environ.get("FALCON_CC") or "gcc"):
     config.available_features.add("cpu-kernel-cc")
+# `REQUIRES: plan-b-inside`: tests whose LCMA plan's products (512 x 4096 x 2048 blocks) run with B
+# inside on this host: falcon_mlir.kernels.cpu_gemm.plan_b_inside counts the host's cores (true on 1,
+# 2, 4, 8 and 16 of them, not on 3 or 6).
+try:
+    from falcon_mlir.kernels.cpu_gemm import plan_b_inside  # noqa: E402
+
+    if plan_b_inside(512, 4096, 2048):
+        config.available_features.add("plan-b-inside")
+except ImportError:
+    pass
 for var in ("FALCON_CC", "FALCON_KERNEL_CACHE"):
     if var in os.environ:
         config.environment[var] = os.environ[var]

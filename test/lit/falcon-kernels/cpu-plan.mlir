@@ -94,30 +94,6 @@ func.func @qkt(%a: tensor<4x64x96xf32>, %b: tensor<4x128x96xf32>) -> tensor<4x64
   return %0 : tensor<4x64x128xf32>
 }
 
-// -----
-
-// Products of 512 rows with a large block of B (4096 x 2048 of 4096 x 8192): one dispatch per product
-// that sums and packs its B inside the GEMM (lcma_fgemm, one workgroup per panel of 256 or 512
-// columns, as the host's cores share them out), no pack dispatch; A, B and C read in place.
-// CHECK: func.func private @[[CALLI:falcon_cpu_sgemm_14x32_k256_112x(256|512)_p16_[0-9a-f]{8}_strassen_1024x8192x4096_call]](%[[A:.+]]: tensor<1024x4096xf32>, %[[B:.+]]: tensor<4096x8192xf32>) -> tensor<1024x8192xf32>
-// CHECK: %[[C0:.+]] = tensor.empty() : tensor<1024x8192xf32>
-// CHECK: %[[G0:.+]]:2 = flow.dispatch @[[EXE:falcon_cpu_sgemm_14x32_k256_112x(256|512)_p16_[0-9a-f]{8}]]::@[[EXE]]_lcma_fgemm[%{{.+}}](%[[A]], %[[B]], %[[C0]], %{{.+}}) : (tensor<1024x4096xf32>, tensor<4096x8192xf32>, tensor<1024x8192xf32>, {{(index, )+}}index) -> (%[[C0]], tensor<{{[0-9]+}}xf32>)
-// CHECK: %[[G1:.+]]:2 = flow.dispatch @[[EXE]]::@[[EXE]]_lcma_fgemm[%{{.+}}](%[[A]], %[[B]], %[[G0]]#0, %{{.+}}) : ({{.+}}) -> (%[[G0]]#0, tensor<{{[0-9]+}}xf32>)
-// CHECK-COUNT-5: flow.dispatch @[[EXE]]::@[[EXE]]_lcma_fgemm[
-// CHECK-NOT: flow.dispatch
-// CHECK: return %{{.+}}#0 : tensor<1024x8192xf32>
-// CHECK: stream.executable.export public @[[EXE]]_lcma_fgemm workgroups
-// CHECK: func.func private @falcon_cpu_lcma_fgemm_14x32_k256_112x{{256|512}}_p16({{.+}}) attributes {hal.import.static}
-// CHECK-LABEL: func.func @b_inside
-// CHECK: call @[[CALLI]](%arg0, %arg1)
-func.func @b_inside(%a: tensor<1024x4096xf32>, %b: tensor<4096x8192xf32>) -> tensor<1024x8192xf32> {
-  %cst = arith.constant 0.0 : f32
-  %e = tensor.empty() : tensor<1024x8192xf32>
-  %f = linalg.fill ins(%cst : f32) outs(%e : tensor<1024x8192xf32>) -> tensor<1024x8192xf32>
-  %0 = linalg.matmul {falcon.plan = {schemes = ["strassen"], form = "kernel"}} ins(%a, %b : tensor<1024x4096xf32>, tensor<4096x8192xf32>) outs(%f : tensor<1024x8192xf32>) -> tensor<1024x8192xf32>
-  return %0 : tensor<1024x8192xf32>
-}
-
 // REPORT: "kernel": "plan"
 // REPORT: "reason": "kernel-form plan on falcon's CPU kernel (combines inside it)"
 // REPORT: "plan": {
@@ -128,9 +104,3 @@ func.func @b_inside(%a: tensor<1024x4096xf32>, %b: tensor<4096x8192xf32>) -> ten
 // REPORT: "reason": "kernel-form plan strassen*strassen does not run on falcon's CPU kernel (CpuPlan: 510x256x768 (MxNxK) is not a multiple of strassen*strassen's format <4,4,4>); classical kernel"
 // REPORT: "kernel": "plan"
 // REPORT: "layout": "B stored N x K, batch 4"
-// REPORT: "kernel": "plan"
-// REPORT: "dispatches": 7
-// REPORT: "blocks": [
-// REPORT-NEXT: 512,
-// REPORT-NEXT: 4096,
-// REPORT-NEXT: 2048

@@ -127,11 +127,12 @@ def test_module_structure():
 @needs_avx512
 @pytest.mark.parametrize("M,N,K,scheme,config", [
     (2 * 45, 2 * 37, 2 * 150, "strassen", _TINY),          # edges, 3 K blocks, 2 row blocks: private tile
+    (2 * 45, 2 * 37, 2 * 128, "strassen", _TINY),          # 2 K blocks, the last a whole one
     (2 * 45, 2 * 37, 2 * 150, "strassen", None),           # default blocking for B inside (one K block)
     (2 * 120, 2 * 300, 2 * 600, "strassen", None),         # 3 K blocks of 256 over 2 row blocks of 112
     (4 * 17, 4 * 33, 4 * 70, "strassen^2", _TINY),         # 4 terms per operand and destination
     (8 * 15, 8 * 9, 8 * 70, "strassen^3", _TINY),          # 8 terms: MAX_TERMS
-    (3 * 20, 3 * 35, 3 * 50, "3x3x3:23", _TINY),            # not 2x2
+    (3 * 20, 3 * 35, 3 * 150, "3x3x3:23", _TINY),           # not 2x2; 3 K blocks
     (2 * 29, 2 * 40, 2 * 100, "2x2x2:8", _TINY),            # classical blocking: K split over products
 ])
 def test_b_inside_plan_numerics_against_float64(M, N, K, scheme, config):
@@ -146,10 +147,12 @@ def test_b_inside_plan_numerics_against_float64(M, N, K, scheme, config):
     ("+ term_col(tb[t]) * N;", "+ (term_col(tb[t]) ^ 1) * N;"),             # B's term one block column off
     ("pt + (i0 + i) * NC + j", "pt + i * NC + j"),                          # private tile shared by row blocks
     ("ldb, p0, kc, j0, nc, bp);", "ldb, 0, kc, j0, nc, bp);"),              # every K block packs the first
-], ids=["b_term", "tile_rows", "k_block"])
+    ("int last = p0 + KC >= K;", "int last = p0 + KC > K;"),                # a whole last K block not last
+], ids=["b_term", "tile_rows", "k_block", "last_block"])
 def test_wrong_b_inside_product_is_caught(old, new):
-    """The numerics check fails on a B-inside kernel with a wrong B term, private tile row or K block."""
-    plan = CpuPlan(2 * 45, 2 * 37, 2 * 150, "strassen", _TINY, b_inside=True)
+    """The numerics check fails on a B-inside kernel with a wrong B term, private tile row or K block, or
+    one that leaves a whole last K block in the private tile (K a multiple of KC)."""
+    plan = CpuPlan(2 * 45, 2 * 37, 2 * 128, "strassen", _TINY, b_inside=True)
     src = cpu_source.kernel_source(plan.config)
     bad = src.replace(old, new)
     assert bad != src

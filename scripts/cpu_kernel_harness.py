@@ -29,6 +29,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from falcon_mlir.bench.shapes import shape_argument
+
 DRIVER = r"""
 #include <pthread.h>
 #include <stdio.h>
@@ -98,23 +100,6 @@ int main(int argc, char **argv) {
 """
 
 
-def parse_shape(text: str) -> tuple:
-    """``MxNxK`` -> ``(M, N, K)`` (:func:`falcon_mlir.bench.shapes.parse_shapes` of one shape).
-
-    Raises:
-        argparse.ArgumentTypeError: not one shape of three positive ints joined by ``x``.
-    """
-    from falcon_mlir.bench.shapes import parse_shapes
-
-    try:
-        shapes = parse_shapes(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-    if len(shapes) != 1:
-        raise argparse.ArgumentTypeError(f"one MxNxK per argument, got {text!r}")
-    return shapes[0].mnk
-
-
 def parse_config(text: str):
     """``kc=384,mc=56`` -> the :class:`CpuGemmConfig` with those fields (ints, ``isa`` a name).
 
@@ -159,7 +144,7 @@ def build(config, workdir: Path) -> Path:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="cpu_kernel_harness", description=__doc__.split("\n\n")[0])
-    p.add_argument("shapes", nargs="+", type=parse_shape, metavar="MxNxK")
+    p.add_argument("shapes", nargs="+", type=shape_argument, metavar="MxNxK")
     p.add_argument("--config", type=parse_config, default=None,
                    help="CpuGemmConfig fields, e.g. kc=384,mc=56 (default: the classical blocking)")
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1,

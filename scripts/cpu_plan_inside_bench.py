@@ -23,25 +23,10 @@ import time
 
 import numpy as np
 
+from falcon_mlir.bench.shapes import shape_argument
+
 #: The plan's forms timed beside the classical kernel: (label, b_inside, panel width or None).
 FORMS = (("two", False, None), ("inside 256", True, 256), ("inside 512", True, 512))
-
-
-def parse_shape(text: str) -> tuple:
-    """``MxNxK`` -> ``(M, N, K)``, positive ints (:func:`falcon_mlir.bench.shapes.parse_shapes`, one shape).
-
-    Raises:
-        argparse.ArgumentTypeError: not one shape of three positive ints joined by ``x``.
-    """
-    from falcon_mlir.bench.shapes import parse_shapes
-
-    try:
-        shapes = parse_shapes(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-    if len(shapes) != 1:
-        raise argparse.ArgumentTypeError(f"one MxNxK per argument, got {text!r}")
-    return shapes[0].mnk
 
 
 def bench_shape(M: int, N: int, K: int, scheme: str, rounds: int, seed: int = 0) -> dict:
@@ -82,7 +67,7 @@ def bench_shape(M: int, N: int, K: int, scheme: str, rounds: int, seed: int = 0)
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="cpu_plan_inside_bench", description=__doc__.split("\n\n")[0])
-    p.add_argument("shapes", nargs="+", type=parse_shape, metavar="MxNxK")
+    p.add_argument("shapes", nargs="+", type=shape_argument, metavar="MxNxK")
     p.add_argument("--scheme", default="strassen", help="catalog scheme of the plan (default strassen)")
     p.add_argument("--rounds", type=int, default=7, help="alternating rounds (default 7)")
     args = p.parse_args(argv)

@@ -9,11 +9,12 @@ command-line tools put the option in front (``--shapes: ...``).
 
 from __future__ import annotations
 
+import argparse
 import re
 from dataclasses import dataclass
 from typing import List, Optional, Tuple
 
-__all__ = ["Shape", "parse_int_list", "parse_shapes", "parse_workloads"]
+__all__ = ["Shape", "parse_int_list", "parse_shapes", "shape_argument", "parse_workloads"]
 
 
 @dataclass
@@ -80,6 +81,22 @@ def parse_shapes(text: str) -> List[Shape]:
     if not shapes:
         raise ValueError("empty list")
     return shapes
+
+
+def shape_argument(text: str) -> Tuple[int, int, int]:
+    """``MxNxK`` -> ``(M, N, K)``: one shape of :func:`parse_shapes`, as an argparse ``type=`` (the scripts'
+    positional shapes: the message reaches the usage line).
+
+    Raises:
+        argparse.ArgumentTypeError: not one shape of three positive ints joined by ``x``.
+    """
+    try:
+        shapes = parse_shapes(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    if len(shapes) != 1:
+        raise argparse.ArgumentTypeError(f"one MxNxK per argument, got {text!r}")
+    return shapes[0].mnk
 
 
 def _table_row(s: str, current_model: str, model: Optional[str]) -> Tuple[str, list]:

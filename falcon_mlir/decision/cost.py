@@ -589,8 +589,8 @@ class CostModel:
 
     def _cpu_kernel_plan(self, pb: Problem, schemes: Tuple[str, ...], est: Estimate) -> Estimate:
         """Kernel form on a CPU profile: the plan as falcon's CPU kernel runs it, ``2 R`` dispatches with the
-        combines fused (``R`` where its products pack B inside; priced as ``2 R`` all the same) (:func:`falcon_mlir.decision.cpu_kernel.price`); ``est.unfit`` says why the kernel
-        cannot run it, if so. Compile time: the kernel is one object for every plan (compiled once, cached),
+        combines fused (:func:`falcon_mlir.decision.cpu_kernel.price`; ``R`` where its products pack B inside,
+        priced as ``2 R`` all the same); ``est.unfit`` says why the kernel cannot run it, if so. Compile time: the kernel is one object for every plan (compiled once, cached),
         and IREE compiles no code for its external dispatches; priced as the ``2 R`` dispatches' host-side
         ops (:data:`SECONDS_PER_EXTERNAL_DISPATCH`, not measured)."""
         from . import cpu_kernel

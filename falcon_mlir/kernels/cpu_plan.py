@@ -3,7 +3,8 @@
 A plan runs one bilinear scheme ``<m,k,n;R>`` from falcon's catalog (several
 levels are one composed scheme: ``strassen^2`` is ``<4,4,4;49>``, the
 catalog's Kronecker product) on ``C = A @ B`` (f32, A ``M x K`` or stored
-transposed ``K x M``, B ``K x N`` or stored ``N x K``, C ``M x N``, all row-major) as ``2 R`` dispatches of :mod:`.cpu_gemm`'s LCMA entry points (or ``R``, below),
+transposed ``K x M``, B ``K x N`` or stored ``N x K``, C ``M x N``, all row-major) as ``2 R`` dispatches of
+:mod:`.cpu_gemm`'s LCMA entry points (or ``R``, below),
 product by product, with no combine pass of its own:
 
 * **combine B in the pack of B**: product r's ``lcma_pack_b`` writes the

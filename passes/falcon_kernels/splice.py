@@ -244,8 +244,8 @@ class Splicer:
     def cpu_plan_function(self, obj, plan, types: Optional[tuple] = None) -> str:
         """The wrapper function's symbol for ``C = A @ B`` by LCMA plan ``plan``
         (:class:`falcon_mlir.kernels.cpu_plan.CpuPlan`: ``2 R`` dispatches, or ``R`` where its products pack
-        B inside, the combines inside the kernel; its layout and batch as the plan's) on falcon's CPU kernel object ``obj`` (built for
-        ``plan.config``); ``types`` as for :meth:`cpu_function`.
+        B inside, the combines inside the kernel; its layout and batch as the plan's) on falcon's CPU
+        kernel object ``obj`` (built for ``plan.config``); ``types`` as for :meth:`cpu_function`.
 
         Raises:
             as :meth:`cpu_function`.
@@ -259,8 +259,7 @@ class Splicer:
         lines, result = cpu_plan.plan_dispatch_lines(exe, p, types=types[:2])
         base = f"{exe}_{_symbol_part(p.scheme)}_{p.M}x{p.N}x{p.K}{_layout_part(p.trans_a, p.trans_b, p.batch)}_call"
         return self._cpu_wrapper((exe, p.scheme, p.M, p.N, p.K, p.trans_a, p.trans_b, p.batch, p.b_inside, types),
-                                 base, exe,
-                                 renamed, lines, result, types, canonical)
+                                 base, exe, renamed, lines, result, types, canonical)
 
     # -- the call ----------------------------------------------------------------
     def replace(self, op, function: str, accumulate: bool, operands: Optional[tuple] = None) -> None:
